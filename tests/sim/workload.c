@@ -1,0 +1,868 @@
+/*
+ * workload.c - gputrace-workload: drives the simulated libcuda.so.1 and
+ * libnccl.so.2 in a scripted, countable way.  README.md is the contract
+ * (every flag, every call, every argument value); keep the two in sync.
+ */
+#define _GNU_SOURCE
+#include "cuda_sim.h"
+#include "nccl_sim.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+#define MiB (1ULL << 20)
+#define GiB (1ULL << 30)
+#define MAX_THREADS 1024
+#define DEFAULT_BENCH_CALLS 1000000ULL
+#define FAIL_ALLOC_BYTES (128ULL * GiB)
+#define FAIL_SENTINEL 0xdeadbeefcafef00dULL
+
+/* ------------------------------------------------------------------ */
+/* Kernels                                                             */
+/* ------------------------------------------------------------------ */
+
+static const char *const k_kernel_names[3] = {
+    "_Z10vector_addPKfS0_Pfi",                    /* vector_add(float const*, float const*, float*, int) */
+    "_ZN3sim6detail13reduce_kernelILi256EEEvPKfPfi", /* void sim::detail::reduce_kernel<256>(float const*, float*, int) */
+    "_Z4reluPfi",                                 /* relu(float*, int) */
+};
+static const char k_gemm_name[] = "_ZN6cublas4gemmIfEEvPKT_S3_PS1_iii"; /* void cublas::gemm<float>(float const*, float const*, float*, int, int, int) */
+
+static const char k_module_ptx[] =
+    "//\n// gputrace simulator module\n//\n"
+    ".version 8.0\n"
+    ".target sm_90\n"
+    ".address_size 64\n"
+    "\n"
+    ".visible .entry _Z10vector_addPKfS0_Pfi(\n"
+    "\t.param .u64 _Z10vector_addPKfS0_Pfi_param_0,\n"
+    "\t.param .u64 _Z10vector_addPKfS0_Pfi_param_1,\n"
+    "\t.param .u64 _Z10vector_addPKfS0_Pfi_param_2,\n"
+    "\t.param .u32 _Z10vector_addPKfS0_Pfi_param_3\n"
+    ")\n{\n\tret;\n}\n"
+    "\n"
+    ".visible .entry _ZN3sim6detail13reduce_kernelILi256EEEvPKfPfi(\n"
+    "\t.param .u64 _ZN3sim6detail13reduce_kernelILi256EEEvPKfPfi_param_0,\n"
+    "\t.param .u64 _ZN3sim6detail13reduce_kernelILi256EEEvPKfPfi_param_1,\n"
+    "\t.param .u32 _ZN3sim6detail13reduce_kernelILi256EEEvPKfPfi_param_2\n"
+    ")\n{\n\tret;\n}\n"
+    "\n"
+    ".entry _Z4reluPfi(\n"
+    "\t.param .u64 _Z4reluPfi_param_0,\n"
+    "\t.param .u32 _Z4reluPfi_param_1\n"
+    ")\n{\n\tret;\n}\n";
+
+static const char k_library_ptx[] =
+    "//\n// gputrace simulator library\n//\n"
+    ".version 8.0\n"
+    ".target sm_90\n"
+    ".address_size 64\n"
+    "\n"
+    ".visible .entry _ZN6cublas4gemmIfEEvPKT_S3_PS1_iii(\n"
+    "\t.param .u64 _ZN6cublas4gemmIfEEvPKT_S3_PS1_iii_param_0,\n"
+    "\t.param .u64 _ZN6cublas4gemmIfEEvPKT_S3_PS1_iii_param_1,\n"
+    "\t.param .u64 _ZN6cublas4gemmIfEEvPKT_S3_PS1_iii_param_2,\n"
+    "\t.param .u32 _ZN6cublas4gemmIfEEvPKT_S3_PS1_iii_param_3,\n"
+    "\t.param .u32 _ZN6cublas4gemmIfEEvPKT_S3_PS1_iii_param_4,\n"
+    "\t.param .u32 _ZN6cublas4gemmIfEEvPKT_S3_PS1_iii_param_5\n"
+    ")\n{\n\tret;\n}\n";
+
+/* ------------------------------------------------------------------ */
+/* Options                                                             */
+/* ------------------------------------------------------------------ */
+
+enum bench_kind { BENCH_NONE = 0, BENCH_LAUNCH, BENCH_LAUNCH_EX, BENCH_MEMCPY, BENCH_NCCL, BENCH_ALLOC };
+static const char *const k_bench_names[] = { "", "launch", "launch-ex", "memcpy", "nccl", "alloc" };
+
+struct options {
+    uint64_t launches, launch_ex, coop, graphs, allocs, copies, syncs, fail, nccl;
+    int nccl_config;
+    int ptsz;            /* --ptsz: cuLaunchKernel_ptsz instead of cuLaunchKernel */
+    int per_thread;      /* --per-thread-stream: every per-thread variant */
+    unsigned threads;
+    int wait_stdin;
+    uint64_t delay_ms;
+    int names_after_wait;
+    int loop;
+    int have_duration;
+    uint64_t duration_ms;
+    const char *sync_us;
+    enum bench_kind bench;
+    int have_calls;
+    uint64_t calls;
+    int print_handles;
+};
+
+static struct options opt = { .threads = 1, .calls = DEFAULT_BENCH_CALLS };
+
+/* ------------------------------------------------------------------ */
+/* Shared state                                                        */
+/* ------------------------------------------------------------------ */
+
+struct worker {
+    unsigned idx;
+    pthread_t thread;
+    pid_t tid;
+    CUstream stream;
+    CUevent event;
+    uint64_t calls;      /* counted calls made by this thread */
+    uint64_t passes;
+    uint64_t bench_ns;
+    uint64_t bench_calls;
+    /* kernel arguments (never dereferenced by the simulator) */
+    CUdeviceptr arg_a, arg_b, arg_c;
+    int arg_n, arg_m, arg_k;
+    void *params[6];
+    /* bench resources */
+    CUdeviceptr b_dev, b_send, b_recv;
+    void *b_pinned;
+    ncclComm_t b_comm;
+};
+
+static CUdevice g_dev;
+static CUcontext g_ctx;
+static CUmodule g_module;
+static CUfunction g_funcs[3];
+static CUlibrary g_library;
+static CUkernel g_gemm_kernel;
+static CUfunction g_gemm_func;
+static CUgraph g_graph;
+static CUgraphExec g_gexec;
+static struct worker *g_workers;
+static pthread_barrier_t g_started, g_go;
+static volatile sig_atomic_t g_stop;
+static int g_skip;                   /* written before g_go, read after */
+static struct timespec g_start;      /* written before g_go, read after */
+
+/* ------------------------------------------------------------------ */
+/* Helpers                                                             */
+/* ------------------------------------------------------------------ */
+
+static const char *usage_text =
+    "usage: gputrace-workload [--threads T] [--launches N] [--launch-ex N] [--coop N] [--graphs N] "
+    "[--allocs N] [--copies N] [--syncs N] [--fail N] [--nccl N] [--nccl-config] [--ptsz] "
+    "[--per-thread-stream] [--wait-stdin] [--delay-ms N] [--names-after-wait] [--loop] "
+    "[--duration-ms N] [--sync-us US] [--print-handles] "
+    "[--bench launch|launch-ex|memcpy|nccl|alloc [--calls N]]";
+
+static void usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "gputrace-workload: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "; %s\n", usage_text);
+    exit(2);
+}
+
+static void die_cu(int thread, const char *what, int rc)
+{
+    if (thread < 0) fprintf(stderr, "gputrace-workload: main: %s failed: CUresult %d\n", what, rc);
+    else fprintf(stderr, "gputrace-workload: thread %d: %s failed: CUresult %d\n", thread, what, rc);
+    fflush(stderr);
+    exit(1);
+}
+
+static void die_nccl(int thread, const char *what, int rc)
+{
+    fprintf(stderr, "gputrace-workload: thread %d: %s failed: ncclResult_t %d\n", thread, what, rc);
+    fflush(stderr);
+    exit(1);
+}
+
+static void die_msg(int thread, const char *what)
+{
+    fprintf(stderr, "gputrace-workload: thread %d: %s\n", thread, what);
+    fflush(stderr);
+    exit(1);
+}
+
+/* Setup / teardown call (not counted). */
+#define SETUP(call)                                                     \
+    do {                                                                \
+        CUresult r_ = (call);                                           \
+        if (UNLIKELY(r_ != CUDA_SUCCESS)) die_cu(-1, #call, r_);        \
+    } while (0)
+
+/* Uncounted call made by a worker (bench setup/teardown, ctx binding). */
+#define WSETUP(call)                                                    \
+    do {                                                                \
+        CUresult r_ = (call);                                           \
+        if (UNLIKELY(r_ != CUDA_SUCCESS)) die_cu((int)w->idx, #call, r_); \
+    } while (0)
+#define WSETUP_NCCL(call)                                               \
+    do {                                                                \
+        ncclResult_t r_ = (call);                                       \
+        if (UNLIKELY(r_ != ncclSuccess)) die_nccl((int)w->idx, #call, r_); \
+    } while (0)
+
+/* Counted driver call. */
+#define CC(call)                                                        \
+    do {                                                                \
+        CUresult r_ = (call);                                           \
+        w->calls++;                                                     \
+        if (UNLIKELY(r_ != CUDA_SUCCESS)) die_cu((int)w->idx, #call, r_); \
+    } while (0)
+
+/* Counted NCCL call. */
+#define NC(call)                                                        \
+    do {                                                                \
+        ncclResult_t r_ = (call);                                       \
+        w->calls++;                                                     \
+        if (UNLIKELY(r_ != ncclSuccess)) die_nccl((int)w->idx, #call, r_); \
+    } while (0)
+
+static uint64_t ts_diff_ns(const struct timespec *a, const struct timespec *b)
+{
+    return (uint64_t)(b->tv_sec - a->tv_sec) * 1000000000ULL + (uint64_t)b->tv_nsec - (uint64_t)a->tv_nsec;
+}
+
+static void sleep_ms(uint64_t ms)
+{
+    struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+        if (g_stop) return;
+    }
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (g_stop) _exit(0); /* second signal: leave at once */
+    g_stop = 1;
+}
+
+static void print_handle(const char *name, const void *p)
+{
+    printf("handle %s=0x%" PRIxPTR "\n", name, (uintptr_t)p);
+}
+
+/* ------------------------------------------------------------------ */
+/* Setup pieces                                                        */
+/* ------------------------------------------------------------------ */
+
+static void load_names(void)
+{
+    SETUP(cuModuleLoadData(&g_module, k_module_ptx));
+    for (int i = 0; i < 3; i++) SETUP(cuModuleGetFunction(&g_funcs[i], g_module, k_kernel_names[i]));
+    SETUP(cuLibraryLoadData(&g_library, k_library_ptx, NULL, NULL, 0, NULL, NULL, 0));
+    SETUP(cuLibraryGetKernel(&g_gemm_kernel, g_library, k_gemm_name));
+    SETUP(cuKernelGetFunction(&g_gemm_func, g_gemm_kernel));
+    if (opt.print_handles) {
+        print_handle("module", g_module);
+        print_handle("function[0]", g_funcs[0]);
+        print_handle("function[1]", g_funcs[1]);
+        print_handle("function[2]", g_funcs[2]);
+        print_handle("library", g_library);
+        print_handle("kernel", g_gemm_kernel);
+        print_handle("kernel_function", g_gemm_func);
+        fflush(stdout);
+    }
+}
+
+static void nccl_comm_init(struct worker *w, ncclComm_t *comm, int counted)
+{
+    ncclUniqueId id;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 1;
+    config.cgaClusterSize = 4;
+    config.minCTAs = 2;
+    config.maxCTAs = 16;
+    config.commName = "gputrace-sim";
+    if (counted) {
+        NC(ncclGetUniqueId(&id));
+        if (opt.nccl_config) NC(ncclCommInitRankConfig(comm, 1, id, 0, &config));
+        else NC(ncclCommInitRank(comm, 1, id, 0));
+    } else {
+        WSETUP_NCCL(ncclGetUniqueId(&id));
+        if (opt.nccl_config) WSETUP_NCCL(ncclCommInitRankConfig(comm, 1, id, 0, &config));
+        else WSETUP_NCCL(ncclCommInitRank(comm, 1, id, 0));
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Counted phase                                                       */
+/* ------------------------------------------------------------------ */
+
+static void run_pass(struct worker *w)
+{
+    const int pt = opt.per_thread;
+    const int launch_ptsz = opt.ptsz || opt.per_thread;
+    CUstream s = w->stream;
+    CUevent ev = w->event;
+    void **params = w->params;
+
+    /* --launches */
+    for (uint64_t i = 0; i < opt.launches; i++) {
+        CUfunction f = g_funcs[i % 3];
+        if (launch_ptsz) CC(cuLaunchKernel_ptsz(f, 64, 2, 1, 256, 1, 1, 4096, s, params, NULL));
+        else CC(cuLaunchKernel(f, 64, 2, 1, 256, 1, 1, 4096, s, params, NULL));
+    }
+
+    /* --launch-ex */
+    if (opt.launch_ex) {
+        CUlaunchConfig cfg;
+        memset(&cfg, 0, sizeof(cfg));
+        cfg.gridDimX = 32;
+        cfg.gridDimY = 4;
+        cfg.gridDimZ = 2;
+        cfg.blockDimX = 128;
+        cfg.blockDimY = 2;
+        cfg.blockDimZ = 1;
+        cfg.sharedMemBytes = 8192;
+        cfg.hStream = s;
+        cfg.attrs = NULL;
+        cfg.numAttrs = 0;
+        for (uint64_t i = 0; i < opt.launch_ex; i++) {
+            if (pt) CC(cuLaunchKernelEx_ptsz(&cfg, g_gemm_func, params, NULL));
+            else CC(cuLaunchKernelEx(&cfg, g_gemm_func, params, NULL));
+        }
+    }
+
+    /* --coop */
+    for (uint64_t i = 0; i < opt.coop; i++) {
+        if (pt) CC(cuLaunchCooperativeKernel_ptsz(g_funcs[0], 16, 1, 1, 512, 1, 1, 0, s, params));
+        else CC(cuLaunchCooperativeKernel(g_funcs[0], 16, 1, 1, 512, 1, 1, 0, s, params));
+    }
+
+    /* --graphs */
+    for (uint64_t i = 0; i < opt.graphs; i++) {
+        if (pt) CC(cuGraphLaunch_ptsz(g_gexec, s));
+        else CC(cuGraphLaunch(g_gexec, s));
+    }
+
+    /* --allocs: 18 calls per iteration */
+    if (opt.allocs) {
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof(prop));
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = 0;
+        for (uint64_t i = 0; i < opt.allocs; i++) {
+            CUdeviceptr d = 0, d2 = 0, m = 0, p = 0, va = 0;
+            size_t pitch = 0;
+            void *h = NULL, *h2 = NULL;
+            CUmemGenericAllocationHandle handle = 0;
+            CC(cuMemAlloc_v2(&d, 1 * MiB));
+            if (pt) CC(cuMemAllocAsync_ptsz(&d2, 2 * MiB, s));
+            else CC(cuMemAllocAsync(&d2, 2 * MiB, s));
+            CC(cuMemAllocManaged(&m, 4 * MiB, CU_MEM_ATTACH_GLOBAL));
+            CC(cuMemAllocPitch_v2(&p, &pitch, 1000, 100, 4));
+            if (pitch != 1024) die_msg((int)w->idx, "cuMemAllocPitch_v2 returned a pitch other than 1024");
+            CC(cuMemHostAlloc(&h, 1 * MiB, 0));
+            CC(cuMemAllocHost_v2(&h2, 1 * MiB));
+            CC(cuMemCreate(&handle, 2 * MiB, &prop, 0));
+            CC(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
+            CC(cuMemMap(va, 2 * MiB, 0, handle, 0));
+            CC(cuMemUnmap(va, 2 * MiB));
+            CC(cuMemAddressFree(va, 2 * MiB));
+            CC(cuMemRelease(handle));
+            CC(cuMemFree_v2(d));
+            if (pt) CC(cuMemFreeAsync_ptsz(d2, s));
+            else CC(cuMemFreeAsync(d2, s));
+            CC(cuMemFree_v2(m));
+            CC(cuMemFree_v2(p));
+            CC(cuMemFreeHost(h));
+            CC(cuMemFreeHost(h2));
+        }
+    }
+
+    /* --copies: 3 + 12 per iteration + 3 */
+    if (opt.copies) {
+        CUdeviceptr dev = 0, dev2 = 0;
+        void *pinned = NULL;
+        CC(cuMemAlloc_v2(&dev, 1 * MiB));
+        CC(cuMemAlloc_v2(&dev2, 1 * MiB));
+        CC(cuMemAllocHost_v2(&pinned, 1 * MiB));
+        void *host = malloc(1 * MiB);
+        if (host == NULL) die_msg((int)w->idx, "malloc failed");
+        memset(host, 0, 1 * MiB);
+        const CUdeviceptr host_p = (CUdeviceptr)(uintptr_t)host;
+        const CUdeviceptr pinned_p = (CUdeviceptr)(uintptr_t)pinned;
+        for (uint64_t i = 0; i < opt.copies; i++) {
+            if (pt) {
+                CC(cuMemcpyHtoD_v2_ptds(dev, host, 4096));
+                CC(cuMemcpyDtoH_v2_ptds(host, dev, 8192));
+                CC(cuMemcpyDtoD_v2_ptds(dev2, dev, 16384));
+                CC(cuMemcpyHtoDAsync_v2_ptsz(dev, pinned, 4096, s));
+                CC(cuMemcpyDtoHAsync_v2_ptsz(pinned, dev, 8192, s));
+                CC(cuMemcpyDtoDAsync_v2_ptsz(dev2, dev, 16384, s));
+                CC(cuMemcpy_ptds(dev, host_p, 1000));
+                CC(cuMemcpy_ptds(host_p, dev + 512, 2000));
+                CC(cuMemcpyAsync_ptsz(dev2, dev, 3000, s));
+                CC(cuMemcpyAsync_ptsz(host_p, pinned_p, 4000, s));
+                CC(cuMemcpyPeer_ptds(dev2, g_ctx, dev, g_ctx, 5000));
+                CC(cuMemsetD32_v2_ptds(dev, 0, 256));
+            } else {
+                CC(cuMemcpyHtoD_v2(dev, host, 4096));
+                CC(cuMemcpyDtoH_v2(host, dev, 8192));
+                CC(cuMemcpyDtoD_v2(dev2, dev, 16384));
+                CC(cuMemcpyHtoDAsync_v2(dev, pinned, 4096, s));
+                CC(cuMemcpyDtoHAsync_v2(pinned, dev, 8192, s));
+                CC(cuMemcpyDtoDAsync_v2(dev2, dev, 16384, s));
+                CC(cuMemcpy(dev, host_p, 1000));
+                CC(cuMemcpy(host_p, dev + 512, 2000));
+                CC(cuMemcpyAsync(dev2, dev, 3000, s));
+                CC(cuMemcpyAsync(host_p, pinned_p, 4000, s));
+                CC(cuMemcpyPeer(dev2, g_ctx, dev, g_ctx, 5000));
+                CC(cuMemsetD32_v2(dev, 0, 256));
+            }
+        }
+        CC(cuMemFree_v2(dev));
+        CC(cuMemFree_v2(dev2));
+        CC(cuMemFreeHost(pinned));
+        free(host);
+    }
+
+    /* --syncs: 5 calls per iteration */
+    for (uint64_t i = 0; i < opt.syncs; i++) {
+        if (pt) {
+            CC(cuEventRecord_ptsz(ev, s));
+            CC(cuStreamWaitEvent_ptsz(s, ev, 0));
+            CC(cuEventSynchronize(ev));
+            CC(cuStreamSynchronize_ptsz(s));
+        } else {
+            CC(cuEventRecord(ev, s));
+            CC(cuStreamWaitEvent(s, ev, 0));
+            CC(cuEventSynchronize(ev));
+            CC(cuStreamSynchronize(s));
+        }
+        CC(cuCtxSynchronize());
+    }
+
+    /* --fail: each call must return CUDA_ERROR_OUT_OF_MEMORY and leave *dptr alone */
+    for (uint64_t i = 0; i < opt.fail; i++) {
+        CUdeviceptr d = (CUdeviceptr)FAIL_SENTINEL;
+        CUresult r = cuMemAlloc_v2(&d, FAIL_ALLOC_BYTES);
+        w->calls++;
+        if (r != CUDA_ERROR_OUT_OF_MEMORY) die_cu((int)w->idx, "cuMemAlloc_v2(&d, 128 GiB) [expected CUDA_ERROR_OUT_OF_MEMORY]", r);
+        if (d != (CUdeviceptr)FAIL_SENTINEL) die_msg((int)w->idx, "failed cuMemAlloc_v2 modified its out-pointer");
+    }
+
+    /* --nccl: 4 + 9 per iteration + 3 */
+    if (opt.nccl) {
+        CUdeviceptr sendbuf = 0, recvbuf = 0;
+        ncclComm_t comm = NULL;
+        CC(cuMemAlloc_v2(&sendbuf, 8 * MiB));
+        CC(cuMemAlloc_v2(&recvbuf, 8 * MiB));
+        nccl_comm_init(w, &comm, 1);
+        const void *sb = (const void *)(uintptr_t)sendbuf;
+        void *rb = (void *)(uintptr_t)recvbuf;
+        for (uint64_t i = 0; i < opt.nccl; i++) {
+            NC(ncclAllReduce(sb, rb, 1048576, ncclFloat32, ncclSum, comm, s));
+            NC(ncclBroadcast(sb, rb, 1000, ncclInt8, 0, comm, s));
+            NC(ncclReduce(sb, rb, 4096, ncclFloat64, ncclMax, 0, comm, s));
+            NC(ncclAllGather(sb, rb, 2048, ncclBfloat16, comm, s));
+            NC(ncclReduceScatter(sb, rb, 512, ncclInt32, ncclMin, comm, s));
+            NC(ncclGroupStart());
+            NC(ncclSend(sb, 256, ncclFloat16, 0, comm, s));
+            NC(ncclRecv(rb, 256, ncclFloat16, 0, comm, s));
+            NC(ncclGroupEnd());
+        }
+        NC(ncclCommDestroy(comm));
+        CC(cuMemFree_v2(sendbuf));
+        CC(cuMemFree_v2(recvbuf));
+    }
+}
+
+static int keep_going(void)
+{
+    if (g_stop) return 0;
+    if (opt.have_duration) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        return ts_diff_ns(&g_start, &now) < opt.duration_ms * 1000000ULL;
+    }
+    return opt.loop;
+}
+
+/* ------------------------------------------------------------------ */
+/* Bench                                                               */
+/* ------------------------------------------------------------------ */
+
+static void bench_setup(struct worker *w)
+{
+    switch (opt.bench) {
+    case BENCH_MEMCPY:
+        WSETUP(cuMemAlloc_v2(&w->b_dev, 1 * MiB));
+        WSETUP(cuMemAllocHost_v2(&w->b_pinned, 1 * MiB));
+        break;
+    case BENCH_NCCL:
+        WSETUP(cuMemAlloc_v2(&w->b_send, 8 * MiB));
+        WSETUP(cuMemAlloc_v2(&w->b_recv, 8 * MiB));
+        nccl_comm_init(w, &w->b_comm, 0);
+        break;
+    default:
+        break;
+    }
+}
+
+static void bench_teardown(struct worker *w)
+{
+    switch (opt.bench) {
+    case BENCH_MEMCPY:
+        WSETUP(cuMemFree_v2(w->b_dev));
+        WSETUP(cuMemFreeHost(w->b_pinned));
+        break;
+    case BENCH_NCCL:
+        WSETUP_NCCL(ncclCommDestroy(w->b_comm));
+        WSETUP(cuMemFree_v2(w->b_send));
+        WSETUP(cuMemFree_v2(w->b_recv));
+        break;
+    default:
+        break;
+    }
+}
+
+static uint64_t bench_calls_per_thread(void)
+{
+    if (opt.bench == BENCH_ALLOC) return (opt.calls + 1) / 2 * 2;
+    return opt.calls;
+}
+
+static void run_bench(struct worker *w)
+{
+    const uint64_t n = opt.calls;
+    CUstream s = w->stream;
+    void **params = w->params;
+    struct timespec t0, t1;
+    CUresult r = CUDA_SUCCESS;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    switch (opt.bench) {
+    case BENCH_LAUNCH: {
+        CUfunction f = g_funcs[0];
+        if (opt.ptsz || opt.per_thread) {
+            for (uint64_t i = 0; i < n; i++) {
+                r = cuLaunchKernel_ptsz(f, 64, 2, 1, 256, 1, 1, 4096, s, params, NULL);
+                if (UNLIKELY(r != CUDA_SUCCESS)) die_cu((int)w->idx, "cuLaunchKernel_ptsz", r);
+            }
+        } else {
+            for (uint64_t i = 0; i < n; i++) {
+                r = cuLaunchKernel(f, 64, 2, 1, 256, 1, 1, 4096, s, params, NULL);
+                if (UNLIKELY(r != CUDA_SUCCESS)) die_cu((int)w->idx, "cuLaunchKernel", r);
+            }
+        }
+        break;
+    }
+    case BENCH_LAUNCH_EX: {
+        CUlaunchConfig cfg;
+        memset(&cfg, 0, sizeof(cfg));
+        cfg.gridDimX = 32; cfg.gridDimY = 4; cfg.gridDimZ = 2;
+        cfg.blockDimX = 128; cfg.blockDimY = 2; cfg.blockDimZ = 1;
+        cfg.sharedMemBytes = 8192;
+        cfg.hStream = s;
+        CUfunction f = g_gemm_func;
+        if (opt.per_thread) {
+            for (uint64_t i = 0; i < n; i++) {
+                r = cuLaunchKernelEx_ptsz(&cfg, f, params, NULL);
+                if (UNLIKELY(r != CUDA_SUCCESS)) die_cu((int)w->idx, "cuLaunchKernelEx_ptsz", r);
+            }
+        } else {
+            for (uint64_t i = 0; i < n; i++) {
+                r = cuLaunchKernelEx(&cfg, f, params, NULL);
+                if (UNLIKELY(r != CUDA_SUCCESS)) die_cu((int)w->idx, "cuLaunchKernelEx", r);
+            }
+        }
+        break;
+    }
+    case BENCH_MEMCPY: {
+        CUdeviceptr dev = w->b_dev;
+        const void *pinned = w->b_pinned;
+        if (opt.per_thread) {
+            for (uint64_t i = 0; i < n; i++) {
+                r = cuMemcpyHtoDAsync_v2_ptsz(dev, pinned, 4096, s);
+                if (UNLIKELY(r != CUDA_SUCCESS)) die_cu((int)w->idx, "cuMemcpyHtoDAsync_v2_ptsz", r);
+            }
+        } else {
+            for (uint64_t i = 0; i < n; i++) {
+                r = cuMemcpyHtoDAsync_v2(dev, pinned, 4096, s);
+                if (UNLIKELY(r != CUDA_SUCCESS)) die_cu((int)w->idx, "cuMemcpyHtoDAsync_v2", r);
+            }
+        }
+        break;
+    }
+    case BENCH_NCCL: {
+        const void *sb = (const void *)(uintptr_t)w->b_send;
+        void *rb = (void *)(uintptr_t)w->b_recv;
+        ncclComm_t comm = w->b_comm;
+        for (uint64_t i = 0; i < n; i++) {
+            ncclResult_t nr = ncclAllReduce(sb, rb, 1048576, ncclFloat32, ncclSum, comm, s);
+            if (UNLIKELY(nr != ncclSuccess)) die_nccl((int)w->idx, "ncclAllReduce", nr);
+        }
+        break;
+    }
+    case BENCH_ALLOC: {
+        const uint64_t pairs = (n + 1) / 2;
+        for (uint64_t i = 0; i < pairs; i++) {
+            CUdeviceptr d = 0;
+            r = cuMemAlloc_v2(&d, 1 * MiB);
+            if (UNLIKELY(r != CUDA_SUCCESS)) die_cu((int)w->idx, "cuMemAlloc_v2", r);
+            r = cuMemFree_v2(d);
+            if (UNLIKELY(r != CUDA_SUCCESS)) die_cu((int)w->idx, "cuMemFree_v2", r);
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    w->bench_ns = ts_diff_ns(&t0, &t1);
+    w->bench_calls = bench_calls_per_thread();
+    w->calls += w->bench_calls;
+}
+
+/* ------------------------------------------------------------------ */
+/* Threads                                                             */
+/* ------------------------------------------------------------------ */
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    char name[16];
+    snprintf(name, sizeof(name), "worker-%u", w->idx);
+    pthread_setname_np(pthread_self(), name);
+    w->tid = (pid_t)syscall(SYS_gettid);
+
+    w->arg_a = w->arg_b = w->arg_c = 0;
+    w->arg_n = 1048576;
+    w->arg_m = w->arg_k = 256;
+    w->params[0] = &w->arg_a;
+    w->params[1] = &w->arg_b;
+    w->params[2] = &w->arg_c;
+    w->params[3] = &w->arg_n;
+    w->params[4] = &w->arg_m;
+    w->params[5] = &w->arg_k;
+
+    WSETUP(cuCtxSetCurrent(g_ctx));
+    if (opt.bench) bench_setup(w);
+
+    pthread_barrier_wait(&g_started);
+    pthread_barrier_wait(&g_go);
+    if (g_skip) return NULL;
+
+    if (opt.bench) {
+        run_bench(w);
+        bench_teardown(w);
+        return NULL;
+    }
+    do {
+        run_pass(w);
+        w->passes++;
+    } while (keep_going());
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Argument parsing                                                    */
+/* ------------------------------------------------------------------ */
+
+static uint64_t parse_u64(const char *flag, const char *s)
+{
+    if (s == NULL) usage_error("%s needs a value", flag);
+    if (*s < '0' || *s > '9') usage_error("bad number '%s'", s);
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || end == NULL || *end != '\0') usage_error("bad number '%s'", s);
+    return (uint64_t)v;
+}
+
+static void parse_args(int argc, char **argv)
+{
+    int counted_flags = 0;
+    for (int i = 1; i < argc; i++) {
+        char *a = argv[i];
+        char *val = NULL;
+        char flagbuf[64];
+        char *eq = strchr(a, '=');
+        if (strncmp(a, "--", 2) == 0 && eq != NULL && (size_t)(eq - a) < sizeof(flagbuf)) {
+            memcpy(flagbuf, a, (size_t)(eq - a));
+            flagbuf[eq - a] = '\0';
+            val = eq + 1;
+            a = flagbuf;
+        }
+#define TAKE_VALUE() (val != NULL ? val : (i + 1 < argc ? argv[++i] : NULL))
+#define NO_VALUE() do { if (val != NULL) usage_error("%s takes no value", a); } while (0)
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("%s\n", usage_text);
+            exit(0);
+        } else if (!strcmp(a, "--threads")) {
+            uint64_t t = parse_u64(a, TAKE_VALUE());
+            if (t < 1 || t > MAX_THREADS) usage_error("--threads must be 1..1024, got %s", argv[i]);
+            opt.threads = (unsigned)t;
+        } else if (!strcmp(a, "--launches")) { opt.launches = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--launch-ex")) { opt.launch_ex = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--coop")) { opt.coop = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--graphs")) { opt.graphs = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--allocs")) { opt.allocs = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--copies")) { opt.copies = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--syncs")) { opt.syncs = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--fail")) { opt.fail = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--nccl")) { opt.nccl = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--nccl-config")) { NO_VALUE(); opt.nccl_config = 1; }
+        else if (!strcmp(a, "--ptsz")) { NO_VALUE(); opt.ptsz = 1; }
+        else if (!strcmp(a, "--per-thread-stream")) { NO_VALUE(); opt.per_thread = 1; }
+        else if (!strcmp(a, "--wait-stdin")) { NO_VALUE(); opt.wait_stdin = 1; }
+        else if (!strcmp(a, "--delay-ms")) { opt.delay_ms = parse_u64(a, TAKE_VALUE()); }
+        else if (!strcmp(a, "--names-after-wait")) { NO_VALUE(); opt.names_after_wait = 1; }
+        else if (!strcmp(a, "--loop")) { NO_VALUE(); opt.loop = 1; counted_flags++; }
+        else if (!strcmp(a, "--duration-ms")) { opt.duration_ms = parse_u64(a, TAKE_VALUE()); opt.have_duration = 1; counted_flags++; }
+        else if (!strcmp(a, "--sync-us")) {
+            const char *v = TAKE_VALUE();
+            (void)parse_u64(a, v);
+            opt.sync_us = v;
+        } else if (!strcmp(a, "--print-handles")) { NO_VALUE(); opt.print_handles = 1; }
+        else if (!strcmp(a, "--bench")) {
+            const char *k = TAKE_VALUE();
+            if (k == NULL) usage_error("%s needs a value", "--bench");
+            opt.bench = BENCH_NONE;
+            for (int b = BENCH_LAUNCH; b <= BENCH_ALLOC; b++)
+                if (!strcmp(k, k_bench_names[b])) opt.bench = (enum bench_kind)b;
+            if (opt.bench == BENCH_NONE) usage_error("unknown --bench kind '%s'", k);
+        } else if (!strcmp(a, "--calls")) {
+            opt.calls = parse_u64(a, TAKE_VALUE());
+            if (opt.calls == 0) usage_error("%s must be at least 1", "--calls");
+            opt.have_calls = 1;
+        } else {
+            usage_error("unknown argument '%s'", argv[i]);
+        }
+#undef TAKE_VALUE
+#undef NO_VALUE
+    }
+    if (opt.have_calls && !opt.bench) usage_error("%s requires --bench", "--calls");
+    if (opt.bench && counted_flags)
+        usage_error("%s cannot be combined with counted-phase flags, --loop or --duration-ms", "--bench");
+}
+
+/* ------------------------------------------------------------------ */
+/* main                                                                */
+/* ------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    parse_args(argc, argv);
+
+    if (opt.sync_us && setenv("GPUTRACE_SIM_SYNC_US", opt.sync_us, 1) != 0) {
+        perror("gputrace-workload: setenv");
+        return 1;
+    }
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; /* no SA_RESTART: a blocked stdin read returns */
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+
+    const unsigned T = opt.threads;
+    g_workers = calloc(T, sizeof(*g_workers));
+    if (g_workers == NULL) {
+        perror("gputrace-workload: calloc");
+        return 1;
+    }
+
+    /* ---- setup phase (not counted) ---- */
+    SETUP(cuInit(0));
+    SETUP(cuDeviceGet(&g_dev, 0));
+    SETUP(cuDevicePrimaryCtxRetain(&g_ctx, g_dev));
+    SETUP(cuCtxSetCurrent(g_ctx));
+    if (opt.print_handles) print_handle("ctx", g_ctx);
+    if (!opt.names_after_wait) load_names();
+    for (unsigned t = 0; t < T; t++) {
+        g_workers[t].idx = t;
+        SETUP(cuStreamCreate(&g_workers[t].stream, CU_STREAM_NON_BLOCKING));
+        SETUP(cuEventCreate(&g_workers[t].event, CU_EVENT_DISABLE_TIMING));
+    }
+    SETUP(cuGraphCreate(&g_graph, 0));
+    SETUP(cuGraphInstantiateWithFlags(&g_gexec, g_graph, 0));
+    if (opt.print_handles) {
+        char name[32];
+        for (unsigned t = 0; t < T; t++) {
+            snprintf(name, sizeof(name), "stream[%u]", t);
+            print_handle(name, g_workers[t].stream);
+            snprintf(name, sizeof(name), "event[%u]", t);
+            print_handle(name, g_workers[t].event);
+        }
+        print_handle("graph", g_graph);
+        print_handle("graph_exec", g_gexec);
+    }
+
+    if (pthread_barrier_init(&g_started, NULL, T + 1) != 0 || pthread_barrier_init(&g_go, NULL, T + 1) != 0) {
+        fprintf(stderr, "gputrace-workload: pthread_barrier_init failed\n");
+        return 1;
+    }
+    for (unsigned t = 0; t < T; t++) {
+        int e = pthread_create(&g_workers[t].thread, NULL, worker_main, &g_workers[t]);
+        if (e != 0) {
+            fprintf(stderr, "gputrace-workload: pthread_create: %s\n", strerror(e));
+            return 1;
+        }
+    }
+    pthread_barrier_wait(&g_started);
+
+    printf("ready pid=%d\n", (int)getpid());
+    for (unsigned t = 0; t < T; t++) printf("thread %u tid=%d\n", t, (int)g_workers[t].tid);
+    fflush(stdout);
+
+    /* ---- wait ---- */
+    if (opt.wait_stdin && !g_stop) {
+        char line[256];
+        if (fgets(line, sizeof(line), stdin) == NULL) {
+            /* EOF, error or signal: go on */
+        }
+    }
+    if (opt.delay_ms && !g_stop) sleep_ms(opt.delay_ms);
+
+    if (g_stop) {
+        g_skip = 1;
+    } else if (opt.names_after_wait) {
+        load_names();
+    }
+
+    clock_gettime(CLOCK_MONOTONIC, &g_start);
+    pthread_barrier_wait(&g_go);
+
+    uint64_t total = 0, max_ns = 0, per_thread_calls = 0;
+    for (unsigned t = 0; t < T; t++) {
+        pthread_join(g_workers[t].thread, NULL);
+        total += g_workers[t].calls;
+        if (g_workers[t].bench_ns > max_ns) max_ns = g_workers[t].bench_ns;
+        per_thread_calls = g_workers[t].bench_calls;
+    }
+
+    /* ---- teardown (not counted) ---- */
+    for (unsigned t = 0; t < T; t++) {
+        SETUP(cuEventDestroy_v2(g_workers[t].event));
+        SETUP(cuStreamDestroy_v2(g_workers[t].stream));
+    }
+    SETUP(cuGraphExecDestroy(g_gexec));
+    SETUP(cuGraphDestroy(g_graph));
+    if (g_library) SETUP(cuLibraryUnload(g_library));
+    if (g_module) SETUP(cuModuleUnload(g_module));
+    SETUP(cuDevicePrimaryCtxRelease_v2(g_dev));
+
+    if (opt.bench && !g_skip) {
+        double ns_per_call = per_thread_calls ? (double)max_ns / (double)per_thread_calls : 0.0;
+        printf("bench kind=%s threads=%u calls=%" PRIu64 " ns_per_call=%.3f\n", k_bench_names[opt.bench], T,
+               (uint64_t)T * per_thread_calls, ns_per_call);
+    }
+    printf("done calls=%" PRIu64 "\n", total);
+    fflush(stdout);
+    pthread_barrier_destroy(&g_started);
+    pthread_barrier_destroy(&g_go);
+    free(g_workers);
+    return 0;
+}

@@ -1,0 +1,245 @@
+//! Types shared by the eBPF programs and the userspace tracer.
+//!
+//! Everything here is `#[repr(C)]` with explicit padding so both sides agree
+//! on the byte layout. The eBPF side is generic: it knows nothing of CUDA.
+//! Each attached probe carries a 64-bit *cookie* ([`ProbeCookie`]) that tells
+//! the one entry program and the one return program which API this is and
+//! which arguments need extra reads (stack, structs, out-pointers, strings).
+#![no_std]
+
+/// Integer arguments passed in registers by the System V x86-64 ABI.
+pub const REG_ARGS: usize = 6;
+/// Arguments past the sixth are read from the caller's stack.
+pub const STACK_ARGS: usize = 5;
+/// `args` holds the six register arguments, then up to five stack arguments.
+pub const MAX_ARGS: usize = REG_ARGS + STACK_ARGS;
+/// Words of extra data: a struct copied at entry, or out-pointer values read at return.
+pub const EXTRA_WORDS: usize = 6;
+/// Bytes copied from a struct pointer argument at entry (`CUlaunchConfig` up to `attrs`).
+pub const DEREF_BYTES: usize = 40;
+/// Longest string argument (a kernel name) copied by the probe, NUL included.
+pub const NAME_LEN: usize = 512;
+
+/// Where the readability bits of arguments 0 and 1 go in `extra`.
+pub const READABLE_SLOT: usize = 5;
+
+/// `dur_ns` of a call recorded at entry only (no return probe).
+pub const NO_RETURN: u64 = u64::MAX;
+
+/// The kind of a ring buffer record. Values never change; gaps stay gaps.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A [`CallEvent`].
+    Call = 1,
+    /// A [`NamedCallEvent`]: a call with a string argument (kernel name).
+    NamedCall = 2,
+}
+
+impl EventKind {
+    pub const fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            1 => Some(Self::Call),
+            2 => Some(Self::NamedCall),
+            _ => None,
+        }
+    }
+}
+
+/// One traced call: written at entry into the in-flight map, completed and
+/// sent at return (or sent at entry when the family is traced `:args` only).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallEvent {
+    /// [`EventKind`] as u32.
+    pub kind: u32,
+    /// Index into the userspace API catalogue (the cookie's low 16 bits).
+    pub api: u32,
+    /// Process id (tgid).
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Entry time, `CLOCK_MONOTONIC` nanoseconds (`bpf_ktime_get_ns`).
+    pub start_ns: u64,
+    /// Time spent in the call, or [`NO_RETURN`].
+    pub dur_ns: u64,
+    /// The return register (`rax`), 0 when there is no return probe.
+    pub ret: u64,
+    /// The calling thread's name.
+    pub comm: [u8; 16],
+    /// Register arguments, then stack arguments when the cookie asks for them.
+    pub args: [u64; MAX_ARGS],
+    /// A struct copied at entry, or values behind out-pointers read at return.
+    pub extra: [u64; EXTRA_WORDS],
+}
+
+impl CallEvent {
+    pub const SIZE: usize = core::mem::size_of::<Self>();
+
+    pub const fn zeroed() -> Self {
+        Self {
+            kind: 0,
+            api: 0,
+            pid: 0,
+            tid: 0,
+            start_ns: 0,
+            dur_ns: 0,
+            ret: 0,
+            comm: [0; 16],
+            args: [0; MAX_ARGS],
+            extra: [0; EXTRA_WORDS],
+        }
+    }
+}
+
+/// A call with a string argument, read with `bpf_probe_read_user_str`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NamedCallEvent {
+    pub call: CallEvent,
+    /// Bytes in `name` before the NUL; `NAME_LEN - 1` means it may be cut short.
+    pub name_len: u32,
+    pub _pad: u32,
+    pub name: [u8; NAME_LEN],
+}
+
+impl NamedCallEvent {
+    pub const SIZE: usize = core::mem::size_of::<Self>();
+}
+
+/// Counters of what the probes could not record, one slot each in a per-CPU array.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LostReason {
+    /// The ring buffer was full.
+    RingFull = 0,
+    /// The in-flight map refused the entry record.
+    InflightFull = 1,
+    /// A return whose entry record was missing (evicted from the LRU map).
+    Unpaired = 2,
+    /// A stack or struct read at entry failed (the event is still sent, marked).
+    ReadFailed = 3,
+}
+
+pub const LOST_SLOTS: u32 = 4;
+
+/// The attach cookie: which API this probe is, and what the probe must read.
+///
+/// Bit layout (u64):
+/// - 0..16: API id
+/// - 16: entry only (no return probe; send at entry)
+/// - 17: read the five stack arguments
+/// - 20..24: argument (1-based) pointing to a struct of [`DEREF_BYTES`] copied to `extra` at entry
+/// - 24..28: argument (1-based) that is an out-pointer whose u64 is read at return into `extra[0]`
+/// - 28..32: same, into `extra[1]`
+/// - 32..36: argument (1-based) that is a C string, read into a [`NamedCallEvent`]
+/// - 36: probe whether arguments 0 and 1 point to readable user memory
+///   (host memory), bits 0 and 1 of `extra[READABLE_SLOT]`
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ProbeCookie(pub u64);
+
+impl ProbeCookie {
+    pub const ENTRY_ONLY: u64 = 1 << 16;
+    pub const STACK: u64 = 1 << 17;
+    pub const READABLE: u64 = 1 << 36;
+
+    #[inline(always)]
+    pub const fn api(self) -> u32 {
+        (self.0 & 0xffff) as u32
+    }
+    #[inline(always)]
+    pub const fn entry_only(self) -> bool {
+        self.0 & Self::ENTRY_ONLY != 0
+    }
+    #[inline(always)]
+    pub const fn stack_args(self) -> bool {
+        self.0 & Self::STACK != 0
+    }
+    /// 0 = none, else 1-based argument index.
+    #[inline(always)]
+    pub const fn deref_arg(self) -> u32 {
+        ((self.0 >> 20) & 0xf) as u32
+    }
+    #[inline(always)]
+    pub const fn out_arg(self, slot: u32) -> u32 {
+        ((self.0 >> (24 + 4 * slot)) & 0xf) as u32
+    }
+    #[inline(always)]
+    pub const fn str_arg(self) -> u32 {
+        ((self.0 >> 32) & 0xf) as u32
+    }
+
+    #[inline(always)]
+    pub const fn probe_readable(self) -> bool {
+        self.0 & Self::READABLE != 0
+    }
+
+    pub const fn new(api: u16) -> Self {
+        Self(api as u64)
+    }
+    pub const fn with_entry_only(self) -> Self {
+        Self(self.0 | Self::ENTRY_ONLY)
+    }
+    pub const fn with_stack(self) -> Self {
+        Self(self.0 | Self::STACK)
+    }
+    pub const fn with_readable(self) -> Self {
+        Self(self.0 | Self::READABLE)
+    }
+    /// `arg` is 0-based.
+    pub const fn with_deref(self, arg: u32) -> Self {
+        Self(self.0 | (((arg + 1) as u64 & 0xf) << 20))
+    }
+    /// `arg` is 0-based; `slot` 0 or 1.
+    pub const fn with_out(self, slot: u32, arg: u32) -> Self {
+        Self(self.0 | (((arg + 1) as u64 & 0xf) << (24 + 4 * slot)))
+    }
+    /// `arg` is 0-based.
+    pub const fn with_str(self, arg: u32) -> Self {
+        Self(self.0 | (((arg + 1) as u64 & 0xf) << 32))
+    }
+}
+
+#[cfg(feature = "user")]
+mod user {
+    // SAFETY: plain old data, `#[repr(C)]`, no padding bytes left implicit.
+    unsafe impl aya::Pod for super::CallEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::NamedCallEvent {}
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+
+    #[test]
+    fn layout_has_no_hidden_padding() {
+        assert_eq!(CallEvent::SIZE, 4 * 4 + 3 * 8 + 16 + MAX_ARGS * 8 + EXTRA_WORDS * 8);
+        assert_eq!(NamedCallEvent::SIZE, CallEvent::SIZE + 8 + NAME_LEN);
+        assert_eq!(CallEvent::SIZE % 8, 0);
+    }
+
+    #[test]
+    fn cookie_round_trip() {
+        let c = ProbeCookie::new(513)
+            .with_stack()
+            .with_deref(0)
+            .with_out(0, 0)
+            .with_out(1, 1)
+            .with_str(2)
+            .with_readable()
+            .with_entry_only();
+        assert_eq!(c.api(), 513);
+        assert!(c.stack_args());
+        assert!(c.entry_only());
+        assert_eq!(c.deref_arg(), 1);
+        assert_eq!(c.out_arg(0), 1);
+        assert_eq!(c.out_arg(1), 2);
+        assert_eq!(c.str_arg(), 3);
+        assert!(c.probe_readable());
+        let plain = ProbeCookie::new(7);
+        assert_eq!((plain.deref_arg(), plain.out_arg(0), plain.str_arg()), (0, 0, 0));
+        assert!(!plain.entry_only() && !plain.stack_args());
+    }
+}

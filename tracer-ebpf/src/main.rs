@@ -1,0 +1,226 @@
+//! The eBPF side of gputrace: one entry program and one return program,
+//! attached to every traced symbol. The attach cookie says which API a hit
+//! belongs to and which extra reads it needs; the catalogue of APIs lives in
+//! userspace, so this file knows nothing of CUDA or NCCL.
+#![no_std]
+#![no_main]
+
+use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{
+        bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
+        bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+    },
+    macros::{map, uprobe, uretprobe},
+    maps::{LruHashMap, PerCpuArray, RingBuf},
+    programs::{ProbeContext, RetProbeContext},
+    EbpfContext,
+};
+use tracer_common::{
+    CallEvent, EventKind, LostReason, NamedCallEvent, ProbeCookie, DEREF_BYTES, LOST_SLOTS,
+    MAX_ARGS, NO_RETURN, READABLE_SLOT, STACK_ARGS,
+};
+
+/// Completed calls, drained by userspace. Its size is set at load time.
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
+
+/// Calls between entry and return, keyed by (tid, api). LRU so a thread that
+/// never returns (killed mid-call) cannot leak an entry forever.
+#[map]
+static INFLIGHT: LruHashMap<u64, CallEvent> = LruHashMap::with_max_entries(16384, 0);
+
+/// A per-CPU place to build an entry record: it is too large for the stack.
+#[map]
+static SCRATCH: PerCpuArray<CallEvent> = PerCpuArray::with_max_entries(1, 0);
+
+/// Counters of what could not be recorded, indexed by `LostReason`.
+#[map]
+static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_SLOTS, 0);
+
+/// Wake the reader only once this much is waiting; it also polls on a timer.
+/// Saves the traced thread an irq_work + wakeup per event.
+const WAKEUP_BYTES: u64 = 512 << 10;
+
+#[inline(always)]
+fn count_lost(reason: LostReason) {
+    if let Some(slot) = LOST.get_ptr_mut(reason as u32) {
+        // SAFETY: a per-CPU slot, only this CPU touches it while we run.
+        unsafe { *slot += 1 };
+    }
+}
+
+#[inline(always)]
+fn submit_flags() -> u64 {
+    if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES {
+        BPF_RB_FORCE_WAKEUP as u64
+    } else {
+        BPF_RB_NO_WAKEUP as u64
+    }
+}
+
+#[inline(always)]
+fn arg_at(e: &CallEvent, one_based: u32) -> Option<u64> {
+    if one_based == 0 {
+        return None;
+    }
+    e.args.get((one_based - 1) as usize).copied()
+}
+
+#[inline(always)]
+fn send(e: &CallEvent, cookie: ProbeCookie) {
+    let s = cookie.str_arg();
+    if s == 0 {
+        if EVENTS.output::<CallEvent>(e, submit_flags()).is_err() {
+            count_lost(LostReason::RingFull);
+        }
+        return;
+    }
+    let Some(mut entry) = EVENTS.reserve::<NamedCallEvent>(0) else {
+        count_lost(LostReason::RingFull);
+        return;
+    };
+    let out = entry.as_mut_ptr();
+    // SAFETY: `out` points to a reserved record of the right size; every field is written.
+    unsafe {
+        (*out).call = *e;
+        (*out).call.kind = EventKind::NamedCall as u32;
+        (*out)._pad = 0;
+        let len = match arg_at(e, s) {
+            Some(p) if p != 0 => {
+                bpf_probe_read_user_str_bytes(p as *const u8, &mut (*out).name).map_or(0, |b| b.len())
+            }
+            _ => 0,
+        };
+        if len == 0 {
+            (*out).name[0] = 0;
+        }
+        (*out).name_len = len as u32;
+    }
+    entry.submit(submit_flags());
+}
+
+#[uprobe]
+pub fn call_entry(ctx: ProbeContext) -> u32 {
+    // SAFETY: the helper reads the cookie of the link that ran us.
+    let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    let Some(e) = SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: per-CPU scratch, not shared while this program runs.
+    let e = unsafe { &mut *e };
+    // SAFETY: uprobe programs get the user registers.
+    let regs = unsafe { &*ctx.regs };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    e.kind = EventKind::Call as u32;
+    e.api = cookie.api();
+    e.pid = (pid_tgid >> 32) as u32;
+    e.tid = pid_tgid as u32;
+    e.start_ns = unsafe { bpf_ktime_get_ns() };
+    e.dur_ns = NO_RETURN;
+    e.ret = 0;
+    e.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    e.args[0] = regs.rdi;
+    e.args[1] = regs.rsi;
+    e.args[2] = regs.rdx;
+    e.args[3] = regs.rcx;
+    e.args[4] = regs.r8;
+    e.args[5] = regs.r9;
+    // Arguments 7.. are on the stack above the return address at `sp`.
+    let stack: [u64; STACK_ARGS] = if cookie.stack_args() {
+        // SAFETY: a user-memory read; failure is handled.
+        match unsafe { bpf_probe_read_user((regs.rsp + 8) as *const [u64; STACK_ARGS]) } {
+            Ok(v) => v,
+            Err(_) => {
+                count_lost(LostReason::ReadFailed);
+                [0; STACK_ARGS]
+            }
+        }
+    } else {
+        [0; STACK_ARGS]
+    };
+    e.args[6] = stack[0];
+    e.args[7] = stack[1];
+    e.args[8] = stack[2];
+    e.args[9] = stack[3];
+    e.args[10] = stack[4];
+    let _: [(); MAX_ARGS - 11] = [];
+    e.extra = [0; 6];
+    if let Some(p) = arg_at(e, cookie.deref_arg()) {
+        // SAFETY: a user-memory read; failure leaves zeros.
+        match unsafe { bpf_probe_read_user(p as *const [u64; DEREF_BYTES / 8]) } {
+            Ok(v) => {
+                e.extra[0] = v[0];
+                e.extra[1] = v[1];
+                e.extra[2] = v[2];
+                e.extra[3] = v[3];
+                e.extra[4] = v[4];
+            }
+            Err(_) => count_lost(LostReason::ReadFailed),
+        }
+    }
+    if cookie.probe_readable() {
+        // Host memory can be read from here; device memory cannot. Pages
+        // not yet touched also fail, so a miss means "not known", not "device".
+        let mut bits = 0u64;
+        // SAFETY: user-memory reads; failure is the answer we want.
+        if unsafe { bpf_probe_read_user(e.args[0] as *const u8) }.is_ok() {
+            bits |= 1;
+        }
+        // SAFETY: as above.
+        if unsafe { bpf_probe_read_user(e.args[1] as *const u8) }.is_ok() {
+            bits |= 2;
+        }
+        e.extra[READABLE_SLOT] = bits;
+    }
+    if cookie.entry_only() {
+        send(e, cookie);
+        return 0;
+    }
+    let key = ((e.tid as u64) << 32) | e.api as u64;
+    if INFLIGHT.insert(&key, &*e, 0).is_err() {
+        count_lost(LostReason::InflightFull);
+    }
+    0
+}
+
+#[uretprobe]
+pub fn call_return(ctx: RetProbeContext) -> u32 {
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: the helper reads the cookie of the link that ran us.
+    let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let key = ((tid as u64) << 32) | cookie.api() as u64;
+    let Some(e) = INFLIGHT.get_ptr_mut(&key) else {
+        count_lost(LostReason::Unpaired);
+        return 0;
+    };
+    // SAFETY: the entry is ours: keyed by this thread, which is here.
+    let e = unsafe { &mut *e };
+    // SAFETY: uretprobe programs get the user registers.
+    let regs = unsafe { &*ctx.regs };
+    e.dur_ns = now.wrapping_sub(e.start_ns);
+    e.ret = regs.rax;
+    for slot in 0..2u32 {
+        if let Some(p) = arg_at(e, cookie.out_arg(slot)) {
+            // SAFETY: a user-memory read of what the call wrote; failure leaves 0.
+            let v = unsafe { bpf_probe_read_user(p as *const u64) }.unwrap_or(0);
+            if let Some(x) = e.extra.get_mut(slot as usize) {
+                *x = v;
+            }
+        }
+    }
+    send(e, cookie);
+    let _ = INFLIGHT.remove(&key);
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,0 +1,242 @@
+//! Live per-process state that turns raw probe records into [`Call`]s:
+//! wall-clock time, the process name, copy directions inferred from the
+//! allocations seen, and kernel names learned from the `names` probes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::memory::{MemoryBook, Place};
+use crate::events::decode::{decode_args, ret_of, DecodeError, RawCall};
+use crate::events::model::{Args, Call};
+use crate::probes::catalogue::{self, Direction};
+use crate::probes::discover;
+
+/// Converts `CLOCK_MONOTONIC` (what `bpf_ktime_get_ns` reads) to Unix time.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    offset_ns: i128,
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i128 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid clock id and a valid out-pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+}
+
+impl Clock {
+    /// Measures the offset once, keeping the tightest of a few samples.
+    pub fn measure() -> Self {
+        let mut best: Option<(i128, i128)> = None;
+        for _ in 0..5 {
+            let m0 = clock_ns(libc::CLOCK_MONOTONIC);
+            let r = clock_ns(libc::CLOCK_REALTIME);
+            let m1 = clock_ns(libc::CLOCK_MONOTONIC);
+            let gap = m1 - m0;
+            let offset = r - (m0 + gap / 2);
+            if best.is_none_or(|(g, _)| gap < g) {
+                best = Some((gap, offset));
+            }
+        }
+        Self { offset_ns: best.map_or(0, |b| b.1) }
+    }
+
+    pub fn to_unix_ns(self, mono_ns: u64) -> u64 {
+        (mono_ns as i128 + self.offset_ns).max(0) as u64
+    }
+
+    pub fn now_mono_ns() -> u64 {
+        clock_ns(libc::CLOCK_MONOTONIC) as u64
+    }
+}
+
+/// The writable mappings of a process, to tell host memory the trace did not
+/// see allocated from the rest. Refreshed at most every 100 ms.
+#[derive(Default)]
+struct HostMaps {
+    ranges: Vec<(u64, u64)>,
+    read_at: Option<Instant>,
+}
+
+impl HostMaps {
+    fn contains(&mut self, pid: u32, addr: u64) -> bool {
+        if self.hit(addr) {
+            return true;
+        }
+        if self.read_at.is_some_and(|t| t.elapsed() < Duration::from_millis(100)) {
+            return false;
+        }
+        self.ranges = read_writable_maps(pid).unwrap_or_default();
+        self.read_at = Some(Instant::now());
+        self.hit(addr)
+    }
+
+    fn hit(&self, addr: u64) -> bool {
+        let i = self.ranges.partition_point(|(start, _)| *start <= addr);
+        i > 0 && addr < self.ranges[i - 1].1
+    }
+}
+
+fn read_writable_maps(pid: u32) -> std::io::Result<Vec<(u64, u64)>> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        let mut f = line.split(' ');
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else { continue };
+        if !perms.starts_with("rw") {
+            continue;
+        }
+        let Some((a, b)) = range.split_once('-') else { continue };
+        if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
+            out.push((a, b));
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// What gputrace knows about one traced process.
+pub struct ProcessState {
+    pub comm: Arc<str>,
+    pub memory: MemoryBook,
+    /// CUfunction / CUkernel handle → kernel name (demangled).
+    names: HashMap<u64, Arc<str>>,
+    host_maps: HostMaps,
+}
+
+impl ProcessState {
+    fn new(pid: u32, thread_comm: &[u8; 16]) -> Self {
+        let comm = discover::comm(pid).unwrap_or_else(|| {
+            let end = thread_comm.iter().position(|b| *b == 0).unwrap_or(16);
+            String::from_utf8_lossy(&thread_comm[..end]).into_owned()
+        });
+        Self { comm: Arc::from(comm), memory: MemoryBook::default(), names: HashMap::new(), host_maps: HostMaps::default() }
+    }
+
+    /// Where `addr` lives: a live allocation seen by the trace first, then
+    /// whether the probe could read it (host memory), then the process's
+    /// writable mappings.
+    fn place(&mut self, pid: u32, addr: u64, readable: bool) -> Place {
+        match self.memory.place(addr) {
+            Place::Unknown if readable || self.host_maps.contains(pid, addr) => Place::Host,
+            p => p,
+        }
+    }
+
+    /// Learns from the call and fills in what the probe could not know.
+    fn observe(&mut self, pid: u32, args: &mut Args, ok: bool) -> bool {
+        match args {
+            Args::Launch(l) => {
+                l.kernel = self.names.get(&l.function).cloned();
+                false
+            }
+            Args::Memcpy(m) if m.direction == Direction::Unknown => {
+                if let Some(src) = m.src {
+                    let dst = self.place(pid, m.dst, m.readable.0);
+                    let src = self.place(pid, src, m.readable.1);
+                    m.direction = match (dst, src) {
+                        (Place::Device, Place::Device) => Direction::DtoD,
+                        (Place::Device, Place::Host) => Direction::HtoD,
+                        (Place::Host, Place::Device) => Direction::DtoH,
+                        (Place::Host, Place::Host) => Direction::HtoH,
+                        _ => Direction::Unknown,
+                    };
+                }
+                false
+            }
+            Args::GetFunction { handle: Some(h), name: Some(name), .. } if ok => {
+                self.names.insert(*h, demangle(name));
+                false
+            }
+            Args::KernelGetFunction { function: Some(f), kernel } if ok => {
+                if let Some(name) = self.names.get(kernel).cloned() {
+                    self.names.insert(*f, name);
+                }
+                false
+            }
+            other => self.memory.apply(other, ok),
+        }
+    }
+}
+
+/// A kernel's readable name: demangled C++ where it is mangled.
+pub fn demangle(name: &str) -> Arc<str> {
+    if name.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            if let Ok(s) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return Arc::from(s);
+            }
+        }
+    }
+    Arc::from(name)
+}
+
+/// Turns raw records into calls, keeping per-process state.
+pub struct Enricher {
+    clock: Clock,
+    procs: HashMap<u32, ProcessState>,
+}
+
+/// A call, and device memory in use after it when that changed.
+pub struct Enriched {
+    pub call: Call,
+    pub device_bytes: Option<u64>,
+}
+
+impl Enricher {
+    pub fn new(clock: Clock) -> Self {
+        Self { clock, procs: HashMap::new() }
+    }
+
+    pub fn process(&self, pid: u32) -> Option<&ProcessState> {
+        self.procs.get(&pid)
+    }
+
+    /// Forgets a process that exited.
+    pub fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+    }
+
+    pub fn enrich(&mut self, raw: &RawCall<'_>) -> Result<Enriched, DecodeError> {
+        let e = &raw.event;
+        let api = catalogue::api(e.api).ok_or(DecodeError::Api(e.api))?;
+        let mut args = decode_args(api, raw);
+        let ret = ret_of(raw);
+        let ok = ret.is_none_or(|r| r == 0);
+        let state = self.procs.entry(e.pid).or_insert_with(|| ProcessState::new(e.pid, &e.comm));
+        let changed = state.observe(e.pid, &mut args, ok);
+        let call = Call {
+            ts_ns: self.clock.to_unix_ns(e.start_ns),
+            dur_ns: raw.has_return().then_some(e.dur_ns),
+            pid: e.pid,
+            tid: e.tid,
+            comm: state.comm.clone(),
+            api: api.name,
+            family: Some(api.family),
+            ret,
+            args,
+        };
+        Ok(Enriched { call, device_bytes: changed.then_some(state.memory.in_use()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demangles_cpp_and_keeps_c_names() {
+        assert_eq!(&*demangle("_Z4reluPfi"), "relu(float*, int)");
+        assert_eq!(&*demangle("plain_c_kernel"), "plain_c_kernel");
+        assert_eq!(&*demangle("_Znot valid"), "_Znot valid");
+    }
+
+    #[test]
+    fn clock_is_near_now() {
+        let c = Clock::measure();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i128;
+        let got = c.to_unix_ns(Clock::now_mono_ns()) as i128;
+        assert!((got - now).abs() < 50_000_000, "{got} vs {now}");
+    }
+}

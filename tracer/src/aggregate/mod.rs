@@ -1,0 +1,7 @@
+//! Turning calls into state and statistics.
+
+pub mod enrich;
+pub mod histogram;
+pub mod memory;
+pub mod render;
+pub mod summary;

@@ -1,0 +1,258 @@
+//! The end-of-trace summary, modelled on `nsys stats`: per process and in
+//! total, an API table, kernels by name, copies by direction, allocations,
+//! NCCL by operation and communicator, and events lost. The live run and
+//! `gputrace stats FILE` feed the same [`Summary`] with the same calls.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use super::histogram::Histogram;
+use super::memory::MemoryBook;
+use crate::events::model::{Args, Call};
+use crate::probes::attach::LostCounts;
+use crate::probes::catalogue::{Direction, NcclOp};
+
+/// Host-side latency statistics of one API.
+#[derive(Clone, Debug, Default)]
+pub struct ApiStats {
+    pub calls: u64,
+    pub failed: u64,
+    /// Calls with a measured duration.
+    pub timed: u64,
+    pub total_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    mean: f64,
+    m2: f64,
+    pub hist: Histogram,
+}
+
+impl ApiStats {
+    fn record(&mut self, dur: Option<u64>, failed: bool) {
+        self.calls += 1;
+        self.failed += failed as u64;
+        let Some(d) = dur else { return };
+        self.timed += 1;
+        self.total_ns = self.total_ns.saturating_add(d);
+        self.min_ns = if self.timed == 1 { d } else { self.min_ns.min(d) };
+        self.max_ns = self.max_ns.max(d);
+        // Welford's running mean and variance.
+        let x = d as f64;
+        let delta = x - self.mean;
+        self.mean += delta / self.timed as f64;
+        self.m2 += delta * (x - self.mean);
+        self.hist.record(d);
+    }
+
+    fn merge(&mut self, o: &ApiStats) {
+        if o.timed > 0 {
+            let n = self.timed + o.timed;
+            let delta = o.mean - self.mean;
+            let mean = self.mean + delta * o.timed as f64 / n as f64;
+            self.m2 += o.m2 + delta * delta * self.timed as f64 * o.timed as f64 / n as f64;
+            self.mean = mean;
+            self.min_ns = if self.timed == 0 { o.min_ns } else { self.min_ns.min(o.min_ns) };
+            self.max_ns = self.max_ns.max(o.max_ns);
+            self.timed = n;
+            self.total_ns = self.total_ns.saturating_add(o.total_ns);
+            self.hist.merge(&o.hist);
+        }
+        self.calls += o.calls;
+        self.failed += o.failed;
+    }
+
+    /// The median from the histogram, kept within the exact min and max.
+    pub fn median_ns(&self) -> Option<u64> {
+        self.hist.quantile(0.5).map(|m| m.clamp(self.min_ns, self.max_ns))
+    }
+
+    pub fn avg_ns(&self) -> Option<f64> {
+        (self.timed > 0).then_some(self.total_ns as f64 / self.timed as f64)
+    }
+
+    /// Sample standard deviation, as `nsys stats` reports it.
+    pub fn stddev_ns(&self) -> Option<f64> {
+        match self.timed {
+            0 => None,
+            1 => Some(0.0),
+            n => Some((self.m2 / (n - 1) as f64).max(0.0).sqrt()),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct KernelStats {
+    pub launches: u64,
+    configs: HashMap<([u32; 3], [u32; 3]), u64>,
+}
+
+impl KernelStats {
+    /// The most frequent (grid, block); ties go to the smallest.
+    pub fn top_config(&self) -> Option<([u32; 3], [u32; 3])> {
+        self.configs.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))).map(|(k, _)| *k)
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct CopyStats {
+    pub count: u64,
+    pub bytes: u64,
+    pub total_ns: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct NcclStats {
+    pub count: u64,
+    pub bytes: u64,
+    pub total_ns: u64,
+}
+
+/// Everything summarised for one process.
+#[derive(Clone, Debug, Default)]
+pub struct ProcessSummary {
+    pub pid: u32,
+    pub comm: String,
+    pub events: u64,
+    pub apis: HashMap<&'static str, ApiStats>,
+    /// Kernel name (`None` when it is not known) → launches.
+    pub kernels: HashMap<Option<Arc<str>>, KernelStats>,
+    pub copies: BTreeMap<Direction, CopyStats>,
+    pub memory: MemoryBook,
+    pub nccl: BTreeMap<(NcclOp, u64), NcclStats>,
+    /// Communicator → (nranks, rank) from comm init.
+    pub comms: HashMap<u64, (i64, Option<i64>)>,
+    pub first_ts: u64,
+    pub last_ts: u64,
+    /// For the total: (live, peak) summed over processes.
+    total_memory: Option<(u64, u64)>,
+    /// This is the sum over processes, not one process.
+    pub is_total: bool,
+}
+
+impl ProcessSummary {
+    pub fn live_bytes(&self) -> u64 {
+        self.total_memory.map_or(self.memory.in_use(), |m| m.0)
+    }
+
+    pub fn peak_bytes(&self) -> u64 {
+        self.total_memory.map_or(self.memory.peak(), |m| m.1)
+    }
+
+    fn record(&mut self, c: &Call) {
+        if self.events == 0 || c.ts_ns < self.first_ts {
+            self.first_ts = c.ts_ns;
+        }
+        self.last_ts = self.last_ts.max(c.ts_ns + c.dur_ns.unwrap_or(0));
+        self.events += 1;
+        if self.comm.is_empty() {
+            self.comm = c.comm.to_string();
+        }
+        self.apis.entry(c.api).or_default().record(c.dur_ns, c.failed());
+        let ok = !c.failed();
+        match &c.args {
+            Args::Launch(l) if ok => {
+                let k = self.kernels.entry(l.kernel.clone()).or_default();
+                k.launches += 1;
+                *k.configs.entry((l.grid, l.block)).or_default() += 1;
+            }
+            Args::Memcpy(m) if ok => {
+                let s = self.copies.entry(m.direction).or_default();
+                s.count += 1;
+                s.bytes = s.bytes.saturating_add(m.bytes);
+                s.total_ns = s.total_ns.saturating_add(c.dur_ns.unwrap_or(0));
+            }
+            Args::Nccl(n) if ok => {
+                let s = self.nccl.entry((n.op, n.comm)).or_default();
+                s.count += 1;
+                s.bytes = s.bytes.saturating_add(n.bytes().unwrap_or(0));
+                s.total_ns = s.total_ns.saturating_add(c.dur_ns.unwrap_or(0));
+            }
+            Args::CommInit { comm: Some(comm), nranks, rank } if ok => {
+                self.comms.insert(*comm, (*nranks, *rank));
+            }
+            args => {
+                self.memory.apply(args, ok);
+            }
+        }
+    }
+
+    fn merge(&mut self, o: &ProcessSummary) {
+        if self.events == 0 || (o.events > 0 && o.first_ts < self.first_ts) {
+            self.first_ts = o.first_ts;
+        }
+        self.last_ts = self.last_ts.max(o.last_ts);
+        self.events += o.events;
+        for (api, s) in &o.apis {
+            self.apis.entry(api).or_default().merge(s);
+        }
+        for (name, k) in &o.kernels {
+            let mine = self.kernels.entry(name.clone()).or_default();
+            mine.launches += k.launches;
+            for (cfg, n) in &k.configs {
+                *mine.configs.entry(*cfg).or_default() += n;
+            }
+        }
+        for (d, s) in &o.copies {
+            let mine = self.copies.entry(*d).or_default();
+            mine.count += s.count;
+            mine.bytes += s.bytes;
+            mine.total_ns += s.total_ns;
+        }
+        for (k, s) in &o.nccl {
+            let mine = self.nccl.entry(*k).or_default();
+            mine.count += s.count;
+            mine.bytes += s.bytes;
+            mine.total_ns += s.total_ns;
+        }
+        self.comms.extend(o.comms.iter().map(|(k, v)| (*k, *v)));
+    }
+
+    /// APIs sorted by total time, then calls, then name.
+    pub fn api_rows(&self) -> Vec<(&'static str, &ApiStats)> {
+        let mut rows: Vec<_> = self.apis.iter().map(|(n, s)| (*n, s)).collect();
+        rows.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then(b.1.calls.cmp(&a.1.calls)).then(a.0.cmp(b.0)));
+        rows
+    }
+
+    pub fn kernel_rows(&self) -> Vec<(&Option<Arc<str>>, &KernelStats)> {
+        let mut rows: Vec<_> = self.kernels.iter().collect();
+        rows.sort_by(|a, b| b.1.launches.cmp(&a.1.launches).then(a.0.cmp(b.0)));
+        rows
+    }
+}
+
+/// The whole summary.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub processes: BTreeMap<u32, ProcessSummary>,
+    pub lost: LostCounts,
+    /// Lines that could not be read (from `stats FILE`).
+    pub unreadable: u64,
+}
+
+impl Summary {
+    pub fn record(&mut self, c: &Call) {
+        let p = self.processes.entry(c.pid).or_insert_with(|| ProcessSummary { pid: c.pid, ..Default::default() });
+        p.record(c);
+    }
+
+    pub fn events(&self) -> u64 {
+        self.processes.values().map(|p| p.events).sum()
+    }
+
+    pub fn total(&self) -> ProcessSummary {
+        let mut t = ProcessSummary { comm: "all".into(), ..Default::default() };
+        t.is_total = true;
+        for p in self.processes.values() {
+            t.merge(p);
+        }
+        // Live and peak memory of the total are sums over processes.
+        let live = self.processes.values().map(|p| p.live_bytes()).sum();
+        let peak = self.processes.values().map(|p| p.peak_bytes()).sum();
+        t.memory.allocations = self.processes.values().map(|p| p.memory.allocations).sum();
+        t.memory.allocated_bytes = self.processes.values().map(|p| p.memory.allocated_bytes).sum();
+        t.memory.frees = self.processes.values().map(|p| p.memory.frees).sum();
+        t.total_memory = Some((live, peak));
+        t
+    }
+}

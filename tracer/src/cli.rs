@@ -1,0 +1,160 @@
+//! The command line (DESIGN.md's contract).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::probes::catalogue::ProbeSelection;
+
+/// Trace what running GPU programs ask of the CUDA driver and NCCL, from
+/// outside the process: eBPF uprobes, no restart, no LD_PRELOAD.
+#[derive(Debug, Parser)]
+#[command(name = "gputrace", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub trace: TraceArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Live terminal view of every GPU process's CUDA and NCCL activity.
+    Top(TopArgs),
+    /// Print the summary of a .jsonl or .json timeline written by gputrace.
+    Stats(StatsArgs),
+    /// List the processes that map libcuda/libnccl, with the library files.
+    List,
+    /// Node mode: trace every GPU process forever, serve Prometheus metrics.
+    Daemon(DaemonArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SummaryFormat {
+    Text,
+    Json,
+    None,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct TraceArgs {
+    /// Trace this running process (repeatable, or comma-separated).
+    #[arg(long = "pid", value_name = "PID", value_delimiter = ',')]
+    pub pids: Vec<u32>,
+    /// Trace every process that maps libcuda or libnccl, also ones that start later.
+    #[arg(long)]
+    pub all: bool,
+    /// Stop after this long (e.g. 10s, 2m, 500ms).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Write the timeline here: .jsonl (one event per line) or .json (Chrome trace / Perfetto).
+    #[arg(long, value_name = "FILE", value_parser = parse_output)]
+    pub output: Option<PathBuf>,
+    /// Summary printed at the end.
+    #[arg(long, value_enum, default_value_t = SummaryFormat::Text, value_name = "FORMAT")]
+    pub summary: SummaryFormat,
+    /// Print one line per call on stdout as it happens.
+    #[arg(long)]
+    pub print: bool,
+    /// Probe families: launch,memory,memcpy,sync,names,runtime,nccl; FAMILY:args traces arguments without latency.
+    #[arg(long, value_name = "LIST", value_parser = parse_probes)]
+    pub probes: Option<ProbeSelection>,
+    /// Use this libcuda instead of the one found in /proc/PID/maps.
+    #[arg(long, value_name = "PATH")]
+    pub libcuda: Option<PathBuf>,
+    /// Use this libnccl instead of the one found in /proc/PID/maps (NCCL linked into another library).
+    #[arg(long, value_name = "PATH")]
+    pub libnccl: Option<PathBuf>,
+    /// Start this command and trace it from its first call.
+    #[arg(last = true, value_name = "CMD")]
+    pub cmd: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Show only this process (repeatable, or comma-separated).
+    #[arg(long = "pid", value_name = "PID", value_delimiter = ',')]
+    pub pids: Vec<u32>,
+    /// Every process that maps libcuda or libnccl (the default).
+    #[arg(long)]
+    pub all: bool,
+    /// Refresh interval.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "1s")]
+    pub interval: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// A .jsonl or .json timeline.
+    pub file: PathBuf,
+    #[arg(long, value_enum, default_value_t = StatsFormat::Text)]
+    pub format: StatsFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StatsFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    /// Serve metrics at http://ADDR/metrics.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
+    pub listen: SocketAddr,
+    /// Also write rotated JSONL timelines here.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+}
+
+/// `10s`, `2m`, `500ms`, `1h`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if let Ok(secs) = s.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Ok(Duration::from_secs_f64(secs));
+        }
+    }
+    humantime::parse_duration(s).map_err(|e| format!("`{s}` is not a duration like 10s, 2m or 500ms ({e})"))
+}
+
+fn parse_output(s: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(s);
+    match crate::export::TimelineFormat::from_path(&p) {
+        Some(_) => Ok(p),
+        None => Err(format!("`{s}` must end in .jsonl (events) or .json (Chrome trace)")),
+    }
+}
+
+fn parse_probes(s: &str) -> Result<ProbeSelection, String> {
+    ProbeSelection::parse(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-1").is_err());
+    }
+
+    #[test]
+    fn command_lines() {
+        let c = Cli::try_parse_from(["gputrace", "--pid", "1,2", "--pid", "3", "--duration", "1s"]).unwrap();
+        assert_eq!(c.trace.pids, vec![1, 2, 3]);
+        let c = Cli::try_parse_from(["gputrace", "--print", "--", "python3", "-c", "x"]).unwrap();
+        assert_eq!(c.trace.cmd, vec!["python3", "-c", "x"]);
+        assert!(Cli::try_parse_from(["gputrace", "--output", "x.txt", "--pid", "1"]).is_err());
+        assert!(Cli::try_parse_from(["gputrace", "--probes", "nope", "--pid", "1"]).is_err());
+        let c = Cli::try_parse_from(["gputrace", "stats", "f.jsonl", "--format", "json"]).unwrap();
+        assert!(matches!(c.command, Some(Command::Stats(StatsArgs { format: StatsFormat::Json, .. }))));
+    }
+}

@@ -1,0 +1,21 @@
+//! One module per subcommand.
+
+pub mod list;
+pub mod pipeline;
+pub mod stats;
+pub mod trace;
+
+use std::process::ExitCode;
+
+use crate::cli::{Cli, Command};
+use crate::error::{Failure, Result};
+
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        None => trace::run(cli.trace),
+        Some(Command::Stats(a)) => stats::run(&a),
+        Some(Command::List) => list::run(),
+        Some(Command::Top(_)) => Err(Failure::runtime("`gputrace top` is not available in this build yet")),
+        Some(Command::Daemon(_)) => Err(Failure::runtime("`gputrace daemon` is not available in this build yet")),
+    }
+}

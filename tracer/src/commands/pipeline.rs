@@ -1,0 +1,90 @@
+//! The path of every record: decode, enrich, then print / write / summarise.
+
+use std::io::{BufWriter, Stdout, Write};
+
+use crate::aggregate::enrich::{Clock, Enricher};
+use crate::aggregate::summary::Summary;
+use crate::events::decode::parse_record;
+use crate::export::print::format_line;
+use crate::export::Timeline;
+
+pub struct Pipeline {
+    pub enricher: Enricher,
+    pub summary: Summary,
+    timeline: Option<Timeline>,
+    print: Option<BufWriter<Stdout>>,
+    line: String,
+    /// Records that could not be decoded (never expected; counted, not hidden).
+    pub decode_errors: u64,
+    /// The first write error; the trace stops when one happens.
+    pub write_error: Option<std::io::Error>,
+}
+
+impl Pipeline {
+    pub fn new(clock: Clock, timeline: Option<Timeline>, print: bool) -> Self {
+        Self {
+            enricher: Enricher::new(clock),
+            summary: Summary::default(),
+            timeline,
+            print: print.then(|| BufWriter::with_capacity(1 << 16, std::io::stdout())),
+            line: String::with_capacity(512),
+            decode_errors: 0,
+            write_error: None,
+        }
+    }
+
+    /// Handles one ring buffer record.
+    pub fn handle(&mut self, bytes: &[u8]) {
+        let raw = match parse_record(bytes) {
+            Ok(r) => r,
+            Err(_) => {
+                self.decode_errors += 1;
+                return;
+            }
+        };
+        let enriched = match self.enricher.enrich(&raw) {
+            Ok(e) => e,
+            Err(_) => {
+                self.decode_errors += 1;
+                return;
+            }
+        };
+        let call = &enriched.call;
+        self.summary.record(call);
+        if self.write_error.is_some() {
+            return;
+        }
+        if let Some(t) = &mut self.timeline {
+            if let Err(e) = t.write(call, enriched.device_bytes) {
+                self.write_error = Some(e);
+                return;
+            }
+        }
+        if let Some(p) = &mut self.print {
+            self.line.clear();
+            format_line(&mut self.line, call);
+            self.line.push('\n');
+            if let Err(e) = p.write_all(self.line.as_bytes()) {
+                self.write_error = Some(e);
+            }
+        }
+    }
+
+    /// Flushes the printed lines (so they appear promptly).
+    pub fn flush_print(&mut self) {
+        if let Some(p) = &mut self.print {
+            if let Err(e) = p.flush() {
+                self.write_error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Ends the timeline with the summary.
+    pub fn finish_timeline(&mut self, summary: &serde_json::Value) -> std::io::Result<()> {
+        self.flush_print();
+        match self.timeline.take() {
+            Some(t) => t.finish(summary),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! `.jsonl`: one event per line, then one summary line.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use crate::events::json::write_call;
+use crate::events::model::Call;
+
+pub struct JsonlWriter {
+    out: BufWriter<File>,
+    line: String,
+}
+
+impl JsonlWriter {
+    pub fn create(path: &Path) -> std::io::Result<Self> {
+        Ok(Self { out: BufWriter::with_capacity(1 << 20, File::create(path)?), line: String::with_capacity(512) })
+    }
+
+    pub fn write(&mut self, call: &Call) -> std::io::Result<()> {
+        self.line.clear();
+        write_call(&mut self.line, call);
+        self.line.push('\n');
+        self.out.write_all(self.line.as_bytes())
+    }
+
+    pub fn finish(mut self, summary: &serde_json::Value) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.out, summary)?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()?;
+        self.out.get_ref().sync_all()
+    }
+}

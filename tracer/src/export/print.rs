@@ -1,0 +1,78 @@
+//! `--print`: one line per call on stdout.
+
+use std::fmt::Write as _;
+
+use crate::aggregate::render::fmt_ns;
+use crate::events::json::write_args;
+use crate::events::model::Call;
+
+/// Names of common CUresult / ncclResult_t codes, for the printed line.
+pub fn result_name(api: &str, ret: i64) -> Option<&'static str> {
+    if api.starts_with("nccl") {
+        return Some(match ret {
+            0 => "ncclSuccess",
+            1 => "ncclUnhandledCudaError",
+            2 => "ncclSystemError",
+            3 => "ncclInternalError",
+            4 => "ncclInvalidArgument",
+            5 => "ncclInvalidUsage",
+            6 => "ncclRemoteError",
+            7 => "ncclInProgress",
+            _ => return None,
+        });
+    }
+    Some(match ret {
+        0 => "CUDA_SUCCESS",
+        1 => "CUDA_ERROR_INVALID_VALUE",
+        2 => "CUDA_ERROR_OUT_OF_MEMORY",
+        3 => "CUDA_ERROR_NOT_INITIALIZED",
+        4 => "CUDA_ERROR_DEINITIALIZED",
+        100 => "CUDA_ERROR_NO_DEVICE",
+        101 => "CUDA_ERROR_INVALID_DEVICE",
+        200 => "CUDA_ERROR_INVALID_IMAGE",
+        201 => "CUDA_ERROR_INVALID_CONTEXT",
+        400 => "CUDA_ERROR_INVALID_HANDLE",
+        500 => "CUDA_ERROR_NOT_FOUND",
+        600 => "CUDA_ERROR_NOT_READY",
+        700 => "CUDA_ERROR_ILLEGAL_ADDRESS",
+        701 => "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+        719 => "CUDA_ERROR_LAUNCH_FAILED",
+        999 => "CUDA_ERROR_UNKNOWN",
+        _ => return None,
+    })
+}
+
+/// Formats one call: `HH:MM:SS.uuuuuu comm[pid/tid] api dur ret {args}`.
+pub fn format_line(out: &mut String, c: &Call) {
+    let secs = c.ts_ns / 1_000_000_000;
+    let micros = (c.ts_ns % 1_000_000_000) / 1000;
+    let day = secs % 86_400;
+    let _ = write!(
+        out,
+        "{:02}:{:02}:{:02}.{:06} {}[{}/{}] {} ",
+        day / 3600,
+        (day / 60) % 60,
+        day % 60,
+        micros,
+        c.comm,
+        c.pid,
+        c.tid,
+        c.api
+    );
+    match c.dur_ns {
+        Some(d) => out.push_str(&fmt_ns(d as f64)),
+        None => out.push('-'),
+    }
+    match c.ret {
+        Some(r) => match result_name(c.api, r) {
+            Some(n) if r != 0 => {
+                let _ = write!(out, " ret={r} ({n}) ");
+            }
+            _ => {
+                let _ = write!(out, " ret={r} ");
+            }
+        },
+        None => out.push(' '),
+    }
+    write_args(out, &c.args);
+}

@@ -1,0 +1,8 @@
+//! Finding libraries and symbols, and attaching the probes.
+
+pub mod attach;
+pub mod catalogue;
+pub mod discover;
+pub mod privileges;
+pub mod spawn;
+pub mod symbols;
