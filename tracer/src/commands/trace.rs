@@ -15,7 +15,7 @@ use crate::aggregate::render::{render_json, render_text};
 use crate::cli::{SummaryFormat, TraceArgs};
 use crate::error::{Failure, Result};
 use crate::export::Timeline;
-use crate::probes::attach::{Attachment, LostCounter, Probes, Scope, DEFAULT_RING_BYTES};
+use crate::probes::attach::{detach_many, Attachment, LostCounter, Probes, Scope, DEFAULT_RING_BYTES};
 use crate::probes::catalogue::{Lib, ProbeSelection};
 use crate::probes::discover::{self, LibraryFile};
 use crate::probes::privileges;
@@ -100,20 +100,14 @@ impl Attacher {
         self.attached.values().map(Attachment::probes).sum()
     }
 
-    /// Detaches everything in `scope`.
-    pub fn detach_scope(&mut self, scope: Scope) {
+    /// Takes out everything in `scope`, to be detached with [`detach_many`].
+    pub fn take_scope(&mut self, scope: Scope) -> Vec<Attachment> {
         let keys: Vec<_> = self.attached.keys().filter(|k| k.0 == scope).cloned().collect();
-        for k in keys {
-            if let Some(att) = self.attached.remove(&k) {
-                self.probes.detach(att);
-            }
-        }
+        keys.into_iter().filter_map(|k| self.attached.remove(&k)).collect()
     }
 
     pub fn detach_all(&mut self) {
-        for (_, att) in self.attached.drain() {
-            self.probes.detach(att);
-        }
+        detach_many(self.attached.drain().map(|(_, a)| a).collect());
     }
 }
 
@@ -346,7 +340,9 @@ fn check_targets(attacher: &mut Attacher, targets: &mut [Target], child: &mut Op
         };
         if gone {
             t.exited = true;
-            attacher.detach_scope(Scope::Process(t.pid));
+            // Detaching blocks for grace periods: do it off the event loop.
+            let atts = attacher.take_scope(Scope::Process(t.pid));
+            std::thread::spawn(move || detach_many(atts));
             continue;
         }
         // Libraries mapped after we attached (dlopen, a path we did not predict).

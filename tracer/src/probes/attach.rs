@@ -5,13 +5,14 @@ use std::num::NonZeroU32;
 
 use anyhow::{anyhow, Context};
 use aya::maps::{MapData, PerCpuArray, RingBuf};
-use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope};
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeScope};
 use aya::programs::UProbe;
 use aya::{Ebpf, EbpfLoader};
 use tracer_common::{LostReason, LOST_SLOTS};
 
 use super::catalogue::ProbeSelection;
 use super::discover::LibraryFile;
+use super::multi::{MultiLink, MultiPrograms};
 use super::symbols::{resolve_symbols, ResolvedSymbol};
 
 const ENTRY: &str = "call_entry";
@@ -40,18 +41,46 @@ impl Scope {
     }
 }
 
-/// The links made for one library file in one scope.
+/// The links made for one library file in one scope. Dropping it detaches.
 #[derive(Debug, Default)]
 pub struct Attachment {
-    entry: Vec<UProbeLinkId>,
-    ret: Vec<UProbeLinkId>,
+    /// One perf-event link per probe (the fallback).
+    links: Vec<UProbeLink>,
+    /// Multi-uprobe links (entry, return).
+    multi: Vec<MultiLink>,
 }
 
 impl Attachment {
     /// Number of probes (entry and return) in this attachment.
     pub fn probes(&self) -> usize {
-        self.entry.len() + self.ret.len()
+        self.links.len() + self.multi.iter().map(|m| m.probes).sum::<usize>()
     }
+}
+
+/// Detaches many probes at once. Each uprobe removal waits for an RCU grace
+/// period in the kernel (~0.1 s); one by one, 160 probes take 17 s. Closed
+/// from many threads, the waits overlap.
+pub fn detach_many(attachments: Vec<Attachment>) {
+    let mut links: Vec<UProbeLink> = Vec::new();
+    let mut multi = Vec::new();
+    for a in attachments {
+        links.extend(a.links);
+        multi.extend(a.multi);
+    }
+    drop(multi);
+    if links.is_empty() {
+        return;
+    }
+    let threads = links.len().clamp(1, 64);
+    let per = links.len().div_ceil(threads);
+    let mut links = links.into_iter();
+    std::thread::scope(|s| loop {
+        let chunk: Vec<UProbeLink> = links.by_ref().take(per).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        s.spawn(move || drop(chunk));
+    });
 }
 
 /// Counts of what the probes could not record, summed over CPUs.
@@ -79,6 +108,17 @@ pub struct Probes {
     ebpf: Ebpf,
     selection: ProbeSelection,
     symbols: HashMap<(u64, u64), Vec<ResolvedSymbol>>,
+    /// Programs for multi-uprobe links, when the kernel has them.
+    multi: Option<MultiPrograms>,
+}
+
+/// How probes are attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachMode {
+    /// One multi-uprobe link per library (fast attach and detach).
+    Multi,
+    /// One perf event per probe (older kernels).
+    PerfEvent,
 }
 
 impl Probes {
@@ -95,7 +135,19 @@ impl Probes {
                 .try_into()?;
             prog.load().with_context(|| format!("verifying eBPF program {name}"))?;
         }
-        Ok(Self { ebpf, selection, symbols: HashMap::new() })
+        let multi = match std::env::var("GPUTRACE_ATTACH").as_deref() {
+            Ok("perf") => None,
+            _ => MultiPrograms::load(&ebpf, crate::EBPF_OBJECT).ok(),
+        };
+        Ok(Self { ebpf, selection, symbols: HashMap::new(), multi })
+    }
+
+    pub fn attach_mode(&self) -> AttachMode {
+        if self.multi.is_some() {
+            AttachMode::Multi
+        } else {
+            AttachMode::PerfEvent
+        }
     }
 
     /// The catalogue symbols of `file` that the selection asks for.
@@ -117,12 +169,63 @@ impl Probes {
     pub fn attach(&mut self, file: &LibraryFile, scope: Scope) -> anyhow::Result<Attachment> {
         let symbols = self.symbols(file)?;
         let mut att = Attachment::default();
-        let result = self.attach_symbols(file, scope, &symbols, &mut att);
-        if let Err(e) = result {
-            self.detach(att);
-            return Err(e);
+        if symbols.is_empty() {
+            return Ok(att);
         }
-        Ok(att)
+        if let Some(multi) = &self.multi {
+            match self.attach_multi(multi, file, scope, &symbols) {
+                Ok(links) => {
+                    att.multi = links;
+                    return Ok(att);
+                }
+                // A kernel without multi-uprobe links, or a filesystem it
+                // refuses (524 is the kernel's ENOTSUPP): fall back to one perf event per probe.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP | 524)) => {
+                    self.multi = None;
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::new(e)
+                        .context(format!("attaching {} uprobes to {}", symbols.len(), file.path.display())))
+                }
+            }
+        }
+        match self.attach_symbols(file, scope, &symbols, &mut att) {
+            Ok(()) => Ok(att),
+            Err(e) => {
+                detach_many(vec![att]);
+                Err(e)
+            }
+        }
+    }
+
+    fn attach_multi(
+        &self,
+        multi: &MultiPrograms,
+        file: &LibraryFile,
+        scope: Scope,
+        symbols: &[ResolvedSymbol],
+    ) -> std::io::Result<Vec<MultiLink>> {
+        let pid = match scope {
+            Scope::Process(pid) => Some(pid),
+            Scope::All => None,
+        };
+        let mut entry = (Vec::new(), Vec::new());
+        let mut ret = (Vec::new(), Vec::new());
+        for sym in symbols {
+            let args_only = self.selection.mode(sym.api.family) == Some(true);
+            let cookie = if args_only { sym.api.cookie().with_entry_only() } else { sym.api.cookie() };
+            entry.0.push(sym.file_offset);
+            entry.1.push(cookie.0);
+            if !args_only {
+                ret.0.push(sym.file_offset);
+                ret.1.push(cookie.0);
+            }
+        }
+        let mut links = vec![multi.attach(&file.path, &entry.0, &entry.1, pid, false)?];
+        if !ret.0.is_empty() {
+            links.push(multi.attach(&file.path, &ret.0, &ret.1, pid, true)?);
+        }
+        Ok(links)
     }
 
     fn attach_symbols(
@@ -144,32 +247,19 @@ impl Probes {
                 cookie: Some(c),
             };
             let entry = self.program(ENTRY)?;
-            att.entry.push(entry.attach(point(cookie.0), &file.path, uscope).with_context(|| {
+            let id = entry.attach(point(cookie.0), &file.path, uscope).with_context(|| {
                 format!("attaching a uprobe to {} in {}", sym.api.name, file.path.display())
-            })?);
+            })?;
+            att.links.push(entry.take_link(id)?);
             if !args_only {
                 let ret = self.program(RETURN)?;
-                att.ret.push(ret.attach(point(cookie.0), &file.path, uscope).with_context(|| {
+                let id = ret.attach(point(cookie.0), &file.path, uscope).with_context(|| {
                     format!("attaching a uretprobe to {} in {}", sym.api.name, file.path.display())
-                })?);
+                })?;
+                att.links.push(ret.take_link(id)?);
             }
         }
         Ok(())
-    }
-
-    /// Removes the probes of an attachment. Errors are ignored: the target
-    /// may be gone, which removes them anyway.
-    pub fn detach(&mut self, att: Attachment) {
-        if let Ok(p) = self.program(ENTRY) {
-            for id in att.entry {
-                let _ = p.detach(id);
-            }
-        }
-        if let Ok(p) = self.program(RETURN) {
-            for id in att.ret {
-                let _ = p.detach(id);
-            }
-        }
     }
 
     fn program(&mut self, name: &str) -> anyhow::Result<&mut UProbe> {

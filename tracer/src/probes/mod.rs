@@ -3,6 +3,7 @@
 pub mod attach;
 pub mod catalogue;
 pub mod discover;
+pub mod multi;
 pub mod privileges;
 pub mod spawn;
 pub mod symbols;

@@ -1,0 +1,281 @@
+//! Helpers for the root integration tests: start the simulated workload,
+//! run gputrace against it, read what it wrote.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The directory holding the simulated libraries and `gputrace-workload`.
+pub fn sim_dir() -> PathBuf {
+    PathBuf::from(env!("GPUTRACE_SIM_DIR"))
+}
+
+pub fn workload_bin() -> PathBuf {
+    sim_dir().join("gputrace-workload")
+}
+
+/// The gputrace binary of this build (target/<profile>/gputrace).
+pub fn gputrace_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("GPUTRACE_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/<test> → target/<profile>/gputrace
+    let bin = exe.parent().and_then(Path::parent).expect("target dir").join("gputrace");
+    assert!(bin.exists(), "{} missing: build it first (`cargo build -p tracer`; `cargo xtask test` does)", bin.display());
+    bin
+}
+
+/// A scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gputrace-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// Lines from a pipe, read on a thread so a test can wait with a timeout.
+pub struct Lines {
+    rx: mpsc::Receiver<String>,
+    pub seen: Vec<String>,
+}
+
+impl Lines {
+    pub fn new(r: impl Read + Send + 'static) -> Self {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(r).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { rx, seen: Vec::new() }
+    }
+
+    /// Waits for a line starting with `prefix`; panics after `timeout`.
+    pub fn wait_for(&mut self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.starts_with(prefix) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no line starting with {prefix:?} within {timeout:?}; saw {:?}", self.seen),
+            }
+        }
+    }
+
+    /// Everything until the pipe closes.
+    pub fn rest(mut self) -> Vec<String> {
+        while let Ok(l) = self.rx.recv_timeout(Duration::from_secs(60)) {
+            self.seen.push(l);
+        }
+        self.seen
+    }
+}
+
+/// The simulated workload, started with `--wait-stdin` so a tracer can attach first.
+pub struct Workload {
+    pub child: Child,
+    pub pid: u32,
+    /// Kernel thread ids of the worker threads, in order.
+    pub tids: Vec<u32>,
+    stdin: Option<ChildStdin>,
+    pub stdout: Lines,
+}
+
+impl Workload {
+    pub fn start(args: &[&str]) -> Self {
+        Self::start_bin(&workload_bin(), args)
+    }
+
+    pub fn start_bin(bin: &Path, args: &[&str]) -> Self {
+        let mut child = Command::new(bin)
+            .arg("--wait-stdin")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start gputrace-workload");
+        let mut stdout = Lines::new(child.stdout.take().unwrap());
+        let ready = stdout.wait_for("ready pid=", Duration::from_secs(20));
+        let pid: u32 = ready["ready pid=".len()..].parse().unwrap();
+        assert_eq!(pid, child.id());
+        let threads = args
+            .iter()
+            .position(|a| *a == "--threads")
+            .map(|i| args[i + 1].parse::<usize>().unwrap())
+            .unwrap_or(1);
+        let mut tids = Vec::new();
+        for t in 0..threads {
+            let line = stdout.wait_for(&format!("thread {t} tid="), Duration::from_secs(10));
+            tids.push(line.rsplit('=').next().unwrap().parse().unwrap());
+        }
+        let stdin = child.stdin.take();
+        Self { child, pid, tids, stdin, stdout }
+    }
+
+    /// Releases the counted phase.
+    pub fn go(&mut self) {
+        let mut stdin = self.stdin.take().expect("go once");
+        stdin.write_all(b"go\n").unwrap();
+    }
+
+    /// Waits for the workload to end; returns its status and the `done calls=` count.
+    pub fn finish(mut self) -> (ExitStatus, u64) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        let lines = std::mem::replace(&mut self.stdout, Lines::new(std::io::empty())).rest();
+        let done = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("done calls="))
+            .map(|n| n.parse().unwrap())
+            .unwrap_or(0);
+        (status, done)
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running gputrace.
+pub struct Tracer {
+    pub child: Child,
+    pub stderr: Lines,
+    stdout: Option<std::process::ChildStdout>,
+}
+
+/// What gputrace printed and how it ended.
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: Vec<String>,
+}
+
+impl Finished {
+    pub fn stderr_text(&self) -> String {
+        self.stderr.join("\n")
+    }
+}
+
+impl Tracer {
+    /// Starts gputrace and waits for its `gputrace: attached` line.
+    pub fn attach(args: &[&str]) -> Self {
+        let mut t = Self::spawn(args);
+        t.stderr.wait_for("gputrace: attached", Duration::from_secs(60));
+        t
+    }
+
+    pub fn spawn(args: &[&str]) -> Self {
+        let mut child = Command::new(gputrace_bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start gputrace");
+        let stderr = Lines::new(child.stderr.take().unwrap());
+        let stdout = child.stdout.take();
+        Self { child, stderr, stdout }
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// Waits for gputrace to exit (at most `timeout`).
+    pub fn finish(mut self, timeout: Duration) -> Finished {
+        let mut stdout = String::new();
+        let mut out = self.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("gputrace did not exit within {timeout:?}; stderr: {:?}", self.stderr.seen);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        stdout.push_str(&reader.join().unwrap());
+        let stderr = std::mem::replace(&mut self.stderr, Lines::new(std::io::empty())).rest();
+        Finished { status, stdout, stderr }
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs gputrace to completion with no attach wait (error cases).
+pub fn run_gputrace(args: &[&str]) -> Finished {
+    Tracer::spawn(args).finish(Duration::from_secs(60))
+}
+
+/// Events and the final summary line of a `.jsonl` file.
+pub fn read_jsonl(path: &Path) -> (Vec<Value>, Value) {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut events = Vec::new();
+    let mut summary = None;
+    for (i, line) in text.lines().enumerate() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("line {}: {e}: {line}", i + 1));
+        if v.get("type").and_then(Value::as_str) == Some("summary") {
+            assert!(summary.is_none(), "two summary lines");
+            summary = Some(v);
+        } else {
+            assert!(summary.is_none(), "an event after the summary line");
+            events.push(v);
+        }
+    }
+    (events, summary.expect("the file ends with a summary line"))
+}
+
+/// Events of one API.
+pub fn of_api<'a>(events: &'a [Value], api: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["api"] == api).collect()
+}
+
+/// Counts per API.
+pub fn counts(events: &[Value]) -> std::collections::BTreeMap<String, u64> {
+    let mut m = std::collections::BTreeMap::new();
+    for e in events {
+        *m.entry(e["api"].as_str().unwrap().to_string()).or_default() += 1;
+    }
+    m
+}
+
+/// Parses `"0x…"`.
+pub fn hex(v: &Value) -> u64 {
+    let s = v.as_str().unwrap_or_else(|| panic!("not a hex string: {v}"));
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
+}
+
+/// Nanoseconds since the Unix epoch, now.
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+}

@@ -1,0 +1,109 @@
+//! Project tasks cargo cannot do alone: toolchain setup, the demo, the
+//! test run (as root, with the simulated libraries), benchmarks.
+
+mod setup;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what building the eBPF programs needs (idempotent).
+    Setup,
+    /// Build the simulated libcuda/libnccl and workload into target/sim.
+    Sim,
+    /// Run gputrace on the simulated CUDA workload and print its summary.
+    Demo {
+        /// Extra arguments for gputrace (before `--`).
+        #[arg(trailing_var_arg = true)]
+        args: Vec<String>,
+    },
+    /// Run every test (unit, and the root eBPF integration tests).
+    Test {
+        /// Passed to `cargo test` after `--` (a test name filter, say).
+        #[arg(trailing_var_arg = true)]
+        args: Vec<String>,
+    },
+}
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+/// Builds the simulator into `target/sim` and returns that directory.
+fn build_sim() -> Result<PathBuf> {
+    let out = root().join("target/sim");
+    run(Command::new("make").arg("-s").arg("-C").arg(root().join("tests/sim")).arg(format!("OUT={}", out.display())))?;
+    Ok(out)
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Setup => setup::ensure(),
+        Task::Sim => build_sim().map(|_| ()),
+        Task::Demo { args } => {
+            setup::ensure()?;
+            let sim = build_sim()?;
+            run(cargo().args(["build", "--release", "--package", "tracer"]))?;
+            let bin = root().join("target/release/gputrace");
+            println!("$ sudo gputrace {}-- gputrace-workload --threads 2 --launches 5000 --launch-ex 500 --copies 200 --allocs 50 --syncs 20 --nccl 100 --names-after-wait", args.iter().map(|a| format!("{a} ")).collect::<String>());
+            run(Command::new(bin).args(&args).arg("--").arg(sim.join("gputrace-workload")).args([
+                "--threads",
+                "2",
+                "--launches",
+                "5000",
+                "--launch-ex",
+                "500",
+                "--copies",
+                "200",
+                "--allocs",
+                "50",
+                "--syncs",
+                "20",
+                "--sync-us",
+                "500",
+                "--nccl",
+                "100",
+            ]))
+        }
+        Task::Test { args } => {
+            setup::ensure()?;
+            build_sim()?;
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc_geteuid() } != 0 {
+                bail!("the eBPF integration tests load programs and attach uprobes: run `cargo xtask test` as root");
+            }
+            run(cargo().args(["build", "--package", "tracer"]))?;
+            run(cargo().args(["test", "--workspace", "--exclude", "tracer-ebpf", "--"]).args(&args))
+        }
+    }
+}
+
+unsafe extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
