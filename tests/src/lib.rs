@@ -182,8 +182,13 @@ impl Tracer {
     }
 
     pub fn spawn(args: &[&str]) -> Self {
+        Self::spawn_with_env(args, &[])
+    }
+
+    pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(gputrace_bin())
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

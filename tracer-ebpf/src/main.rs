@@ -39,8 +39,10 @@ static SCRATCH: PerCpuArray<CallEvent> = PerCpuArray::with_max_entries(1, 0);
 static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_SLOTS, 0);
 
 /// Wake the reader only once this much is waiting; it also polls on a timer.
-/// Saves the traced thread an irq_work + wakeup per event.
-const WAKEUP_BYTES: u64 = 512 << 10;
+/// Saves the traced thread an irq_work + wakeup per event. Set by userspace
+/// at load time to a quarter of the ring buffer.
+#[unsafe(no_mangle)]
+static WAKEUP_BYTES: u64 = 512 << 10;
 
 #[inline(always)]
 fn count_lost(reason: LostReason) {
@@ -52,7 +54,9 @@ fn count_lost(reason: LostReason) {
 
 #[inline(always)]
 fn submit_flags() -> u64 {
-    if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES {
+    // SAFETY: a global the loader may have overridden; read it, don't fold it.
+    let threshold = unsafe { core::ptr::read_volatile(&WAKEUP_BYTES) };
+    if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= threshold {
         BPF_RB_FORCE_WAKEUP as u64
     } else {
         BPF_RB_NO_WAKEUP as u64

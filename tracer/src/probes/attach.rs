@@ -124,8 +124,10 @@ pub enum AttachMode {
 impl Probes {
     /// Loads and verifies the programs; attaches nothing yet.
     pub fn load(selection: ProbeSelection, ring_bytes: u32) -> anyhow::Result<Self> {
+        let wakeup = u64::from(ring_bytes / 4);
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("EVENTS", ring_bytes)
+            .override_global("WAKEUP_BYTES", &wakeup, true)
             .load(crate::EBPF_OBJECT)
             .context("loading the eBPF object")?;
         for name in [ENTRY, RETURN] {
