@@ -186,8 +186,11 @@ impl Tracer {
     }
 
     pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        // Calibrations are cached per test process, not in /var/cache.
+        let cache = std::env::temp_dir().join(format!("gputrace-test-cache-{}", std::process::id()));
         let mut child = Command::new(gputrace_bin())
             .args(args)
+            .env("GPUTRACE_CACHE_DIR", cache)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

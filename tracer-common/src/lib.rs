@@ -20,8 +20,10 @@ pub const DEREF_BYTES: usize = 40;
 /// Longest string argument (a kernel name) copied by the probe, NUL included.
 pub const NAME_LEN: usize = 512;
 
-/// Where the readability bits of arguments 0 and 1 go in `extra`.
+/// Where the readability bits of arguments 0 and 1 go in `extra` (copies).
 pub const READABLE_SLOT: usize = 5;
+/// Where a launch gets the runtime's host stub in `extra` (launches).
+pub const RUNTIME_SLOT: usize = 5;
 
 /// `dur_ns` of a call recorded at entry only (no return probe).
 pub const NO_RETURN: u64 = u64::MAX;
@@ -135,6 +137,10 @@ pub const LOST_SLOTS: u32 = 4;
 /// - 32..36: argument (1-based) that is a C string, read into a [`NamedCallEvent`]
 /// - 36: probe whether arguments 0 and 1 point to readable user memory
 ///   (host memory), bits 0 and 1 of `extra[READABLE_SLOT]`
+/// - 37: a launch: copy the host stub the runtime call around it recorded
+///   for this thread into `extra[RUNTIME_SLOT]`
+/// - 40..44: a runtime launch: argument (1-based) holding the host stub, kept
+///   per thread from entry to return
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ProbeCookie(pub u64);
 
@@ -142,6 +148,7 @@ impl ProbeCookie {
     pub const ENTRY_ONLY: u64 = 1 << 16;
     pub const STACK: u64 = 1 << 17;
     pub const READABLE: u64 = 1 << 36;
+    pub const RUNTIME_GET: u64 = 1 << 37;
 
     #[inline(always)]
     pub const fn api(self) -> u32 {
@@ -174,6 +181,16 @@ impl ProbeCookie {
         self.0 & Self::READABLE != 0
     }
 
+    #[inline(always)]
+    pub const fn runtime_get(self) -> bool {
+        self.0 & Self::RUNTIME_GET != 0
+    }
+    /// 0 = none, else 1-based argument index.
+    #[inline(always)]
+    pub const fn runtime_set_arg(self) -> u32 {
+        ((self.0 >> 40) & 0xf) as u32
+    }
+
     pub const fn new(api: u16) -> Self {
         Self(api as u64)
     }
@@ -185,6 +202,13 @@ impl ProbeCookie {
     }
     pub const fn with_readable(self) -> Self {
         Self(self.0 | Self::READABLE)
+    }
+    pub const fn with_runtime_get(self) -> Self {
+        Self(self.0 | Self::RUNTIME_GET)
+    }
+    /// `arg` is 0-based.
+    pub const fn with_runtime_set(self, arg: u32) -> Self {
+        Self(self.0 | (((arg + 1) as u64 & 0xf) << 40))
     }
     /// `arg` is 0-based.
     pub const fn with_deref(self, arg: u32) -> Self {
@@ -229,6 +253,8 @@ mod tests {
             .with_out(1, 1)
             .with_str(2)
             .with_readable()
+            .with_runtime_get()
+            .with_runtime_set(1)
             .with_entry_only();
         assert_eq!(c.api(), 513);
         assert!(c.stack_args());
@@ -238,6 +264,9 @@ mod tests {
         assert_eq!(c.out_arg(1), 2);
         assert_eq!(c.str_arg(), 3);
         assert!(c.probe_readable());
+        assert!(c.runtime_get());
+        assert_eq!(c.runtime_set_arg(), 2);
+        assert_eq!(ProbeCookie::new(1).runtime_set_arg(), 0);
         let plain = ProbeCookie::new(7);
         assert_eq!((plain.deref_arg(), plain.out_arg(0), plain.str_arg()), (0, 0, 0));
         assert!(!plain.entry_only() && !plain.stack_args());

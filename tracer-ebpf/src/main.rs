@@ -18,7 +18,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     CallEvent, EventKind, LostReason, NamedCallEvent, ProbeCookie, DEREF_BYTES, LOST_SLOTS,
-    MAX_ARGS, NO_RETURN, READABLE_SLOT, STACK_ARGS,
+    MAX_ARGS, NO_RETURN, READABLE_SLOT, RUNTIME_SLOT, STACK_ARGS,
 };
 
 /// Completed calls, drained by userspace. Its size is set at load time.
@@ -29,6 +29,10 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 /// never returns (killed mid-call) cannot leak an entry forever.
 #[map]
 static INFLIGHT: LruHashMap<u64, CallEvent> = LruHashMap::with_max_entries(16384, 0);
+
+/// The host stub of the runtime launch a thread is inside (tid → stub).
+#[map]
+static RUNTIME_STUB: LruHashMap<u32, u64> = LruHashMap::with_max_entries(8192, 0);
 
 /// A per-CPU place to build an entry record: it is too large for the stack.
 #[map]
@@ -177,6 +181,13 @@ pub fn call_entry(ctx: ProbeContext) -> u32 {
         }
         e.extra[READABLE_SLOT] = bits;
     }
+    if let Some(stub) = arg_at(e, cookie.runtime_set_arg()) {
+        let _ = RUNTIME_STUB.insert(&e.tid, &stub, 0);
+    }
+    if cookie.runtime_get() {
+        // SAFETY: a plain value read from a map lookup.
+        e.extra[RUNTIME_SLOT] = unsafe { RUNTIME_STUB.get(&e.tid) }.copied().unwrap_or(0);
+    }
     if cookie.entry_only() {
         send(e, cookie);
         return 0;
@@ -216,6 +227,9 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
     }
     send(e, cookie);
     let _ = INFLIGHT.remove(&key);
+    if cookie.runtime_set_arg() != 0 {
+        let _ = RUNTIME_STUB.remove(&tid);
+    }
     0
 }
 

@@ -29,6 +29,9 @@ pub enum Command {
     List,
     /// Node mode: trace every GPU process forever, serve Prometheus metrics.
     Daemon(DaemonArgs),
+    /// Internal: find where this libcuda keeps kernel names (run by gputrace itself).
+    #[command(name = "__calibrate", hide = true)]
+    Calibrate { libcuda: PathBuf },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -6,6 +6,7 @@ pub mod commands;
 pub mod error;
 pub mod events;
 pub mod export;
+pub mod names;
 pub mod probes;
 
 /// The eBPF object built from `tracer-ebpf` by build.rs.

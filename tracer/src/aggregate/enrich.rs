@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use super::memory::{MemoryBook, Place};
 use crate::events::decode::{decode_args, ret_of, DecodeError, RawCall};
 use crate::events::model::{Args, Call};
+use crate::names::namer::KernelNamer;
 use crate::probes::catalogue::{self, Direction};
 use crate::probes::discover;
 
@@ -100,8 +101,9 @@ fn read_writable_maps(pid: u32) -> std::io::Result<Vec<(u64, u64)>> {
 pub struct ProcessState {
     pub comm: Arc<str>,
     pub memory: MemoryBook,
-    /// CUfunction / CUkernel handle → kernel name (demangled).
-    names: HashMap<u64, Arc<str>>,
+    /// CUfunction / CUkernel handle → (kernel name, demangled; the module or
+    /// library it came from), learned from intercepted calls.
+    names: HashMap<u64, (Arc<str>, u64)>,
     host_maps: HostMaps,
 }
 
@@ -125,10 +127,13 @@ impl ProcessState {
     }
 
     /// Learns from the call and fills in what the probe could not know.
-    fn observe(&mut self, pid: u32, args: &mut Args, ok: bool) -> bool {
+    fn observe(&mut self, pid: u32, args: &mut Args, ok: bool, namer: &mut KernelNamer) -> bool {
         match args {
             Args::Launch(l) => {
-                l.kernel = self.names.get(&l.function).cloned();
+                l.kernel = match self.names.get(&l.function) {
+                    Some((name, _)) => Some(name.clone()),
+                    None => namer.from_handle(pid, l.function).or_else(|| namer.from_stub(pid, l.stub)),
+                };
                 false
             }
             Args::Memcpy(m) if m.direction == Direction::Unknown => {
@@ -145,14 +150,20 @@ impl ProcessState {
                 }
                 false
             }
-            Args::GetFunction { handle: Some(h), name: Some(name), .. } if ok => {
-                self.names.insert(*h, demangle(name));
+            Args::GetFunction { handle: Some(h), name: Some(name), parent, .. } if ok => {
+                self.names.insert(*h, (demangle(name), *parent));
                 false
             }
             Args::KernelGetFunction { function: Some(f), kernel } if ok => {
-                if let Some(name) = self.names.get(kernel).cloned() {
-                    self.names.insert(*f, name);
+                if let Some(entry) = self.names.get(kernel).cloned() {
+                    self.names.insert(*f, entry);
                 }
+                false
+            }
+            Args::Unload { handle } if ok => {
+                // Its handles are gone and their addresses may be reused.
+                self.names.retain(|_, (_, parent)| parent != handle);
+                namer.forget_handles(pid);
                 false
             }
             other => self.memory.apply(other, ok),
@@ -176,6 +187,7 @@ pub fn demangle(name: &str) -> Arc<str> {
 pub struct Enricher {
     clock: Clock,
     procs: HashMap<u32, ProcessState>,
+    pub namer: KernelNamer,
 }
 
 /// A call, and device memory in use after it when that changed.
@@ -185,8 +197,8 @@ pub struct Enriched {
 }
 
 impl Enricher {
-    pub fn new(clock: Clock) -> Self {
-        Self { clock, procs: HashMap::new() }
+    pub fn new(clock: Clock, namer: KernelNamer) -> Self {
+        Self { clock, procs: HashMap::new(), namer }
     }
 
     pub fn process(&self, pid: u32) -> Option<&ProcessState> {
@@ -196,6 +208,7 @@ impl Enricher {
     /// Forgets a process that exited.
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
+        self.namer.forget(pid);
     }
 
     pub fn enrich(&mut self, raw: &RawCall<'_>) -> Result<Enriched, DecodeError> {
@@ -205,7 +218,7 @@ impl Enricher {
         let ret = ret_of(raw);
         let ok = ret.is_none_or(|r| r == 0);
         let state = self.procs.entry(e.pid).or_insert_with(|| ProcessState::new(e.pid, &e.comm));
-        let changed = state.observe(e.pid, &mut args, ok);
+        let changed = state.observe(e.pid, &mut args, ok, &mut self.namer);
         let call = Call {
             ts_ns: self.clock.to_unix_ns(e.start_ns),
             dur_ns: raw.has_return().then_some(e.dur_ns),

@@ -16,6 +16,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Command::Stats(a)) => stats::run(&a),
         Some(Command::List) => list::run(),
         Some(Command::Top(_)) => Err(Failure::runtime("`gputrace top` is not available in this build yet")),
+        Some(Command::Calibrate { libcuda }) => Ok(crate::names::calibrate::helper_main(&libcuda)),
         Some(Command::Daemon(_)) => Err(Failure::runtime("`gputrace daemon` is not available in this build yet")),
     }
 }

@@ -7,6 +7,7 @@ use crate::aggregate::summary::Summary;
 use crate::events::decode::parse_record;
 use crate::export::print::format_line;
 use crate::export::Timeline;
+use crate::names::namer::KernelNamer;
 
 pub struct Pipeline {
     pub enricher: Enricher,
@@ -21,9 +22,9 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(clock: Clock, timeline: Option<Timeline>, print: bool) -> Self {
+    pub fn new(clock: Clock, namer: KernelNamer, timeline: Option<Timeline>, print: bool) -> Self {
         Self {
-            enricher: Enricher::new(clock),
+            enricher: Enricher::new(clock, namer),
             summary: Summary::default(),
             timeline,
             print: print.then(|| BufWriter::with_capacity(1 << 16, std::io::stdout())),

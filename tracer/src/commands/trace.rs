@@ -15,6 +15,8 @@ use crate::aggregate::render::{render_json, render_text};
 use crate::cli::{SummaryFormat, TraceArgs};
 use crate::error::{Failure, Result};
 use crate::export::Timeline;
+use crate::names::calibrate::CalibrationCache;
+use crate::names::namer::KernelNamer;
 use crate::probes::attach::{detach_many, Attachment, LostCounter, Probes, Scope, DEFAULT_RING_BYTES};
 use crate::probes::catalogue::{Lib, ProbeSelection};
 use crate::probes::discover::{self, LibraryFile};
@@ -81,10 +83,27 @@ impl Attacher {
     }
 
     /// Attaches to `file` in `scope` unless already done; returns probes added.
-    pub fn attach(&mut self, file: &LibraryFile, scope: Scope) -> anyhow::Result<usize> {
+    /// A libcuda is calibrated for kernel names first; a libcudart is probed
+    /// only where those names cannot be read from handles.
+    pub fn attach(&mut self, file: &LibraryFile, scope: Scope, namer: &mut KernelNamer) -> anyhow::Result<usize> {
         let key = (scope, file.dev, file.inode);
         if self.attached.contains_key(&key) {
             return Ok(0);
+        }
+        match (file.lib, scope) {
+            (Lib::Cuda, Scope::Process(pid)) => namer.bind(pid, file),
+            (Lib::Cuda, Scope::All) => {
+                let _ = namer.calibrate(file);
+            }
+            (Lib::Cudart, Scope::Process(pid)) if namer.has_layout(pid) => {
+                self.attached.insert(key, Attachment::default());
+                return Ok(0);
+            }
+            (Lib::Cudart, Scope::All) if namer.all_calibrated() => {
+                self.attached.insert(key, Attachment::default());
+                return Ok(0);
+            }
+            _ => {}
         }
         let att = self.probes.attach(file, scope)?;
         let n = att.probes();
@@ -161,6 +180,8 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
     let ring = probes.take_ring()?;
     let lost = probes.take_lost()?;
     let mut attacher = Attacher::new(probes, selection, overrides);
+    let namer = KernelNamer::new(CalibrationCache::open(&CalibrationCache::default_dir()));
+    let mut pipeline = Pipeline::new(clock, namer, timeline, args.print);
 
     // Processes given by PID: every one must map something we can probe.
     let mut targets = Vec::new();
@@ -174,13 +195,13 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
             )));
         }
         for f in &files {
-            attacher.attach(f, Scope::Process(pid))?;
+            attacher.attach(f, Scope::Process(pid), &mut pipeline.enricher.namer)?;
         }
         targets.push(Target { pid, exited: false });
     }
 
     if args.all {
-        attach_all_scan(&mut attacher, true)?;
+        attach_all_scan(&mut attacher, &mut pipeline.enricher.namer, true)?;
     }
 
     let mut child = None;
@@ -200,7 +221,7 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
         }
         files.retain(|f| attacher.selection.wants_lib(f.lib));
         for f in &files {
-            attacher.attach(f, Scope::Process(c.pid))?;
+            attacher.attach(f, Scope::Process(c.pid), &mut pipeline.enricher.namer)?;
         }
         targets.push(Target { pid: c.pid, exited: false });
         announce(&attacher, targets.len(), args.all);
@@ -210,7 +231,6 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
         announce(&attacher, targets.len(), args.all);
     }
 
-    let mut pipeline = Pipeline::new(clock, timeline, args.print);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -239,14 +259,14 @@ fn announce(attacher: &Attacher, processes: usize, all: bool) {
 }
 
 /// Attaches system-wide to every library file any process maps.
-fn attach_all_scan(attacher: &mut Attacher, first: bool) -> Result<()> {
+fn attach_all_scan(attacher: &mut Attacher, namer: &mut KernelNamer, first: bool) -> Result<()> {
     for pid in discover::all_pids() {
         let Ok(files) = attacher.libraries_of(pid) else { continue };
         for f in files {
             if attacher.is_attached(&f, Scope::All) {
                 continue;
             }
-            match attacher.attach(&f, Scope::All) {
+            match attacher.attach(&f, Scope::All, namer) {
                 Ok(_) => {}
                 Err(e) if first => return Err(e.into()),
                 Err(e) => eprintln!("gputrace: cannot attach to {}: {e:#}", f.path.display()),
@@ -307,13 +327,13 @@ async fn event_loop(
                 pipeline.flush_print();
             }
             _ = check_tick.tick() => {
-                if !targets.is_empty() && check_targets(attacher, targets, child) {
+                if !targets.is_empty() && check_targets(attacher, targets, child, &mut pipeline.enricher.namer) {
                     break Stop::TargetsExited;
                 }
                 if args.all {
                     all_scan += 1;
                     if all_scan % 5 == 0 {
-                        attach_all_scan(attacher, false)?;
+                        attach_all_scan(attacher, &mut pipeline.enricher.namer, false)?;
                     }
                 }
             }
@@ -332,7 +352,12 @@ async fn event_loop(
 }
 
 /// Marks exited targets, attaches libraries mapped since; true when all are gone.
-fn check_targets(attacher: &mut Attacher, targets: &mut [Target], child: &mut Option<GatedChild>) -> bool {
+fn check_targets(
+    attacher: &mut Attacher,
+    targets: &mut [Target],
+    child: &mut Option<GatedChild>,
+    namer: &mut KernelNamer,
+) -> bool {
     for t in targets.iter_mut().filter(|t| !t.exited) {
         let gone = match child {
             Some(c) if c.pid == t.pid => c.wait(false).is_some(),
@@ -351,7 +376,8 @@ fn check_targets(attacher: &mut Attacher, targets: &mut [Target], child: &mut Op
                 if attacher.is_attached(&f, Scope::Process(t.pid)) {
                     continue;
                 }
-                match attacher.attach(&f, Scope::Process(t.pid)) {
+                match attacher.attach(&f, Scope::Process(t.pid), namer) {
+                    Ok(0) => {}
                     Ok(n) => eprintln!(
                         "gputrace: process {} mapped {} after start: attached {n} more probes (its earlier calls were not traced)",
                         t.pid,

@@ -1,6 +1,6 @@
 //! Turning ring buffer records into [`Call`] arguments.
 
-use tracer_common::{CallEvent, EventKind, NamedCallEvent, NAME_LEN, NO_RETURN, READABLE_SLOT};
+use tracer_common::{CallEvent, EventKind, NamedCallEvent, NAME_LEN, NO_RETURN, READABLE_SLOT, RUNTIME_SLOT};
 
 use super::model::{Alloc, Args, HandleKind, Launch, Memcpy, Nccl};
 use crate::probes::catalogue::{Api, Direction, Shape};
@@ -105,6 +105,7 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
     match api.shape {
         Shape::Launch => Args::Launch(Launch {
             function: a(0),
+            stub: e.extra[RUNTIME_SLOT],
             kernel: None,
             grid: [u32_of(a(1)), u32_of(a(2)), u32_of(a(3))],
             block: [u32_of(a(4)), u32_of(a(5)), u32_of(a(6))],
@@ -116,6 +117,7 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             let x = &e.extra;
             Args::Launch(Launch {
                 function: a(1),
+                stub: e.extra[RUNTIME_SLOT],
                 kernel: None,
                 grid: [x[0] as u32, (x[0] >> 32) as u32, x[1] as u32],
                 block: [(x[1] >> 32) as u32, x[2] as u32, (x[2] >> 32) as u32],

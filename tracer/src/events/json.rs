@@ -359,6 +359,7 @@ fn parse_args(shape: crate::probes::catalogue::Shape, a: &Map<String, Value>) ->
     Ok(match shape {
         Shape::Launch | Shape::LaunchEx => Args::Launch(Launch {
             function: get_hex(a, "function")?,
+            stub: 0,
             kernel: a.get("kernel").and_then(Value::as_str).map(Arc::from),
             grid: get_dim(a, "grid")?,
             block: get_dim(a, "block")?,
@@ -491,6 +492,7 @@ mod tests {
             }
             e.args[3] = 7; // a valid NCCL datatype wherever it sits
             e.extra = [0x10 | 1 << 32, 2 | 3 << 32, 4 | 5 << 32, 6, 0x77, 0];
+            // (extra[5] stays 0: the host stub is not part of the schema.)
             let bytes = encode_record(&e, Some(b"_Z4reluPfi"));
             let raw = parse_record(&bytes).unwrap();
             let call = Call {

@@ -68,6 +68,9 @@ pub enum HandleKind {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Launch {
     pub function: u64,
+    /// The runtime's host stub for this launch, when a traced
+    /// cudaLaunchKernel made it (not written out).
+    pub stub: u64,
     pub kernel: Option<Arc<str>>,
     pub grid: [u32; 3],
     pub block: [u32; 3],

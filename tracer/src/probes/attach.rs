@@ -214,8 +214,7 @@ impl Probes {
         let mut entry = (Vec::new(), Vec::new());
         let mut ret = (Vec::new(), Vec::new());
         for sym in symbols {
-            let args_only = self.selection.mode(sym.api.family) == Some(true);
-            let cookie = if args_only { sym.api.cookie().with_entry_only() } else { sym.api.cookie() };
+            let (cookie, args_only) = sym.api.cookie_for(&self.selection);
             entry.0.push(sym.file_offset);
             entry.1.push(cookie.0);
             if !args_only {
@@ -239,11 +238,7 @@ impl Probes {
     ) -> anyhow::Result<()> {
         let uscope = scope.uprobe_scope()?;
         for sym in symbols {
-            let args_only = self.selection.mode(sym.api.family) == Some(true);
-            let mut cookie = sym.api.cookie();
-            if args_only {
-                cookie = cookie.with_entry_only();
-            }
+            let (cookie, args_only) = sym.api.cookie_for(&self.selection);
             let point = |c: u64| UProbeAttachPoint {
                 location: UProbeAttachLocation::AbsoluteOffset(sym.file_offset),
                 cookie: Some(c),

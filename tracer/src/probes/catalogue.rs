@@ -262,9 +262,10 @@ impl Shape {
     pub fn cookie(self, api: u16) -> ProbeCookie {
         let c = ProbeCookie::new(api);
         match self {
-            Shape::Launch | Shape::RuntimeLaunch => c.with_stack(),
+            Shape::Launch => c.with_stack(),
             Shape::LaunchEx => c.with_deref(0),
-            Shape::RuntimeLaunchEx => c.with_deref(0),
+            Shape::RuntimeLaunch => c.with_stack().with_runtime_set(0),
+            Shape::RuntimeLaunchEx => c.with_deref(0).with_runtime_set(1),
             Shape::Alloc { .. } | Shape::MemCreate | Shape::CommInit | Shape::CommInitAll => {
                 c.with_out(0, 0)
             }
@@ -304,6 +305,21 @@ pub struct Api {
 impl Api {
     pub fn cookie(&self) -> ProbeCookie {
         self.shape.cookie(self.id)
+    }
+
+    /// The cookie as attached with `selection`: launches look up the
+    /// runtime's host stub when the runtime family is traced; the runtime
+    /// family always has a return probe (it clears the stub).
+    pub fn cookie_for(&self, selection: &ProbeSelection) -> (ProbeCookie, bool) {
+        let mut c = self.cookie();
+        if matches!(self.shape, Shape::Launch | Shape::LaunchEx) && selection.mode(Family::Runtime).is_some() {
+            c = c.with_runtime_get();
+        }
+        let args_only = selection.mode(self.family) == Some(true) && self.family != Family::Runtime;
+        if args_only {
+            c = c.with_entry_only();
+        }
+        (c, args_only)
     }
 }
 

@@ -1,0 +1,96 @@
+//! Root tests: kernel names for launches whose handles were created before
+//! gputrace attached (calibration), and the fallbacks when it cannot be done.
+
+use std::time::Duration;
+
+use gputrace_tests::*;
+use serde_json::{json, Value};
+
+const VECTOR_ADD: &str = "vector_add(float const*, float const*, float*, int)";
+const REDUCE: &str = "void sim::detail::reduce_kernel<256>(float const*, float*, int)";
+const RELU: &str = "relu(float*, int)";
+const GEMM: &str = "void cublas::gemm<float>(float const*, float const*, float*, int, int, int)";
+
+fn kernels(events: &[Value], api: &str) -> Vec<Value> {
+    of_api(events, api).iter().map(|e| e["args"]["kernel"].clone()).collect()
+}
+
+#[test]
+fn handles_created_before_attach_are_named_by_calibration() {
+    let dir = scratch("calibrated");
+    let out = dir.join("t.jsonl");
+    let cache = dir.join("cache");
+    // The workload runs for a while, as real ones do: names are read from the
+    // target's memory when gputrace first sees a handle, which needs the
+    // process to still be there.
+    let mut w = Workload::start(&["--duration-ms", "300", "--launches", "6", "--launch-ex", "2", "--coop", "1", "--threads", "2"]);
+    let mut t = Tracer::spawn_with_env(
+        &["--pid", &w.pid.to_string(), "--output", out.to_str().unwrap()],
+        &[("GPUTRACE_CACHE_DIR", cache.to_str().unwrap())],
+    );
+    t.stderr.wait_for("gputrace: attached", Duration::from_secs(60));
+    w.go();
+    assert!(w.finish().0.success());
+    let f = t.finish(Duration::from_secs(30));
+    assert!(f.status.success());
+    assert!(!f.stderr_text().contains("kernel names from handles are off"), "{}", f.stderr_text());
+    let (events, _) = read_jsonl(&out);
+    // No name lookup happened while traced: every name came from a handle.
+    assert!(of_api(&events, "cuModuleGetFunction").is_empty());
+    // Each pass launches 6 × (vector_add, reduce, relu cycling), 2 × gemm, 1 × vector_add.
+    let launches = kernels(&events, "cuLaunchKernel");
+    assert!(launches.len() >= 12 && launches.len() % 6 == 0, "{}", launches.len());
+    let count = |name: &str| launches.iter().filter(|k| **k == json!(name)).count();
+    let third = launches.len() / 3;
+    assert_eq!((count(VECTOR_ADD), count(REDUCE), count(RELU)), (third, third, third));
+    let ex = kernels(&events, "cuLaunchKernelEx");
+    assert_eq!(ex, vec![json!(GEMM); ex.len()]);
+    let coop = kernels(&events, "cuLaunchCooperativeKernel");
+    assert_eq!(coop, vec![json!(VECTOR_ADD); coop.len()]);
+    // The layout found (the simulator keeps the name pointer at +40, not the
+    // +8 of driver 580) is cached by the libcuda's identity.
+    let cached: Value = serde_json::from_str(&std::fs::read_to_string(cache.join("calibration-v1.json")).unwrap()).unwrap();
+    let layouts: Vec<&Value> = cached.as_object().unwrap().values().collect();
+    assert_eq!(layouts, vec![&json!([40])]);
+}
+
+#[test]
+fn calibration_helper_reports_the_layout() {
+    let out = std::process::Command::new(gputrace_bin()).arg("__calibrate").arg(sim_dir().join("libcuda.so.1")).output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["layout"], json!([40]));
+    let out = std::process::Command::new(gputrace_bin())
+        .arg("__calibrate")
+        .arg(sim_dir().join("nofuncname/libcuda.so.1"))
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["layout"], Value::Null);
+    assert_eq!(v["error"], "it exports no cuFuncGetName");
+}
+
+#[test]
+fn without_calibration_names_come_from_interception_or_stay_null() {
+    let dir = scratch("uncalibrated");
+    let out = dir.join("t.jsonl");
+    // Handles made before attach: null. Handles made while attached: named.
+    let mut w = Workload::start_bin(&sim_dir().join("nofuncname/gputrace-workload"), &["--launches", "3"]);
+    let t = Tracer::attach(&["--pid", &w.pid.to_string(), "--output", out.to_str().unwrap()]);
+    w.go();
+    assert!(w.finish().0.success());
+    let f = t.finish(Duration::from_secs(30));
+    let err = f.stderr_text();
+    assert!(err.contains("kernel names from handles are off for") && err.contains("it exports no cuFuncGetName"), "{err}");
+    assert_eq!(err.matches("kernel names from handles are off").count(), 1, "said once");
+    let (events, _) = read_jsonl(&out);
+    assert_eq!(kernels(&events, "cuLaunchKernel"), vec![Value::Null; 3]);
+
+    let out2 = dir.join("t2.jsonl");
+    let mut w = Workload::start_bin(&sim_dir().join("nofuncname/gputrace-workload"), &["--launches", "3", "--names-after-wait"]);
+    let t = Tracer::attach(&["--pid", &w.pid.to_string(), "--output", out2.to_str().unwrap()]);
+    w.go();
+    assert!(w.finish().0.success());
+    assert!(t.finish(Duration::from_secs(30)).status.success());
+    let (events, _) = read_jsonl(&out2);
+    assert_eq!(kernels(&events, "cuLaunchKernel"), vec![json!(VECTOR_ADD), json!(REDUCE), json!(RELU)]);
+}

@@ -1,0 +1,319 @@
+//! Finding, per libcuda build, where a CUfunction keeps its kernel's name.
+//!
+//! A short-lived helper process (gputrace itself, hidden subcommand
+//! `__calibrate`) loads that libcuda, creates a context, loads a tiny PTX
+//! module with two kernels, asks cuFuncGetName for the first one's name and
+//! searches the handle's memory for a pointer to that string, directly or
+//! through one more pointer. The layout found must also name the second
+//! kernel. Nothing is hard-coded: a driver that keeps the name elsewhere is
+//! found, and one where nothing matches turns the feature off for that file.
+
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::memory::{read_cstr, read_u64};
+
+/// Offsets to follow from the handle to the name: `[8]` is `*(h + 8)`,
+/// `[16, 8]` is `*(*(h + 16) + 8)`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout(pub Vec<u32>);
+
+impl Layout {
+    /// The name of `handle` in process `pid`, if the layout leads to a string.
+    pub fn read(&self, pid: u32, handle: u64) -> Option<Vec<u8>> {
+        let mut p = handle;
+        for off in &self.0 {
+            p = read_u64(pid, p.checked_add(*off as u64)?)?;
+            if p < 4096 {
+                return None;
+            }
+        }
+        read_cstr(pid, p, 64 << 10)
+    }
+
+    pub fn describe(&self) -> String {
+        let path: Vec<String> = self.0.iter().map(|o| format!("+{o}")).collect();
+        format!("name pointer at handle{}", path.join(" then "))
+    }
+}
+
+const PTX: &str = "\
+.version 6.0
+.target sm_50
+.address_size 64
+
+.visible .entry gputrace_calibrate_alpha()
+{
+\tret;
+}
+
+.visible .entry gputrace_calibrate_beta()
+{
+\tret;
+}
+";
+const KERNELS: [&str; 2] = ["gputrace_calibrate_alpha", "gputrace_calibrate_beta"];
+
+/// Every layout (up to two pointers deep) that leads from `handle` to `name`.
+pub fn find_layouts(pid: u32, handle: u64, name: &[u8]) -> Vec<Layout> {
+    let mut found = Vec::new();
+    let matches = |p: u64| p >= 4096 && read_cstr(pid, p, name.len() + 1).as_deref() == Some(name);
+    for off in (0..=512u32).step_by(8) {
+        if let Some(p) = read_u64(pid, handle + off as u64) {
+            if matches(p) {
+                found.push(Layout(vec![off]));
+            }
+        }
+    }
+    for off1 in (0..=256u32).step_by(8) {
+        let Some(q) = read_u64(pid, handle + off1 as u64) else { continue };
+        if q < 4096 {
+            continue;
+        }
+        for off2 in (0..=256u32).step_by(8) {
+            if let Some(p) = read_u64(pid, q + off2 as u64) {
+                if matches(p) {
+                    found.push(Layout(vec![off1, off2]));
+                }
+            }
+        }
+    }
+    found
+}
+
+type CuInit = unsafe extern "C" fn(u32) -> i32;
+type CuDeviceGet = unsafe extern "C" fn(*mut i32, i32) -> i32;
+type CuPrimaryCtxRetain = unsafe extern "C" fn(*mut *mut c_void, i32) -> i32;
+type CuCtxSetCurrent = unsafe extern "C" fn(*mut c_void) -> i32;
+type CuModuleLoadData = unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> i32;
+type CuModuleGetFunction = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> i32;
+type CuFuncGetName = unsafe extern "C" fn(*mut *const c_char, *mut c_void) -> i32;
+
+/// Runs in the helper process: loads `libcuda` here and finds the layout.
+pub fn calibrate_here(libcuda: &Path) -> Result<Layout, String> {
+    let path = CString::new(libcuda.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: loading a shared library by path; its initialisers run here,
+    // in this helper process, which exists for that.
+    let lib = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if lib.is_null() {
+        // SAFETY: dlerror returns a thread-local message or NULL.
+        let msg = unsafe { libc::dlerror() };
+        let msg = if msg.is_null() { "unknown error".into() } else { unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned() };
+        return Err(format!("cannot load it: {msg}"));
+    }
+    macro_rules! sym {
+        ($name:literal, $ty:ty) => {{
+            // SAFETY: a symbol lookup in the library just opened.
+            let p = unsafe { libc::dlsym(lib, concat!($name, "\0").as_ptr().cast()) };
+            if p.is_null() {
+                return Err(format!("it exports no {}", $name));
+            }
+            // SAFETY: the symbol has this C signature (cuda.h).
+            unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
+        }};
+    }
+    let cu_init = sym!("cuInit", CuInit);
+    let device_get = sym!("cuDeviceGet", CuDeviceGet);
+    let retain = sym!("cuDevicePrimaryCtxRetain", CuPrimaryCtxRetain);
+    let set_current = sym!("cuCtxSetCurrent", CuCtxSetCurrent);
+    let load = sym!("cuModuleLoadData", CuModuleLoadData);
+    let get_function = sym!("cuModuleGetFunction", CuModuleGetFunction);
+    let get_name = sym!("cuFuncGetName", CuFuncGetName);
+    let check = |what: &str, r: i32| if r == 0 { Ok(()) } else { Err(format!("{what} returned CUresult {r}")) };
+    let ptx = CString::new(PTX).expect("no NUL");
+    let me = std::process::id();
+    // SAFETY: each call gets valid out-pointers and the arguments cuda.h describes.
+    unsafe {
+        check("cuInit (is there a GPU?)", cu_init(0))?;
+        let mut dev = 0;
+        check("cuDeviceGet", device_get(&mut dev, 0))?;
+        let mut ctx = std::ptr::null_mut();
+        check("cuDevicePrimaryCtxRetain", retain(&mut ctx, dev))?;
+        check("cuCtxSetCurrent", set_current(ctx))?;
+        let mut module = std::ptr::null_mut();
+        check("cuModuleLoadData", load(&mut module, ptx.as_ptr().cast()))?;
+        let mut handles = Vec::new();
+        for k in KERNELS {
+            let mut f = std::ptr::null_mut();
+            let kname = CString::new(k).expect("no NUL");
+            check("cuModuleGetFunction", get_function(&mut f, module, kname.as_ptr()))?;
+            let mut name: *const c_char = std::ptr::null();
+            check("cuFuncGetName", get_name(&mut name, f))?;
+            let got = read_cstr(me, name as u64, 4096).ok_or("cuFuncGetName gave an unreadable pointer")?;
+            if got != k.as_bytes() {
+                return Err(format!("cuFuncGetName said {:?} for {k}", String::from_utf8_lossy(&got)));
+            }
+            handles.push(f as u64);
+        }
+        let candidates = find_layouts(me, handles[0], KERNELS[0].as_bytes());
+        candidates
+            .into_iter()
+            .find(|l| l.read(me, handles[1]).as_deref() == Some(KERNELS[1].as_bytes()))
+            .ok_or_else(|| "no pointer to the kernel name in the first 512 bytes of the CUfunction, directly or one pointer deep".into())
+    }
+}
+
+/// The answer the helper prints on stdout (one JSON line).
+#[derive(Debug, Serialize, Deserialize)]
+struct HelperAnswer {
+    layout: Option<Layout>,
+    error: Option<String>,
+}
+
+/// The hidden `__calibrate PATH` subcommand.
+pub fn helper_main(libcuda: &Path) -> std::process::ExitCode {
+    let answer = match calibrate_here(libcuda) {
+        Ok(l) => HelperAnswer { layout: Some(l), error: None },
+        Err(e) => HelperAnswer { layout: None, error: Some(e) },
+    };
+    println!("{}", serde_json::to_string(&answer).expect("serialisable"));
+    std::process::ExitCode::SUCCESS
+}
+
+/// Runs the helper on `libcuda` (at most `timeout`).
+pub fn run_helper(libcuda: &Path, timeout: Duration) -> Result<Layout, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find gputrace's own binary: {e}"))?;
+    let mut child = Command::new(exe)
+        .arg("__calibrate")
+        .arg(libcuda)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the calibration helper: {e}"))?;
+    let mut stdout = child.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("the calibration helper did not finish within {timeout:?}"));
+            }
+        }
+    }
+    let out = reader.join().unwrap_or_default();
+    let answer: HelperAnswer = serde_json::from_str(out.trim())
+        .map_err(|_| format!("the calibration helper crashed or printed {:?}", out.trim()))?;
+    match (answer.layout, answer.error) {
+        (Some(l), _) => Ok(l),
+        (None, Some(e)) => Err(e),
+        (None, None) => Err("the calibration helper gave no answer".into()),
+    }
+}
+
+/// What identifies a libcuda build: its GNU build id, or else the file's
+/// device, inode, size and modification time.
+pub fn file_key(path: &Path) -> std::io::Result<String> {
+    if let Some(id) = crate::probes::symbols::build_id(path) {
+        return Ok(format!("build-id:{id}"));
+    }
+    let m = std::fs::metadata(path)?;
+    Ok(format!("file:{}:{}:{}:{}", m.dev(), m.ino(), m.size(), m.mtime()))
+}
+
+/// Layouts found so far, kept on disk between runs (successes only: a
+/// failure may be passing, a GPU busy or absent for a moment).
+pub struct CalibrationCache {
+    path: Option<PathBuf>,
+    known: BTreeMap<String, Layout>,
+}
+
+impl CalibrationCache {
+    pub fn default_dir() -> PathBuf {
+        std::env::var_os("GPUTRACE_CACHE_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/cache/gputrace"))
+    }
+
+    pub fn open(dir: &Path) -> Self {
+        let path = dir.join("calibration-v1.json");
+        let known = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+        Self { path: Some(path), known }
+    }
+
+    pub fn in_memory() -> Self {
+        Self { path: None, known: BTreeMap::new() }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Layout> {
+        self.known.get(key)
+    }
+
+    pub fn insert(&mut self, key: String, layout: Layout) {
+        self.known.insert(key, layout);
+        if let Some(path) = &self.path {
+            // Best effort: a read-only cache only costs a calibration next time.
+            if let Some(dir) = path.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            let tmp = path.with_extension("tmp");
+            if let Ok(bytes) = serde_json::to_vec_pretty(&self.known) {
+                if std::fs::write(&tmp, bytes).is_ok() {
+                    let _ = std::fs::rename(&tmp, path);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[repr(C)]
+    struct FakeModule {
+        pad: [u64; 3],
+        name: *const u8,
+    }
+
+    #[repr(C)]
+    struct FakeFunc {
+        magic: u64,
+        other: [u64; 4],
+        module: *const FakeModule,
+        name: *const u8,
+    }
+
+    #[test]
+    fn finds_direct_and_indirect_layouts() {
+        let me = std::process::id();
+        let a = b"kernel_alpha\0";
+        let b = b"kernel_beta\0";
+        let ma = FakeModule { pad: [1, 2, 3], name: a.as_ptr() };
+        let mb = FakeModule { pad: [1, 2, 3], name: b.as_ptr() };
+        let fa = FakeFunc { magic: 7, other: [0; 4], module: &ma, name: a.as_ptr() };
+        let fb = FakeFunc { magic: 7, other: [0; 4], module: &mb, name: b.as_ptr() };
+        let found = find_layouts(me, &fa as *const _ as u64, b"kernel_alpha");
+        assert_eq!(found[0], Layout(vec![48]));
+        assert!(found.contains(&Layout(vec![40, 24])));
+        for l in &found {
+            assert_eq!(l.read(me, &fb as *const _ as u64).as_deref(), Some(&b"kernel_beta"[..]));
+        }
+        assert_eq!(Layout(vec![48]).describe(), "name pointer at handle+48");
+    }
+
+    #[test]
+    fn cache_round_trips_on_disk() {
+        let dir = std::env::temp_dir().join(format!("gputrace-cal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut c = CalibrationCache::open(&dir);
+        assert!(c.get("k").is_none());
+        c.insert("k".into(), Layout(vec![8]));
+        assert_eq!(CalibrationCache::open(&dir).get("k"), Some(&Layout(vec![8])));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,8 @@
+//! Kernel names: from the CUfunction handle itself (with a layout found by
+//! calibration on each libcuda build), from intercepted name lookups, and
+//! from the runtime's host stubs.
+
+pub mod calibrate;
+pub mod memory;
+pub mod namer;
+pub mod stubs;

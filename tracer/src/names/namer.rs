@@ -1,0 +1,135 @@
+//! Naming launches: every source of a kernel's name, best first.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::calibrate::{file_key, run_helper, CalibrationCache, Layout};
+use super::memory::plausible_name;
+use super::stubs::StubSymbols;
+use crate::aggregate::enrich::demangle;
+use crate::probes::catalogue::Lib;
+use crate::probes::discover::{self, LibraryFile};
+
+/// What calibration gave for one libcuda file.
+pub type Calibration = Result<Layout, String>;
+
+#[derive(Default)]
+struct ProcessNames {
+    /// The layout of this process's libcuda, once known.
+    layout: Option<Option<Layout>>,
+    /// handle → name read from the handle (None: unreadable, not retried).
+    from_handles: HashMap<u64, Option<Arc<str>>>,
+    /// stub → name.
+    from_stubs: HashMap<u64, Option<Arc<str>>>,
+}
+
+pub struct KernelNamer {
+    cache: CalibrationCache,
+    by_file: HashMap<(u64, u64), Calibration>,
+    procs: HashMap<u32, ProcessNames>,
+    stubs: StubSymbols,
+    enabled: bool,
+}
+
+impl KernelNamer {
+    pub fn new(cache: CalibrationCache) -> Self {
+        let enabled = std::env::var("GPUTRACE_NO_CALIBRATION").is_err();
+        Self { cache, by_file: HashMap::new(), procs: HashMap::new(), stubs: StubSymbols::default(), enabled }
+    }
+
+    /// The layout for a libcuda file: from memory, the disk cache, or a
+    /// calibration run now. Says once on stderr when it cannot be had.
+    pub fn calibrate(&mut self, file: &LibraryFile) -> Calibration {
+        let id = (file.dev, file.inode);
+        if let Some(c) = self.by_file.get(&id) {
+            return c.clone();
+        }
+        let result = self.calibrate_uncached(file);
+        if let Err(e) = &result {
+            eprintln!(
+                "gputrace: kernel names from handles are off for {}: {e} (names still come from calls made while traced)",
+                file.path.display()
+            );
+        }
+        self.by_file.insert(id, result.clone());
+        result
+    }
+
+    fn calibrate_uncached(&mut self, file: &LibraryFile) -> Calibration {
+        if !self.enabled {
+            return Err("disabled by GPUTRACE_NO_CALIBRATION".into());
+        }
+        let key = file_key(&file.path).map_err(|e| e.to_string())?;
+        if let Some(l) = self.cache.get(&key) {
+            return Ok(l.clone());
+        }
+        let layout = run_helper(&file.path, Duration::from_secs(60))?;
+        self.cache.insert(key, layout.clone());
+        Ok(layout)
+    }
+
+    /// Whether every libcuda calibrated so far has a layout.
+    pub fn all_calibrated(&self) -> bool {
+        self.by_file.values().all(Result::is_ok)
+    }
+
+    /// Whether `pid`'s libcuda has a layout (after calibrating it if needed).
+    pub fn has_layout(&mut self, pid: u32) -> bool {
+        self.layout(pid).is_some()
+    }
+
+    /// Records which libcuda `pid` uses.
+    pub fn bind(&mut self, pid: u32, file: &LibraryFile) {
+        let layout = self.calibrate(file).ok();
+        self.procs.entry(pid).or_default().layout = Some(layout);
+    }
+
+    fn layout(&mut self, pid: u32) -> Option<Layout> {
+        if let Some(l) = self.procs.get(&pid).and_then(|p| p.layout.clone()) {
+            return l;
+        }
+        // Not bound at attach (node mode): find its libcuda now.
+        let file = discover::process_libraries(pid).ok()?.into_iter().find(|f| f.lib == Lib::Cuda);
+        let layout = file.and_then(|f| self.calibrate(&f).ok());
+        self.procs.entry(pid).or_default().layout = Some(layout.clone());
+        layout
+    }
+
+    /// The kernel name a CUfunction handle points to in `pid`.
+    pub fn from_handle(&mut self, pid: u32, handle: u64) -> Option<Arc<str>> {
+        if handle == 0 {
+            return None;
+        }
+        if let Some(n) = self.procs.get(&pid).and_then(|p| p.from_handles.get(&handle)) {
+            return n.clone();
+        }
+        let name = self.layout(pid).and_then(|l| l.read(pid, handle)).filter(|n| plausible_name(n)).map(|n| demangle(&String::from_utf8_lossy(&n)));
+        self.procs.entry(pid).or_default().from_handles.insert(handle, name.clone());
+        name
+    }
+
+    /// The kernel name of a runtime host stub in `pid`.
+    pub fn from_stub(&mut self, pid: u32, stub: u64) -> Option<Arc<str>> {
+        if stub == 0 {
+            return None;
+        }
+        if let Some(n) = self.procs.get(&pid).and_then(|p| p.from_stubs.get(&stub)) {
+            return n.clone();
+        }
+        let name = self.stubs.name(pid, stub).filter(|n| n.starts_with("_Z")).map(|n| demangle(&n));
+        self.procs.entry(pid).or_default().from_stubs.insert(stub, name.clone());
+        name
+    }
+
+    /// A module or library was unloaded: handles may be reused.
+    pub fn forget_handles(&mut self, pid: u32) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.from_handles.clear();
+        }
+    }
+
+    pub fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+    }
+}

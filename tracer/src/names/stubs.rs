@@ -1,0 +1,116 @@
+//! Host stubs: the address a runtime's cudaLaunchKernel receives, when it is
+//! a function in the application, is named by that function's ELF symbol
+//! (the kernel's mangled name), from .dynsym or .symtab.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+
+/// Function symbols of one ELF file, by virtual address.
+struct SymbolTable {
+    /// (address, size, name), sorted by address.
+    funcs: Vec<(u64, u64, Arc<str>)>,
+    /// (file offset, vaddr, filesz) of each loadable segment.
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl SymbolTable {
+    fn load(path: &std::path::Path) -> Option<Self> {
+        let data = std::fs::read(path).ok()?;
+        let file = object::File::parse(&*data).ok()?;
+        let mut funcs: Vec<(u64, u64, Arc<str>)> = Vec::new();
+        for sym in file.dynamic_symbols().chain(file.symbols()) {
+            if sym.is_undefined() || sym.address() == 0 || sym.kind() != SymbolKind::Text {
+                continue;
+            }
+            let Ok(name) = sym.name() else { continue };
+            if name.is_empty() {
+                continue;
+            }
+            funcs.push((sym.address(), sym.size(), Arc::from(name.split('@').next().unwrap_or(name))));
+        }
+        funcs.sort_by(|a, b| a.0.cmp(&b.0).then(b.2.starts_with("_Z").cmp(&a.2.starts_with("_Z"))));
+        funcs.dedup_by_key(|f| f.0);
+        let segments = file
+            .segments()
+            .filter_map(|s| {
+                let (off, size) = s.file_range();
+                (size > 0).then_some((off, s.address(), size))
+            })
+            .collect();
+        Some(Self { funcs, segments })
+    }
+
+    fn name_at(&self, file_offset: u64) -> Option<Arc<str>> {
+        let vaddr = self
+            .segments
+            .iter()
+            .find(|(off, _, size)| file_offset >= *off && file_offset < off + size)
+            .map(|(off, va, _)| file_offset - off + va)?;
+        let i = self.funcs.partition_point(|f| f.0 <= vaddr);
+        let (addr, size, name) = self.funcs.get(i.checked_sub(1)?)?;
+        // The stub's own address, or inside it when the size is known.
+        (vaddr == *addr || vaddr < addr + (*size).max(1)).then(|| name.clone())
+    }
+}
+
+/// Names host stub addresses of traced processes.
+#[derive(Default)]
+pub struct StubSymbols {
+    tables: HashMap<(u64, u64), Option<Arc<SymbolTable>>>,
+}
+
+impl StubSymbols {
+    /// The mangled symbol at `addr` in process `pid`, if a mapped ELF file has one there.
+    pub fn name(&mut self, pid: u32, addr: u64) -> Option<Arc<str>> {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+        for line in maps.lines() {
+            let mut f = line.split_whitespace();
+            let (Some(range), Some(_perms), Some(off), Some(_dev), Some(_inode), Some(path)) =
+                (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
+            else {
+                continue;
+            };
+            let Some((start, end)) = range.split_once('-') else { continue };
+            let (Ok(start), Ok(end), Ok(off)) =
+                (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16), u64::from_str_radix(off, 16))
+            else {
+                continue;
+            };
+            if addr < start || addr >= end || !path.starts_with('/') {
+                continue;
+            }
+            let host = PathBuf::from(format!("/proc/{pid}/root{path}"));
+            let meta = std::fs::metadata(&host).ok()?;
+            let table = self
+                .tables
+                .entry((meta.dev(), meta.ino()))
+                .or_insert_with(|| SymbolTable::load(&host).map(Arc::new))
+                .clone()?;
+            return table.name_at(addr - start + off);
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    #[unsafe(no_mangle)]
+    extern "C" fn gputrace_test_stub_symbol() -> u32 {
+        std::hint::black_box(7)
+    }
+
+    #[test]
+    fn names_a_function_of_this_test_binary() {
+        let mut s = StubSymbols::default();
+        let addr = gputrace_test_stub_symbol as *const () as u64;
+        assert_eq!(s.name(std::process::id(), addr).as_deref(), Some("gputrace_test_stub_symbol"));
+        assert_eq!(s.name(std::process::id(), 16), None);
+    }
+}
