@@ -6,7 +6,15 @@ fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("sim");
     let sim = manifest.join("sim");
-    for f in ["Makefile", "cuda.c", "nccl.c", "workload.c", "libcuda.map", "include"] {
+    for f in [
+        "Makefile",
+        "cuda.c",
+        "nccl.c",
+        "cudart.c",
+        "workload.c",
+        "libcuda.map",
+        "include",
+    ] {
         println!("cargo:rerun-if-changed={}", sim.join(f).display());
     }
     let status = Command::new("make")

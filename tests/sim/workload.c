@@ -1,10 +1,12 @@
 /*
- * workload.c - gputrace-workload: drives the simulated libcuda.so.1 and
- * libnccl.so.2 in a scripted, countable way.  README.md is the contract
- * (every flag, every call, every argument value); keep the two in sync.
+ * workload.c - gputrace-workload: drives the simulated libcuda.so.1,
+ * libnccl.so.2 and libcudart.so.13 in a scripted, countable way.  README.md
+ * is the contract (every flag, every call, every argument value); keep the
+ * two in sync.
  */
 #define _GNU_SOURCE
 #include "cuda_sim.h"
+#include "cudart_sim.h"
 #include "nccl_sim.h"
 
 #include <errno.h>
@@ -80,6 +82,95 @@ static const char k_library_ptx[] =
     ")\n{\n\tret;\n}\n";
 
 /* ------------------------------------------------------------------ */
+/* Runtime kernels: host stubs and their fat binary                    */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Host stubs, as nvcc emits them for __global__ functions: ordinary host
+ * functions whose ELF symbol is the kernel's mangled name; their address is
+ * what a program passes to cudaLaunchKernel.  The asm labels give them those
+ * names.  _Z12scale_kernelPff and _Z9transposeIfLi32EEvPKT_PS0_ii are
+ * exported into .dynsym by the Makefile (--export-dynamic-symbol);
+ * _ZN3sim5saxpyEifPKfPf is static, so it is only in .symtab.  The workload
+ * never calls them; each body bumps its own counter so that no two stubs
+ * can be folded into one.
+ */
+void stub_scale_kernel(float *p, float a) __asm__("_Z12scale_kernelPff");
+static void stub_saxpy(int n, float a, const float *x, float *y) __asm__("_ZN3sim5saxpyEifPKfPf");
+void stub_transpose(const float *in, float *out, int w, int h) __asm__("_Z9transposeIfLi32EEvPKT_PS0_ii");
+
+static volatile unsigned long g_scale_stub_calls, g_saxpy_stub_calls, g_transpose_stub_calls;
+
+/* scale_kernel(float*, float) */
+__attribute__((used, noinline, noclone)) void stub_scale_kernel(float *p, float a)
+{
+    (void)p;
+    (void)a;
+    g_scale_stub_calls++;
+}
+
+/* sim::saxpy(int, float, float const*, float*) */
+__attribute__((used, noinline, noclone)) static void stub_saxpy(int n, float a, const float *x, float *y)
+{
+    (void)n;
+    (void)a;
+    (void)x;
+    (void)y;
+    g_saxpy_stub_calls += 2;
+}
+
+/* void transpose<float, 32>(float const*, float*, int, int) */
+__attribute__((used, noinline, noclone)) void stub_transpose(const float *in, float *out, int w, int h)
+{
+    (void)in;
+    (void)out;
+    (void)w;
+    (void)h;
+    g_transpose_stub_calls += 3;
+}
+
+/* stub[i]: launch order of the runtime section */
+static const void *const g_stubs[3] = {
+    (const void *)stub_scale_kernel,
+    (const void *)stub_saxpy,
+    (const void *)stub_transpose,
+};
+static const char *const k_runtime_kernel_names[3] = {
+    "_Z12scale_kernelPff",             /* scale_kernel(float*, float) */
+    "_ZN3sim5saxpyEifPKfPf",           /* sim::saxpy(int, float, float const*, float*) */
+    "_Z9transposeIfLi32EEvPKT_PS0_ii", /* void transpose<float, 32>(float const*, float*, int, int) */
+};
+
+static const char k_runtime_ptx[] =
+    "//\n// gputrace simulator runtime fat binary\n//\n"
+    ".version 8.0\n"
+    ".target sm_90\n"
+    ".address_size 64\n"
+    "\n"
+    ".visible .entry _Z12scale_kernelPff(\n"
+    "\t.param .u64 _Z12scale_kernelPff_param_0,\n"
+    "\t.param .f32 _Z12scale_kernelPff_param_1\n"
+    ")\n{\n\tret;\n}\n"
+    "\n"
+    ".visible .entry _ZN3sim5saxpyEifPKfPf(\n"
+    "\t.param .u32 _ZN3sim5saxpyEifPKfPf_param_0,\n"
+    "\t.param .f32 _ZN3sim5saxpyEifPKfPf_param_1,\n"
+    "\t.param .u64 _ZN3sim5saxpyEifPKfPf_param_2,\n"
+    "\t.param .u64 _ZN3sim5saxpyEifPKfPf_param_3\n"
+    ")\n{\n\tret;\n}\n"
+    "\n"
+    ".weak .entry _Z9transposeIfLi32EEvPKT_PS0_ii(\n"
+    "\t.param .u64 _Z9transposeIfLi32EEvPKT_PS0_ii_param_0,\n"
+    "\t.param .u64 _Z9transposeIfLi32EEvPKT_PS0_ii_param_1,\n"
+    "\t.param .u32 _Z9transposeIfLi32EEvPKT_PS0_ii_param_2,\n"
+    "\t.param .u32 _Z9transposeIfLi32EEvPKT_PS0_ii_param_3\n"
+    ")\n{\n\tret;\n}\n";
+
+static const simFatBinWrapper k_runtime_fatbin = {
+    SIM_FATBINC_MAGIC, SIM_FATBINC_VERSION, k_runtime_ptx, NULL,
+};
+
+/* ------------------------------------------------------------------ */
 /* Options                                                             */
 /* ------------------------------------------------------------------ */
 
@@ -87,7 +178,7 @@ enum bench_kind { BENCH_NONE = 0, BENCH_LAUNCH, BENCH_LAUNCH_EX, BENCH_MEMCPY, B
 static const char *const k_bench_names[] = { "", "launch", "launch-ex", "memcpy", "nccl", "alloc" };
 
 struct options {
-    uint64_t launches, launch_ex, coop, graphs, allocs, copies, syncs, fail, nccl;
+    uint64_t launches, launch_ex, coop, graphs, runtime, allocs, copies, syncs, fail, nccl;
     int nccl_config;
     int ptsz;            /* --ptsz: cuLaunchKernel_ptsz instead of cuLaunchKernel */
     int per_thread;      /* --per-thread-stream: every per-thread variant */
@@ -140,6 +231,7 @@ static CUkernel g_gemm_kernel;
 static CUfunction g_gemm_func;
 static CUgraph g_graph;
 static CUgraphExec g_gexec;
+static void **g_fatbin_handle;       /* from __cudaRegisterFatBinary (--runtime only) */
 static struct worker *g_workers;
 static pthread_barrier_t g_started, g_go;
 static volatile sig_atomic_t g_stop;
@@ -152,7 +244,7 @@ static struct timespec g_start;      /* written before g_go, read after */
 
 static const char *usage_text =
     "usage: gputrace-workload [--threads T] [--launches N] [--launch-ex N] [--coop N] [--graphs N] "
-    "[--allocs N] [--copies N] [--syncs N] [--fail N] [--nccl N] [--nccl-config] [--ptsz] "
+    "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--fail N] [--nccl N] [--nccl-config] [--ptsz] "
     "[--per-thread-stream] [--wait-stdin] [--delay-ms N] [--names-after-wait] [--loop] "
     "[--duration-ms N] [--sync-us US] [--print-handles] "
     "[--bench launch|launch-ex|memcpy|nccl|alloc [--calls N]]";
@@ -169,6 +261,13 @@ static void die_cu(int thread, const char *what, int rc)
 {
     if (thread < 0) fprintf(stderr, "gputrace-workload: main: %s failed: CUresult %d\n", what, rc);
     else fprintf(stderr, "gputrace-workload: thread %d: %s failed: CUresult %d\n", thread, what, rc);
+    fflush(stderr);
+    exit(1);
+}
+
+static void die_rt(int thread, const char *what, int rc)
+{
+    fprintf(stderr, "gputrace-workload: thread %d: %s failed: cudaError_t %d\n", thread, what, rc);
     fflush(stderr);
     exit(1);
 }
@@ -212,6 +311,14 @@ static void die_msg(int thread, const char *what)
         CUresult r_ = (call);                                           \
         w->calls++;                                                     \
         if (UNLIKELY(r_ != CUDA_SUCCESS)) die_cu((int)w->idx, #call, r_); \
+    } while (0)
+
+/* Counted CUDA runtime call. */
+#define RC(call)                                                        \
+    do {                                                                \
+        cudaError_t r_ = (call);                                        \
+        w->calls++;                                                     \
+        if (UNLIKELY(r_ != cudaSuccess)) die_rt((int)w->idx, #call, r_); \
     } while (0)
 
 /* Counted NCCL call. */
@@ -266,6 +373,42 @@ static void load_names(void)
         print_handle("library", g_library);
         print_handle("kernel", g_gemm_kernel);
         print_handle("kernel_function", g_gemm_func);
+        fflush(stdout);
+    }
+}
+
+/*
+ * What nvcc-generated start-up code does (here called explicitly at the
+ * start of the setup phase, see README.md): register the fat binary, each
+ * kernel's host stub under its mangled name, and end the registration.  The
+ * stand-in runtime makes its driver calls inside these.
+ */
+static void register_runtime(void)
+{
+    g_fatbin_handle = __cudaRegisterFatBinary((void *)&k_runtime_fatbin);
+    if (g_fatbin_handle == NULL) {
+        fprintf(stderr, "gputrace-workload: main: __cudaRegisterFatBinary failed\n");
+        exit(1);
+    }
+    for (int i = 0; i < 3; i++)
+        __cudaRegisterFunction(g_fatbin_handle, (const char *)g_stubs[i], (char *)k_runtime_kernel_names[i],
+                               k_runtime_kernel_names[i], -1, NULL, NULL, NULL, NULL, NULL);
+    __cudaRegisterFatBinaryEnd(g_fatbin_handle);
+    for (int i = 0; i < 3; i++) {
+        if (simCudartFunctionFor(g_stubs[i]) == NULL) {
+            fprintf(stderr, "gputrace-workload: main: __cudaRegisterFunction(%s) did not resolve\n",
+                    k_runtime_kernel_names[i]);
+            exit(1);
+        }
+    }
+    if (opt.print_handles) {
+        char name[32];
+        for (int i = 0; i < 3; i++) {
+            snprintf(name, sizeof(name), "stub[%d]", i);
+            print_handle(name, g_stubs[i]);
+            snprintf(name, sizeof(name), "runtime_function[%d]", i);
+            print_handle(name, simCudartFunctionFor(g_stubs[i]));
+        }
         fflush(stdout);
     }
 }
@@ -339,6 +482,31 @@ static void run_pass(struct worker *w)
     for (uint64_t i = 0; i < opt.graphs; i++) {
         if (pt) CC(cuGraphLaunch_ptsz(g_gexec, s));
         else CC(cuGraphLaunch(g_gexec, s));
+    }
+
+    /* --runtime: N x cudaLaunchKernel, then once cudaLaunchKernelExC */
+    if (opt.runtime) {
+        const dim3 grid = { 8, 1, 1 };
+        const dim3 block = { 128, 1, 1 };
+        for (uint64_t i = 0; i < opt.runtime; i++) {
+            const void *stub = g_stubs[i % 3];
+            if (pt) RC(cudaLaunchKernel_ptsz(stub, grid, block, params, 0, s));
+            else RC(cudaLaunchKernel(stub, grid, block, params, 0, s));
+        }
+        cudaLaunchConfig_t rcfg;
+        memset(&rcfg, 0, sizeof(rcfg));
+        rcfg.gridDim.x = 4;
+        rcfg.gridDim.y = 4;
+        rcfg.gridDim.z = 1;
+        rcfg.blockDim.x = 32;
+        rcfg.blockDim.y = 8;
+        rcfg.blockDim.z = 1;
+        rcfg.dynamicSmemBytes = 1024;
+        rcfg.stream = s;
+        rcfg.attrs = NULL;
+        rcfg.numAttrs = 0;
+        if (pt) RC(cudaLaunchKernelExC_ptsz(&rcfg, g_stubs[0], params));
+        else RC(cudaLaunchKernelExC(&rcfg, g_stubs[0], params));
     }
 
     /* --allocs: 18 calls per iteration */
@@ -706,6 +874,7 @@ static void parse_args(int argc, char **argv)
         else if (!strcmp(a, "--launch-ex")) { opt.launch_ex = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--coop")) { opt.coop = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--graphs")) { opt.graphs = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--runtime")) { opt.runtime = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--allocs")) { opt.allocs = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--copies")) { opt.copies = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--syncs")) { opt.syncs = parse_u64(a, TAKE_VALUE()); counted_flags++; }
@@ -775,6 +944,7 @@ int main(int argc, char **argv)
     }
 
     /* ---- setup phase (not counted) ---- */
+    if (opt.runtime) register_runtime(); /* nvcc's start-up registration, before anything else */
     SETUP(cuInit(0));
     SETUP(cuDeviceGet(&g_dev, 0));
     SETUP(cuDevicePrimaryCtxRetain(&g_ctx, g_dev));
@@ -852,6 +1022,7 @@ int main(int argc, char **argv)
     SETUP(cuGraphDestroy(g_graph));
     if (g_library) SETUP(cuLibraryUnload(g_library));
     if (g_module) SETUP(cuModuleUnload(g_module));
+    if (g_fatbin_handle) __cudaUnregisterFatBinary(g_fatbin_handle);
     SETUP(cuDevicePrimaryCtxRelease_v2(g_dev));
 
     if (opt.bench && !g_skip) {

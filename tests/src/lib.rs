@@ -25,8 +25,16 @@ pub fn gputrace_bin() -> PathBuf {
     }
     let exe = std::env::current_exe().expect("current exe");
     // target/<profile>/deps/<test> → target/<profile>/gputrace
-    let bin = exe.parent().and_then(Path::parent).expect("target dir").join("gputrace");
-    assert!(bin.exists(), "{} missing: build it first (`cargo build -p tracer`; `cargo xtask test` does)", bin.display());
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join("gputrace");
+    assert!(
+        bin.exists(),
+        "{} missing: build it first (`cargo build -p tracer`; `cargo xtask test` does)",
+        bin.display()
+    );
     bin
 }
 
@@ -55,7 +63,10 @@ impl Lines {
                 }
             }
         });
-        Self { rx, seen: Vec::new() }
+        Self {
+            rx,
+            seen: Vec::new(),
+        }
     }
 
     /// Waits for a line starting with `prefix`; panics after `timeout`.
@@ -70,7 +81,10 @@ impl Lines {
                         return line;
                     }
                 }
-                Err(_) => panic!("no line starting with {prefix:?} within {timeout:?}; saw {:?}", self.seen),
+                Err(_) => panic!(
+                    "no line starting with {prefix:?} within {timeout:?}; saw {:?}",
+                    self.seen
+                ),
             }
         }
     }
@@ -123,7 +137,13 @@ impl Workload {
             tids.push(line.rsplit('=').next().unwrap().parse().unwrap());
         }
         let stdin = child.stdin.take();
-        Self { child, pid, tids, stdin, stdout }
+        Self {
+            child,
+            pid,
+            tids,
+            stdin,
+            stdout,
+        }
     }
 
     /// Releases the counted phase.
@@ -177,7 +197,8 @@ impl Tracer {
     /// Starts gputrace and waits for its `gputrace: attached` line.
     pub fn attach(args: &[&str]) -> Self {
         let mut t = Self::spawn(args);
-        t.stderr.wait_for("gputrace: attached", Duration::from_secs(60));
+        t.stderr
+            .wait_for("gputrace: attached", Duration::from_secs(60));
         t
     }
 
@@ -187,7 +208,8 @@ impl Tracer {
 
     pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         // Calibrations are cached per test process, not in /var/cache.
-        let cache = std::env::temp_dir().join(format!("gputrace-test-cache-{}", std::process::id()));
+        let cache =
+            std::env::temp_dir().join(format!("gputrace-test-cache-{}", std::process::id()));
         let mut child = Command::new(gputrace_bin())
             .args(args)
             .env("GPUTRACE_CACHE_DIR", cache)
@@ -199,7 +221,11 @@ impl Tracer {
             .expect("start gputrace");
         let stderr = Lines::new(child.stderr.take().unwrap());
         let stdout = child.stdout.take();
-        Self { child, stderr, stdout }
+        Self {
+            child,
+            stderr,
+            stdout,
+        }
     }
 
     pub fn signal(&self, sig: i32) {
@@ -223,13 +249,20 @@ impl Tracer {
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!("gputrace did not exit within {timeout:?}; stderr: {:?}", self.stderr.seen);
+                panic!(
+                    "gputrace did not exit within {timeout:?}; stderr: {:?}",
+                    self.stderr.seen
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         };
         stdout.push_str(&reader.join().unwrap());
         let stderr = std::mem::replace(&mut self.stderr, Lines::new(std::io::empty())).rest();
-        Finished { status, stdout, stderr }
+        Finished {
+            status,
+            stdout,
+            stderr,
+        }
     }
 }
 
@@ -251,7 +284,8 @@ pub fn read_jsonl(path: &Path) -> (Vec<Value>, Value) {
     let mut events = Vec::new();
     let mut summary = None;
     for (i, line) in text.lines().enumerate() {
-        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("line {}: {e}: {line}", i + 1));
+        let v: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("line {}: {e}: {line}", i + 1));
         if v.get("type").and_then(Value::as_str) == Some("summary") {
             assert!(summary.is_none(), "two summary lines");
             summary = Some(v);
@@ -279,11 +313,16 @@ pub fn counts(events: &[Value]) -> std::collections::BTreeMap<String, u64> {
 
 /// Parses `"0x…"`.
 pub fn hex(v: &Value) -> u64 {
-    let s = v.as_str().unwrap_or_else(|| panic!("not a hex string: {v}"));
+    let s = v
+        .as_str()
+        .unwrap_or_else(|| panic!("not a hex string: {v}"));
     u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
 }
 
 /// Nanoseconds since the Unix epoch, now.
 pub fn now_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
 }

@@ -14,7 +14,10 @@ const RELU: &str = "relu(float*, int)";
 const GEMM: &str = "void cublas::gemm<float>(float const*, float const*, float*, int, int, int)";
 
 fn kernels(events: &[Value], api: &str) -> Vec<Value> {
-    of_api(events, api).iter().map(|e| e["args"]["kernel"].clone()).collect()
+    of_api(events, api)
+        .iter()
+        .map(|e| e["args"]["kernel"].clone())
+        .collect()
 }
 
 #[test]
@@ -22,7 +25,18 @@ fn command_is_traced_from_its_first_call() {
     let dir = scratch("cmd");
     let out = dir.join("t.jsonl");
     let wl = workload_bin();
-    let f = run_gputrace(&["--output", out.to_str().unwrap(), "--summary", "none", "--", wl.to_str().unwrap(), "--launches", "4", "--launch-ex", "1"]);
+    let f = run_gputrace(&[
+        "--output",
+        out.to_str().unwrap(),
+        "--summary",
+        "none",
+        "--",
+        wl.to_str().unwrap(),
+        "--launches",
+        "4",
+        "--launch-ex",
+        "1",
+    ]);
     assert!(f.status.success(), "{}", f.stderr_text());
     let (events, summary) = read_jsonl(&out);
     let c = counts(&events);
@@ -31,9 +45,27 @@ fn command_is_traced_from_its_first_call() {
     assert_eq!(c["cuLibraryGetKernel"], 1);
     assert_eq!(c["cuKernelGetFunction"], 1);
     assert_eq!(c["cuLaunchKernel"], 4);
-    let names: Vec<String> = of_api(&events, "cuModuleGetFunction").iter().map(|e| e["args"]["name"].as_str().unwrap().to_string()).collect();
-    assert_eq!(names, ["_Z10vector_addPKfS0_Pfi", "_ZN3sim6detail13reduce_kernelILi256EEEvPKfPfi", "_Z4reluPfi"]);
-    assert_eq!(kernels(&events, "cuLaunchKernel"), vec![json!(VECTOR_ADD), json!(REDUCE), json!(RELU), json!(VECTOR_ADD)]);
+    let names: Vec<String> = of_api(&events, "cuModuleGetFunction")
+        .iter()
+        .map(|e| e["args"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "_Z10vector_addPKfS0_Pfi",
+            "_ZN3sim6detail13reduce_kernelILi256EEEvPKfPfi",
+            "_Z4reluPfi"
+        ]
+    );
+    assert_eq!(
+        kernels(&events, "cuLaunchKernel"),
+        vec![
+            json!(VECTOR_ADD),
+            json!(REDUCE),
+            json!(RELU),
+            json!(VECTOR_ADD)
+        ]
+    );
     assert_eq!(kernels(&events, "cuLaunchKernelEx"), vec![json!(GEMM)]);
     assert_eq!(summary["lost"], 0);
     assert!(f.stderr_text().contains("every traced process has exited"));
@@ -43,21 +75,52 @@ fn command_is_traced_from_its_first_call() {
 fn names_learned_while_attached() {
     let dir = scratch("names");
     let out = dir.join("t.jsonl");
-    let mut w = Workload::start(&["--names-after-wait", "--launches", "3", "--launch-ex", "2", "--coop", "1"]);
-    let t = Tracer::attach(&["--pid", &w.pid.to_string(), "--output", out.to_str().unwrap()]);
+    let mut w = Workload::start(&[
+        "--names-after-wait",
+        "--launches",
+        "3",
+        "--launch-ex",
+        "2",
+        "--coop",
+        "1",
+    ]);
+    let t = Tracer::attach(&[
+        "--pid",
+        &w.pid.to_string(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     w.go();
     assert!(w.finish().0.success());
     assert!(t.finish(Duration::from_secs(30)).status.success());
     let (events, _) = read_jsonl(&out);
-    assert_eq!(kernels(&events, "cuLaunchKernel"), vec![json!(VECTOR_ADD), json!(REDUCE), json!(RELU)]);
-    assert_eq!(kernels(&events, "cuLaunchKernelEx"), vec![json!(GEMM), json!(GEMM)]);
-    assert_eq!(kernels(&events, "cuLaunchCooperativeKernel"), vec![json!(VECTOR_ADD)]);
+    assert_eq!(
+        kernels(&events, "cuLaunchKernel"),
+        vec![json!(VECTOR_ADD), json!(REDUCE), json!(RELU)]
+    );
+    assert_eq!(
+        kernels(&events, "cuLaunchKernelEx"),
+        vec![json!(GEMM), json!(GEMM)]
+    );
+    assert_eq!(
+        kernels(&events, "cuLaunchCooperativeKernel"),
+        vec![json!(VECTOR_ADD)]
+    );
     // The handle → name map comes from the intercepted calls themselves.
     let gf = of_api(&events, "cuModuleGetFunction");
-    assert_eq!(of_api(&events, "cuLaunchKernel")[0]["args"]["function"], gf[0]["args"]["function"]);
+    assert_eq!(
+        of_api(&events, "cuLaunchKernel")[0]["args"]["function"],
+        gf[0]["args"]["function"]
+    );
     let kgf = of_api(&events, "cuKernelGetFunction")[0];
-    assert_eq!(kgf["args"]["kernel"], of_api(&events, "cuLibraryGetKernel")[0]["args"]["kernel"]);
-    assert_eq!(of_api(&events, "cuLaunchKernelEx")[0]["args"]["function"], kgf["args"]["function"]);
+    assert_eq!(
+        kgf["args"]["kernel"],
+        of_api(&events, "cuLibraryGetKernel")[0]["args"]["kernel"]
+    );
+    assert_eq!(
+        of_api(&events, "cuLaunchKernelEx")[0]["args"]["function"],
+        kgf["args"]["function"]
+    );
 }
 
 #[test]
@@ -66,13 +129,24 @@ fn kernel_names_unknown_for_handles_made_before_attach_are_null_without_calibrat
     // cuFuncGetName (no calibration possible): the name cannot be known.
     let dir = scratch("nonames");
     let out = dir.join("t.jsonl");
-    let mut w = Workload::start_bin(&sim_dir().join("nofuncname/gputrace-workload"), &["--launches", "2"]);
-    let t = Tracer::attach(&["--pid", &w.pid.to_string(), "--output", out.to_str().unwrap()]);
+    let mut w = Workload::start_bin(
+        &sim_dir().join("nofuncname/gputrace-workload"),
+        &["--launches", "2"],
+    );
+    let t = Tracer::attach(&[
+        "--pid",
+        &w.pid.to_string(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     w.go();
     assert!(w.finish().0.success());
     assert!(t.finish(Duration::from_secs(30)).status.success());
     let (events, _) = read_jsonl(&out);
-    assert_eq!(kernels(&events, "cuLaunchKernel"), vec![Value::Null, Value::Null]);
+    assert_eq!(
+        kernels(&events, "cuLaunchKernel"),
+        vec![Value::Null, Value::Null]
+    );
 }
 
 #[test]
@@ -84,7 +158,14 @@ fn two_processes_at_once() {
     let mut c = Workload::start(&["--launches", "100"]);
     // Repeated --pid and a comma list; the third process is not traced.
     let pids = format!("{},{}", a.pid, b.pid);
-    let t = Tracer::attach(&["--pid", &pids, "--output", out.to_str().unwrap(), "--summary", "json"]);
+    let t = Tracer::attach(&[
+        "--pid",
+        &pids,
+        "--output",
+        out.to_str().unwrap(),
+        "--summary",
+        "json",
+    ]);
     a.go();
     b.go();
     c.go();
@@ -95,7 +176,11 @@ fn two_processes_at_once() {
     let (events, _) = read_jsonl(&out);
     let mut per_pid: BTreeMap<u64, BTreeMap<String, u64>> = BTreeMap::new();
     for e in &events {
-        *per_pid.entry(e["pid"].as_u64().unwrap()).or_default().entry(e["api"].as_str().unwrap().into()).or_default() += 1;
+        *per_pid
+            .entry(e["pid"].as_u64().unwrap())
+            .or_default()
+            .entry(e["api"].as_str().unwrap().into())
+            .or_default() += 1;
     }
     assert_eq!(per_pid.keys().copied().collect::<Vec<_>>(), {
         let mut v = vec![pa, pb];
@@ -107,7 +192,13 @@ fn two_processes_at_once() {
     assert_eq!(per_pid[&pb]["ncclAllReduce"], 1);
     let summary: Value = serde_json::from_str(f.stdout.trim()).unwrap();
     assert_eq!(summary["processes"].as_array().unwrap().len(), 2);
-    let launches: u64 = summary["total"]["apis"].as_array().unwrap().iter().filter(|a| a["name"] == "cuLaunchKernel").map(|a| a["calls"].as_u64().unwrap()).sum();
+    let launches: u64 = summary["total"]["apis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["name"] == "cuLaunchKernel")
+        .map(|a| a["calls"].as_u64().unwrap())
+        .sum();
     assert_eq!(launches, 12);
 }
 
@@ -117,7 +208,12 @@ fn threads_have_their_own_tids() {
     let out = dir.join("t.jsonl");
     let mut w = Workload::start(&["--threads", "3", "--launches", "50", "--syncs", "2"]);
     let tids = w.tids.clone();
-    let t = Tracer::attach(&["--pid", &w.pid.to_string(), "--output", out.to_str().unwrap()]);
+    let t = Tracer::attach(&[
+        "--pid",
+        &w.pid.to_string(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     w.go();
     assert!(w.finish().0.success());
     assert!(t.finish(Duration::from_secs(30)).status.success());
@@ -129,8 +225,10 @@ fn threads_have_their_own_tids() {
     let expected: BTreeMap<u64, u64> = tids.iter().map(|t| (*t as u64, 50)).collect();
     assert_eq!(per_tid, expected);
     // Each thread synchronises its own stream.
-    let streams: std::collections::BTreeSet<String> =
-        of_api(&events, "cuStreamSynchronize").iter().map(|e| e["args"]["stream"].as_str().unwrap().to_string()).collect();
+    let streams: std::collections::BTreeSet<String> = of_api(&events, "cuStreamSynchronize")
+        .iter()
+        .map(|e| e["args"]["stream"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(streams.len(), 3);
 }
 
@@ -138,8 +236,23 @@ fn threads_have_their_own_tids() {
 fn per_thread_stream_variants() {
     let dir = scratch("ptsz");
     let out = dir.join("t.jsonl");
-    let mut w = Workload::start(&["--per-thread-stream", "--launches", "2", "--copies", "1", "--syncs", "1", "--allocs", "1"]);
-    let t = Tracer::attach(&["--pid", &w.pid.to_string(), "--output", out.to_str().unwrap()]);
+    let mut w = Workload::start(&[
+        "--per-thread-stream",
+        "--launches",
+        "2",
+        "--copies",
+        "1",
+        "--syncs",
+        "1",
+        "--allocs",
+        "1",
+    ]);
+    let t = Tracer::attach(&[
+        "--pid",
+        &w.pid.to_string(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     w.go();
     assert!(w.finish().0.success());
     assert!(t.finish(Duration::from_secs(30)).status.success());
@@ -147,10 +260,24 @@ fn per_thread_stream_variants() {
     let c = counts(&events);
     assert_eq!(c["cuLaunchKernel_ptsz"], 2);
     assert!(!c.contains_key("cuLaunchKernel"));
-    for api in ["cuMemcpyHtoD_v2_ptds", "cuMemcpyHtoDAsync_v2_ptsz", "cuMemcpy_ptds", "cuMemcpyAsync_ptsz", "cuStreamSynchronize_ptsz", "cuEventRecord_ptsz", "cuMemAllocAsync_ptsz"] {
-        assert!(c.get(api).copied().unwrap_or(0) >= 1, "{api} missing: {c:?}");
+    for api in [
+        "cuMemcpyHtoD_v2_ptds",
+        "cuMemcpyHtoDAsync_v2_ptsz",
+        "cuMemcpy_ptds",
+        "cuMemcpyAsync_ptsz",
+        "cuStreamSynchronize_ptsz",
+        "cuEventRecord_ptsz",
+        "cuMemAllocAsync_ptsz",
+    ] {
+        assert!(
+            c.get(api).copied().unwrap_or(0) >= 1,
+            "{api} missing: {c:?}"
+        );
     }
-    assert_eq!(of_api(&events, "cuMemcpy_ptds")[0]["args"]["direction"], "HtoD");
+    assert_eq!(
+        of_api(&events, "cuMemcpy_ptds")[0]["args"]["direction"],
+        "HtoD"
+    );
 }
 
 #[test]
@@ -158,16 +285,28 @@ fn target_exiting_mid_trace_ends_the_trace() {
     let dir = scratch("exit");
     let out = dir.join("t.jsonl");
     let mut w = Workload::start(&["--duration-ms", "400", "--launches", "20", "--syncs", "1"]);
-    let t = Tracer::attach(&["--pid", &w.pid.to_string(), "--output", out.to_str().unwrap()]);
+    let t = Tracer::attach(&[
+        "--pid",
+        &w.pid.to_string(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     w.go();
     let (st, done) = w.finish();
     assert!(st.success());
     let f = t.finish(Duration::from_secs(30));
     assert!(f.status.success(), "{}", f.stderr_text());
-    assert!(f.stdout.contains("gputrace summary: 1 process"), "{}", f.stdout);
+    assert!(
+        f.stdout.contains("gputrace summary: 1 process"),
+        "{}",
+        f.stdout
+    );
     let (events, summary) = read_jsonl(&out);
     // Every call the workload made is in the file (and its two teardown unloads).
-    let counted = events.iter().filter(|e| e["api"] != "cuLibraryUnload" && e["api"] != "cuModuleUnload").count();
+    let counted = events
+        .iter()
+        .filter(|e| e["api"] != "cuLibraryUnload" && e["api"] != "cuModuleUnload")
+        .count();
     assert_eq!(counted as u64, done);
     assert_eq!(summary["events"], json!(events.len()));
     assert_eq!(summary["lost"], 0);
@@ -177,14 +316,32 @@ fn target_exiting_mid_trace_ends_the_trace() {
 fn duration_stops_while_the_target_runs_on() {
     let dir = scratch("duration");
     let out = dir.join("t.json");
-    let mut w = Workload::start(&["--loop", "--launches", "10", "--syncs", "1", "--sync-us", "1000"]);
-    let t = Tracer::attach(&["--pid", &w.pid.to_string(), "--duration", "700ms", "--output", out.to_str().unwrap()]);
+    let mut w = Workload::start(&[
+        "--loop",
+        "--launches",
+        "10",
+        "--syncs",
+        "1",
+        "--sync-us",
+        "1000",
+    ]);
+    let t = Tracer::attach(&[
+        "--pid",
+        &w.pid.to_string(),
+        "--duration",
+        "700ms",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     let start = Instant::now();
     w.go();
     let f = t.finish(Duration::from_secs(30));
     assert!(f.status.success(), "{}", f.stderr_text());
     assert!(start.elapsed() >= Duration::from_millis(600));
-    assert!(w.child.try_wait().unwrap().is_none(), "the workload keeps running");
+    assert!(
+        w.child.try_wait().unwrap().is_none(),
+        "the workload keeps running"
+    );
     // A Chrome trace: valid JSON, one slice per call with its args and ret,
     // process/thread names, device memory as a counter (none allocated here).
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
@@ -192,13 +349,21 @@ fn duration_stops_while_the_target_runs_on() {
     let slices: Vec<&Value> = evs.iter().filter(|e| e["ph"] == "X").collect();
     assert!(slices.len() > 50, "{}", slices.len());
     assert_eq!(v["gputraceSummary"]["events"], json!(slices.len()));
-    let launch = slices.iter().find(|e| e["name"] == "cuLaunchKernel").unwrap();
+    let launch = slices
+        .iter()
+        .find(|e| e["name"] == "cuLaunchKernel")
+        .unwrap();
     assert_eq!(launch["cat"], "launch");
     assert_eq!(launch["args"]["grid"], json!([64, 2, 1]));
     assert_eq!(launch["args"]["ret"], 0);
     assert_eq!(launch["pid"], json!(w.pid));
-    assert!(evs.iter().any(|e| e["ph"] == "M" && e["name"] == "process_name" && e["args"]["name"] == "gputrace-worklo"));
-    let sync = slices.iter().find(|e| e["name"] == "cuStreamSynchronize").unwrap();
+    assert!(evs.iter().any(|e| e["ph"] == "M"
+        && e["name"] == "process_name"
+        && e["args"]["name"] == "gputrace-worklo"));
+    let sync = slices
+        .iter()
+        .find(|e| e["name"] == "cuStreamSynchronize")
+        .unwrap();
     assert!(sync["dur"].as_f64().unwrap() >= 1000.0, "µs: {sync}");
 }
 
@@ -206,8 +371,21 @@ fn duration_stops_while_the_target_runs_on() {
 fn interrupt_stops_with_a_summary() {
     let dir = scratch("sigint");
     let out = dir.join("t.jsonl");
-    let mut w = Workload::start(&["--loop", "--launches", "10", "--syncs", "1", "--sync-us", "500"]);
-    let t = Tracer::attach(&["--pid", &w.pid.to_string(), "--output", out.to_str().unwrap()]);
+    let mut w = Workload::start(&[
+        "--loop",
+        "--launches",
+        "10",
+        "--syncs",
+        "1",
+        "--sync-us",
+        "500",
+    ]);
+    let t = Tracer::attach(&[
+        "--pid",
+        &w.pid.to_string(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     w.go();
     std::thread::sleep(Duration::from_millis(300));
     t.signal(libc::SIGINT);
@@ -224,7 +402,14 @@ fn allocations_chart_device_memory() {
     let dir = scratch("memchart");
     let out = dir.join("t.json");
     let mut w = Workload::start(&["--allocs", "3"]);
-    let t = Tracer::attach(&["--pid", &w.pid.to_string(), "--output", out.to_str().unwrap(), "--summary", "json"]);
+    let t = Tracer::attach(&[
+        "--pid",
+        &w.pid.to_string(),
+        "--output",
+        out.to_str().unwrap(),
+        "--summary",
+        "json",
+    ]);
     w.go();
     assert!(w.finish().0.success());
     let f = t.finish(Duration::from_secs(30));
@@ -238,11 +423,20 @@ fn allocations_chart_device_memory() {
         .collect();
     // Per pass: +1 MiB, +2 MiB, +4 MiB, +100 KiB (pitch), +2 MiB (cuMemCreate),
     // -2 MiB (release), -1 MiB, -2 MiB, -4 MiB, -100 KiB.
-    let pass = [1048576, 3145728, 7340032, 7442432, 9539584, 7442432, 6393856, 4296704, 102400, 0];
+    let pass = [
+        1048576, 3145728, 7340032, 7442432, 9539584, 7442432, 6393856, 4296704, 102400, 0,
+    ];
     assert_eq!(counters, [pass, pass, pass].concat());
     let s: Value = serde_json::from_str(f.stdout.trim()).unwrap();
     let m = &s["processes"][0]["memory"];
-    assert_eq!((m["peak_bytes"].as_u64(), m["live_bytes"].as_u64(), m["allocations"].as_u64()), (Some(9539584), Some(0), Some(21)));
+    assert_eq!(
+        (
+            m["peak_bytes"].as_u64(),
+            m["live_bytes"].as_u64(),
+            m["allocations"].as_u64()
+        ),
+        (Some(9539584), Some(0), Some(21))
+    );
 }
 
 #[test]
@@ -250,22 +444,45 @@ fn args_only_mode_attaches_no_return_probes() {
     let dir = scratch("argsonly");
     let out = dir.join("t.jsonl");
     let mut w = Workload::start(&["--launches", "6", "--launch-ex", "1", "--syncs", "1"]);
-    let t = Tracer::attach(&["--pid", &w.pid.to_string(), "--probes", "launch:args,sync", "--output", out.to_str().unwrap()]);
+    let t = Tracer::attach(&[
+        "--pid",
+        &w.pid.to_string(),
+        "--probes",
+        "launch:args,sync",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     // launch: 8 entry points, entry probes only; sync: 8 entry points, both.
-    let attached = t.stderr.seen.iter().find(|l| l.starts_with("gputrace: attached")).unwrap().clone();
+    let attached = t
+        .stderr
+        .seen
+        .iter()
+        .find(|l| l.starts_with("gputrace: attached"))
+        .unwrap()
+        .clone();
     assert_eq!(attached, "gputrace: attached 24 probes to 1 process");
     w.go();
     assert!(w.finish().0.success());
     assert!(t.finish(Duration::from_secs(30)).status.success());
     let (events, _) = read_jsonl(&out);
     let c = counts(&events);
-    assert_eq!((c["cuLaunchKernel"], c["cuLaunchKernelEx"], c["cuStreamSynchronize"]), (6, 1, 1));
+    assert_eq!(
+        (
+            c["cuLaunchKernel"],
+            c["cuLaunchKernelEx"],
+            c["cuStreamSynchronize"]
+        ),
+        (6, 1, 1)
+    );
     assert!(!c.contains_key("cuMemAlloc_v2"));
     for e in of_api(&events, "cuLaunchKernel") {
         assert_eq!((&e["dur_ns"], &e["ret"]), (&Value::Null, &Value::Null));
         assert_eq!(e["args"]["grid"], json!([64, 2, 1]));
     }
-    assert_eq!(of_api(&events, "cuLaunchKernelEx")[0]["args"]["block"], json!([128, 2, 1]));
+    assert_eq!(
+        of_api(&events, "cuLaunchKernelEx")[0]["args"]["block"],
+        json!([128, 2, 1])
+    );
     assert!(of_api(&events, "cuStreamSynchronize")[0]["dur_ns"].is_u64());
 }
 
@@ -275,10 +492,18 @@ fn events_that_do_not_fit_are_counted_not_hidden() {
     let out = dir.join("t.jsonl");
     let mut w = Workload::start(&["--bench", "launch", "--calls", "20000"]);
     let mut t = Tracer::spawn_with_env(
-        &["--pid", &w.pid.to_string(), "--output", out.to_str().unwrap(), "--summary", "text"],
+        &[
+            "--pid",
+            &w.pid.to_string(),
+            "--output",
+            out.to_str().unwrap(),
+            "--summary",
+            "text",
+        ],
         &[("GPUTRACE_RING_BYTES", "4096")],
     );
-    t.stderr.wait_for("gputrace: attached", Duration::from_secs(30));
+    t.stderr
+        .wait_for("gputrace: attached", Duration::from_secs(30));
     w.go();
     assert!(w.finish().0.success());
     let f = t.finish(Duration::from_secs(60));
@@ -292,6 +517,10 @@ fn events_that_do_not_fit_are_counted_not_hidden() {
     assert!(others <= 2);
     assert_eq!(launches + others + lost, 20002, "recorded + lost = made");
     assert_eq!(summary["lost"], json!(lost));
-    assert!(f.stdout.contains(&format!("EVENTS LOST: {lost} calls")), "{}", f.stdout);
+    assert!(
+        f.stdout.contains(&format!("EVENTS LOST: {lost} calls")),
+        "{}",
+        f.stdout
+    );
     assert!(f.stderr_text().contains("calls were not recorded"));
 }

@@ -239,7 +239,10 @@ mod tests {
 
     #[test]
     fn layout_has_no_hidden_padding() {
-        assert_eq!(CallEvent::SIZE, 4 * 4 + 3 * 8 + 16 + MAX_ARGS * 8 + EXTRA_WORDS * 8);
+        assert_eq!(
+            CallEvent::SIZE,
+            4 * 4 + 3 * 8 + 16 + MAX_ARGS * 8 + EXTRA_WORDS * 8
+        );
         assert_eq!(NamedCallEvent::SIZE, CallEvent::SIZE + 8 + NAME_LEN);
         assert_eq!(CallEvent::SIZE % 8, 0);
     }
@@ -268,7 +271,10 @@ mod tests {
         assert_eq!(c.runtime_set_arg(), 2);
         assert_eq!(ProbeCookie::new(1).runtime_set_arg(), 0);
         let plain = ProbeCookie::new(7);
-        assert_eq!((plain.deref_arg(), plain.out_arg(0), plain.str_arg()), (0, 0, 0));
+        assert_eq!(
+            (plain.deref_arg(), plain.out_arg(0), plain.str_arg()),
+            (0, 0, 0)
+        );
         assert!(!plain.entry_only() && !plain.stack_args());
     }
 }

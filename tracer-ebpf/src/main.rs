@@ -95,9 +95,8 @@ fn send(e: &CallEvent, cookie: ProbeCookie) {
         (*out).call.kind = EventKind::NamedCall as u32;
         (*out)._pad = 0;
         let len = match arg_at(e, s) {
-            Some(p) if p != 0 => {
-                bpf_probe_read_user_str_bytes(p as *const u8, &mut (*out).name).map_or(0, |b| b.len())
-            }
+            Some(p) if p != 0 => bpf_probe_read_user_str_bytes(p as *const u8, &mut (*out).name)
+                .map_or(0, |b| b.len()),
             _ => 0,
         };
         if len == 0 {
@@ -230,6 +229,31 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
     if cookie.runtime_set_arg() != 0 {
         let _ = RUNTIME_STUB.remove(&tid);
     }
+    0
+}
+
+/// Hits of the bare counting probes (0: entries, 1: returns): the floor a
+/// uprobe costs, for benchmarks.
+#[map]
+static BARE_COUNT: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+
+#[inline(always)]
+fn bare_hit(slot: u32) {
+    if let Some(c) = BARE_COUNT.get_ptr_mut(slot) {
+        // SAFETY: a per-CPU slot.
+        unsafe { *c += 1 };
+    }
+}
+
+#[uprobe]
+pub fn bare_entry(_ctx: ProbeContext) -> u32 {
+    bare_hit(0);
+    0
+}
+
+#[uretprobe]
+pub fn bare_return(_ctx: RetProbeContext) -> u32 {
+    bare_hit(1);
     0
 }
 

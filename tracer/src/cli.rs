@@ -32,6 +32,31 @@ pub enum Command {
     /// Internal: find where this libcuda keeps kernel names (run by gputrace itself).
     #[command(name = "__calibrate", hide = true)]
     Calibrate { libcuda: PathBuf },
+    /// Internal: list the catalogue symbols a library exports, with file offsets.
+    #[command(name = "__symbols", hide = true)]
+    Symbols { library: PathBuf },
+    /// Internal (benchmarks): a bare counting uprobe, the floor any uprobe tool pays.
+    #[command(name = "__bare", hide = true)]
+    Bare(BareArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BareArgs {
+    /// Library to probe.
+    #[arg(long)]
+    pub library: PathBuf,
+    /// Symbols to probe (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub symbols: Vec<String>,
+    /// Only this process.
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Add a return probe to each symbol.
+    #[arg(long = "ret")]
+    pub with_return: bool,
+    /// Stop after this long (else at SIGINT/SIGTERM).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -120,14 +145,17 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             return Ok(Duration::from_secs_f64(secs));
         }
     }
-    humantime::parse_duration(s).map_err(|e| format!("`{s}` is not a duration like 10s, 2m or 500ms ({e})"))
+    humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}` is not a duration like 10s, 2m or 500ms ({e})"))
 }
 
 fn parse_output(s: &str) -> Result<PathBuf, String> {
     let p = PathBuf::from(s);
     match crate::export::TimelineFormat::from_path(&p) {
         Some(_) => Ok(p),
-        None => Err(format!("`{s}` must end in .jsonl (events) or .json (Chrome trace)")),
+        None => Err(format!(
+            "`{s}` must end in .jsonl (events) or .json (Chrome trace)"
+        )),
     }
 }
 
@@ -151,13 +179,20 @@ mod tests {
 
     #[test]
     fn command_lines() {
-        let c = Cli::try_parse_from(["gputrace", "--pid", "1,2", "--pid", "3", "--duration", "1s"]).unwrap();
+        let c = Cli::try_parse_from(["gputrace", "--pid", "1,2", "--pid", "3", "--duration", "1s"])
+            .unwrap();
         assert_eq!(c.trace.pids, vec![1, 2, 3]);
         let c = Cli::try_parse_from(["gputrace", "--print", "--", "python3", "-c", "x"]).unwrap();
         assert_eq!(c.trace.cmd, vec!["python3", "-c", "x"]);
         assert!(Cli::try_parse_from(["gputrace", "--output", "x.txt", "--pid", "1"]).is_err());
         assert!(Cli::try_parse_from(["gputrace", "--probes", "nope", "--pid", "1"]).is_err());
         let c = Cli::try_parse_from(["gputrace", "stats", "f.jsonl", "--format", "json"]).unwrap();
-        assert!(matches!(c.command, Some(Command::Stats(StatsArgs { format: StatsFormat::Json, .. }))));
+        assert!(matches!(
+            c.command,
+            Some(Command::Stats(StatsArgs {
+                format: StatsFormat::Json,
+                ..
+            }))
+        ));
     }
 }

@@ -10,11 +10,17 @@ pub struct Failure {
 
 impl Failure {
     pub fn runtime(message: impl Into<String>) -> Self {
-        Self { code: 1, message: message.into() }
+        Self {
+            code: 1,
+            message: message.into(),
+        }
     }
 
     pub fn usage(message: impl Into<String>) -> Self {
-        Self { code: 2, message: message.into() }
+        Self {
+            code: 2,
+            message: message.into(),
+        }
     }
 }
 

@@ -37,7 +37,10 @@ enum Task {
 }
 
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
 }
 
 pub fn run(cmd: &mut Command) -> Result<()> {
@@ -57,7 +60,11 @@ fn cargo() -> Command {
 /// Builds the simulator into `target/sim` and returns that directory.
 fn build_sim() -> Result<PathBuf> {
     let out = root().join("target/sim");
-    run(Command::new("make").arg("-s").arg("-C").arg(root().join("tests/sim")).arg(format!("OUT={}", out.display())))?;
+    run(Command::new("make")
+        .arg("-s")
+        .arg("-C")
+        .arg(root().join("tests/sim"))
+        .arg(format!("OUT={}", out.display())))?;
     Ok(out)
 }
 
@@ -71,24 +78,28 @@ fn main() -> Result<()> {
             run(cargo().args(["build", "--release", "--package", "tracer"]))?;
             let bin = root().join("target/release/gputrace");
             println!("$ sudo gputrace {}-- gputrace-workload --threads 2 --launches 5000 --launch-ex 500 --copies 200 --allocs 50 --syncs 20 --nccl 100 --names-after-wait", args.iter().map(|a| format!("{a} ")).collect::<String>());
-            run(Command::new(bin).args(&args).arg("--").arg(sim.join("gputrace-workload")).args([
-                "--threads",
-                "2",
-                "--launches",
-                "5000",
-                "--launch-ex",
-                "500",
-                "--copies",
-                "200",
-                "--allocs",
-                "50",
-                "--syncs",
-                "20",
-                "--sync-us",
-                "500",
-                "--nccl",
-                "100",
-            ]))
+            run(Command::new(bin)
+                .args(&args)
+                .arg("--")
+                .arg(sim.join("gputrace-workload"))
+                .args([
+                    "--threads",
+                    "2",
+                    "--launches",
+                    "5000",
+                    "--launch-ex",
+                    "500",
+                    "--copies",
+                    "200",
+                    "--allocs",
+                    "50",
+                    "--syncs",
+                    "20",
+                    "--sync-us",
+                    "500",
+                    "--nccl",
+                    "100",
+                ]))
         }
         Task::Test { args } => {
             setup::ensure()?;
@@ -98,7 +109,9 @@ fn main() -> Result<()> {
                 bail!("the eBPF integration tests load programs and attach uprobes: run `cargo xtask test` as root");
             }
             run(cargo().args(["build", "--package", "tracer"]))?;
-            run(cargo().args(["test", "--workspace", "--exclude", "tracer-ebpf", "--"]).args(&args))
+            run(cargo()
+                .args(["test", "--workspace", "--exclude", "tracer-ebpf", "--"])
+                .args(&args))
         }
     }
 }

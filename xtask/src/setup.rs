@@ -7,12 +7,19 @@ use anyhow::{Context, Result};
 
 use crate::run;
 
-const APT_PACKAGES: &[&str] = &["llvm-22-dev", "libpolly-22-dev", "libzstd-dev", "zlib1g-dev"];
+const APT_PACKAGES: &[&str] = &[
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "libzstd-dev",
+    "zlib1g-dev",
+];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
 fn output(cmd: &mut Command) -> Option<String> {
     let out = cmd.output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn apt_missing(packages: &[&str]) -> Vec<String> {
@@ -43,7 +50,9 @@ pub fn apt_install(packages: &[&str]) -> Result<()> {
 fn cargo_bin(name: &str) -> std::path::PathBuf {
     let home = std::env::var_os("CARGO_HOME")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo"));
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo")
+        });
     home.join("bin").join(name)
 }
 
@@ -57,7 +66,14 @@ pub fn ensure() -> Result<()> {
     if !have_linker {
         eprintln!("setup: installing bpf-linker {BPF_LINKER_VERSION} (a few minutes)");
         run(Command::new("cargo")
-            .args(["install", &format!("bpf-linker@{BPF_LINKER_VERSION}"), "--locked", "--no-default-features", "--features", "llvm-22"])
+            .args([
+                "install",
+                &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+                "--locked",
+                "--no-default-features",
+                "--features",
+                "llvm-22",
+            ])
             .env("LLVM_PREFIX", "/usr/lib/llvm-22"))
         .context("installing bpf-linker")?;
     }
@@ -65,13 +81,31 @@ pub fn ensure() -> Result<()> {
     let toolchains = output(Command::new("rustup").args(["toolchain", "list"])).unwrap_or_default();
     if !toolchains.lines().any(|l| l.starts_with("nightly")) {
         eprintln!("setup: installing the nightly toolchain");
-        run(Command::new("rustup").args(["toolchain", "install", "nightly", "--profile", "minimal"]))?;
+        run(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+        ]))?;
     }
-    let components =
-        output(Command::new("rustup").args(["component", "list", "--installed", "--toolchain", "nightly"])).unwrap_or_default();
+    let components = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        "nightly",
+    ]))
+    .unwrap_or_default();
     if !components.lines().any(|l| l.starts_with("rust-src")) {
         eprintln!("setup: adding rust-src to nightly");
-        run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
+        run(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ]))?;
     }
     Ok(())
 }

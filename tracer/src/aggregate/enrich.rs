@@ -20,7 +20,10 @@ pub struct Clock {
 }
 
 fn clock_ns(clock: libc::clockid_t) -> i128 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: a valid clock id and a valid out-pointer.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
@@ -40,7 +43,9 @@ impl Clock {
                 best = Some((gap, offset));
             }
         }
-        Self { offset_ns: best.map_or(0, |b| b.1) }
+        Self {
+            offset_ns: best.map_or(0, |b| b.1),
+        }
     }
 
     pub fn to_unix_ns(self, mono_ns: u64) -> u64 {
@@ -65,7 +70,10 @@ impl HostMaps {
         if self.hit(addr) {
             return true;
         }
-        if self.read_at.is_some_and(|t| t.elapsed() < Duration::from_millis(100)) {
+        if self
+            .read_at
+            .is_some_and(|t| t.elapsed() < Duration::from_millis(100))
+        {
             return false;
         }
         self.ranges = read_writable_maps(pid).unwrap_or_default();
@@ -84,11 +92,15 @@ fn read_writable_maps(pid: u32) -> std::io::Result<Vec<(u64, u64)>> {
     let mut out = Vec::new();
     for line in maps.lines() {
         let mut f = line.split(' ');
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else { continue };
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
         if !perms.starts_with("rw") {
             continue;
         }
-        let Some((a, b)) = range.split_once('-') else { continue };
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
         if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
             out.push((a, b));
         }
@@ -113,7 +125,12 @@ impl ProcessState {
             let end = thread_comm.iter().position(|b| *b == 0).unwrap_or(16);
             String::from_utf8_lossy(&thread_comm[..end]).into_owned()
         });
-        Self { comm: Arc::from(comm), memory: MemoryBook::default(), names: HashMap::new(), host_maps: HostMaps::default() }
+        Self {
+            comm: Arc::from(comm),
+            memory: MemoryBook::default(),
+            names: HashMap::new(),
+            host_maps: HostMaps::default(),
+        }
     }
 
     /// Where `addr` lives: a live allocation seen by the trace first, then
@@ -132,7 +149,9 @@ impl ProcessState {
             Args::Launch(l) => {
                 l.kernel = match self.names.get(&l.function) {
                     Some((name, _)) => Some(name.clone()),
-                    None => namer.from_handle(pid, l.function).or_else(|| namer.from_stub(pid, l.stub)),
+                    None => namer
+                        .from_handle(pid, l.function)
+                        .or_else(|| namer.from_stub(pid, l.stub)),
                 };
                 false
             }
@@ -150,11 +169,19 @@ impl ProcessState {
                 }
                 false
             }
-            Args::GetFunction { handle: Some(h), name: Some(name), parent, .. } if ok => {
+            Args::GetFunction {
+                handle: Some(h),
+                name: Some(name),
+                parent,
+                ..
+            } if ok => {
                 self.names.insert(*h, (demangle(name), *parent));
                 false
             }
-            Args::KernelGetFunction { function: Some(f), kernel } if ok => {
+            Args::KernelGetFunction {
+                function: Some(f),
+                kernel,
+            } if ok => {
                 if let Some(entry) = self.names.get(kernel).cloned() {
                     self.names.insert(*f, entry);
                 }
@@ -171,16 +198,49 @@ impl ProcessState {
     }
 }
 
-/// A kernel's readable name: demangled C++ where it is mangled.
+/// A kernel's readable name: demangled C++ where it is mangled, spelled as
+/// c++filt, Nsight Systems and torch.profiler spell it.
 pub fn demangle(name: &str) -> Arc<str> {
     if name.starts_with("_Z") {
         if let Ok(sym) = cpp_demangle::Symbol::new(name) {
             if let Ok(s) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
-                return Arc::from(s);
+                return Arc::from(literal_suffixes(&s));
             }
         }
     }
     Arc::from(name)
+}
+
+/// cpp_demangle writes integer template arguments as `(unsigned long)2`;
+/// libiberty (c++filt, nsys, torch.profiler) writes `2ul`.
+fn literal_suffixes(s: &str) -> String {
+    const CASTS: [(&str, &str); 5] = [
+        ("(unsigned long long)", "ull"),
+        ("(unsigned long)", "ul"),
+        ("(unsigned int)", "u"),
+        ("(long long)", "ll"),
+        ("(long)", "l"),
+    ];
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    'outer: while !rest.is_empty() {
+        for (cast, suffix) in CASTS {
+            if let Some(after) = rest.strip_prefix(cast) {
+                let neg = after.starts_with('-') as usize;
+                let digits = after[neg..].bytes().take_while(u8::is_ascii_digit).count();
+                if digits > 0 {
+                    out.push_str(&after[..neg + digits]);
+                    out.push_str(suffix);
+                    rest = &after[neg + digits..];
+                    continue 'outer;
+                }
+            }
+        }
+        let c = rest.chars().next().expect("not empty");
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
 }
 
 /// Turns raw records into calls, keeping per-process state.
@@ -198,7 +258,11 @@ pub struct Enriched {
 
 impl Enricher {
     pub fn new(clock: Clock, namer: KernelNamer) -> Self {
-        Self { clock, procs: HashMap::new(), namer }
+        Self {
+            clock,
+            procs: HashMap::new(),
+            namer,
+        }
     }
 
     pub fn process(&self, pid: u32) -> Option<&ProcessState> {
@@ -217,7 +281,10 @@ impl Enricher {
         let mut args = decode_args(api, raw);
         let ret = ret_of(raw);
         let ok = ret.is_none_or(|r| r == 0);
-        let state = self.procs.entry(e.pid).or_insert_with(|| ProcessState::new(e.pid, &e.comm));
+        let state = self
+            .procs
+            .entry(e.pid)
+            .or_insert_with(|| ProcessState::new(e.pid, &e.comm));
         let changed = state.observe(e.pid, &mut args, ok, &mut self.namer);
         let call = Call {
             ts_ns: self.clock.to_unix_ns(e.start_ns),
@@ -230,7 +297,10 @@ impl Enricher {
             ret,
             args,
         };
-        Ok(Enriched { call, device_bytes: changed.then_some(state.memory.in_use()) })
+        Ok(Enriched {
+            call,
+            device_bytes: changed.then_some(state.memory.in_use()),
+        })
     }
 }
 
@@ -241,6 +311,15 @@ mod tests {
     #[test]
     fn demangles_cpp_and_keeps_c_names() {
         assert_eq!(&*demangle("_Z4reluPfi"), "relu(float*, int)");
+        // As torch.profiler and c++filt name PyTorch's add kernel.
+        assert_eq!(
+            &*demangle("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_21CUDAFunctorOnSelf_addIfEESt5arrayIPcLm2EEEEviT0_T1_"),
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, 2ul> >(int, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, 2ul>)"
+        );
+        assert_eq!(
+            literal_suffixes("f<(long)-3, (unsigned int)7, (long)x>"),
+            "f<-3l, 7u, (long)x>"
+        );
         assert_eq!(&*demangle("plain_c_kernel"), "plain_c_kernel");
         assert_eq!(&*demangle("_Znot valid"), "_Znot valid");
     }
@@ -248,7 +327,10 @@ mod tests {
     #[test]
     fn clock_is_near_now() {
         let c = Clock::measure();
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i128;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i128;
         let got = c.to_unix_ns(Clock::now_mono_ns()) as i128;
         assert!((got - now).abs() < 50_000_000, "{got} vs {now}");
     }

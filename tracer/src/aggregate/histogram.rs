@@ -82,7 +82,18 @@ mod tests {
 
     #[test]
     fn buckets_cover_values() {
-        for v in [0u64, 1, 63, 64, 65, 127, 128, 1000, 123_456_789, u64::MAX / 3] {
+        for v in [
+            0u64,
+            1,
+            63,
+            64,
+            65,
+            127,
+            128,
+            1000,
+            123_456_789,
+            u64::MAX / 3,
+        ] {
             let (lo, hi) = bounds(index(v));
             assert!(lo <= v && v <= hi, "{v} not in [{lo}, {hi}]");
             assert!((hi - lo) as f64 <= v as f64 / 60.0 + 1.0);

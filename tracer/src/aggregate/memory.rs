@@ -14,15 +14,24 @@ pub enum Place {
     Unknown,
 }
 
+#[derive(Clone, Copy, Debug)]
+struct Physical {
+    bytes: u64,
+    released: bool,
+    maps: u32,
+}
+
 /// Live allocations of one process.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryBook {
     /// start → (bytes, kind) for address-returning allocations.
     ranges: BTreeMap<u64, (u64, AllocKind)>,
-    /// cuMemMap'd virtual ranges (device memory reached through a VA).
-    mapped: BTreeMap<u64, u64>,
-    /// cuMemCreate handles → bytes.
-    physical: HashMap<u64, u64>,
+    /// cuMemMap'd virtual ranges (device memory reached through a VA):
+    /// start → (bytes, handle).
+    mapped: BTreeMap<u64, (u64, u64)>,
+    /// cuMemCreate handles. Their memory is freed once released and no
+    /// longer mapped (the CUDA virtual memory rules).
+    physical: HashMap<u64, Physical>,
     in_use: u64,
     peak: u64,
     /// Successful allocations seen (device and host).
@@ -56,7 +65,12 @@ impl MemoryBook {
             return false;
         }
         match args {
-            Args::Alloc(Alloc { dptr: Some(p), bytes, kind, .. }) => {
+            Args::Alloc(Alloc {
+                dptr: Some(p),
+                bytes,
+                kind,
+                ..
+            }) => {
                 self.allocations += 1;
                 self.allocated_bytes = self.allocated_bytes.saturating_add(*bytes);
                 if let Some((old, old_kind)) = self.ranges.insert(*p, (*bytes, *kind)) {
@@ -82,30 +96,59 @@ impl MemoryBook {
                 }
                 None => false,
             },
-            Args::MemCreate { handle: Some(h), bytes } => {
+            Args::MemCreate {
+                handle: Some(h),
+                bytes,
+            } => {
                 self.allocations += 1;
                 self.allocated_bytes = self.allocated_bytes.saturating_add(*bytes);
-                if let Some(old) = self.physical.insert(*h, *bytes) {
-                    self.in_use = self.in_use.saturating_sub(old);
+                let new = Physical {
+                    bytes: *bytes,
+                    released: false,
+                    maps: 0,
+                };
+                if let Some(old) = self.physical.insert(*h, new) {
+                    self.in_use = self.in_use.saturating_sub(old.bytes);
                 }
                 self.add(*bytes);
                 true
             }
-            Args::MemRelease { handle } => match self.physical.remove(handle) {
-                Some(bytes) => {
-                    self.frees += 1;
-                    self.in_use = self.in_use.saturating_sub(bytes);
-                    true
+            Args::MemRelease { handle } => {
+                // A second release (after cuMemRetainAllocationHandle, which
+                // is not traced) changes nothing we can see.
+                let Some(p) = self.physical.get_mut(handle).filter(|p| !p.released) else {
+                    return false;
+                };
+                p.released = true;
+                self.frees += 1;
+                self.free_physical_if_unused(*handle)
+            }
+            Args::MemMap { ptr, bytes, handle } => {
+                self.mapped.insert(*ptr, (*bytes, *handle));
+                if let Some(p) = self.physical.get_mut(handle) {
+                    p.maps += 1;
+                }
+                false
+            }
+            Args::MemUnmap { ptr, .. } => match self.mapped.remove(ptr) {
+                Some((_, handle)) => {
+                    if let Some(p) = self.physical.get_mut(&handle) {
+                        p.maps = p.maps.saturating_sub(1);
+                    }
+                    self.free_physical_if_unused(handle)
                 }
                 None => false,
             },
-            Args::MemMap { ptr, bytes, .. } => {
-                self.mapped.insert(*ptr, *bytes);
-                false
-            }
-            Args::MemUnmap { ptr, .. } => {
-                self.mapped.remove(ptr);
-                false
+            _ => false,
+        }
+    }
+
+    fn free_physical_if_unused(&mut self, handle: u64) -> bool {
+        match self.physical.get(&handle) {
+            Some(p) if p.released && p.maps == 0 => {
+                self.in_use = self.in_use.saturating_sub(p.bytes);
+                self.physical.remove(&handle);
+                true
             }
             _ => false,
         }
@@ -115,10 +158,14 @@ impl MemoryBook {
     pub fn place(&self, addr: u64) -> Place {
         if let Some((start, (bytes, kind))) = self.ranges.range(..=addr).next_back() {
             if addr < start.saturating_add(*bytes) {
-                return if kind.on_device() { Place::Device } else { Place::Host };
+                return if kind.on_device() {
+                    Place::Device
+                } else {
+                    Place::Host
+                };
             }
         }
-        if let Some((start, bytes)) = self.mapped.range(..=addr).next_back() {
+        if let Some((start, (bytes, _))) = self.mapped.range(..=addr).next_back() {
             if addr < start.saturating_add(*bytes) {
                 return Place::Device;
             }
@@ -132,7 +179,13 @@ mod tests {
     use super::*;
 
     fn alloc(p: u64, bytes: u64, kind: AllocKind) -> Args {
-        Args::Alloc(Alloc { dptr: Some(p), bytes, kind, stream: None, pitch: None })
+        Args::Alloc(Alloc {
+            dptr: Some(p),
+            bytes,
+            kind,
+            stream: None,
+            pitch: None,
+        })
     }
 
     #[test]
@@ -141,14 +194,77 @@ mod tests {
         assert!(m.apply(&alloc(0x1000, 100, AllocKind::Device), true));
         assert!(m.apply(&alloc(0x2000, 50, AllocKind::Managed), true));
         assert!(!m.apply(&alloc(0x9000, 70, AllocKind::Host), true));
-        assert!(!m.apply(&alloc(0x5000, 999, AllocKind::Device), false), "failed call");
+        assert!(
+            !m.apply(&alloc(0x5000, 999, AllocKind::Device), false),
+            "failed call"
+        );
         assert_eq!((m.in_use(), m.peak()), (150, 150));
-        assert!(m.apply(&Args::Free { dptr: 0x1000, stream: None }, true));
-        assert!(!m.apply(&Args::Free { dptr: 0x7777, stream: None }, true), "unknown pointer");
-        assert!(m.apply(&Args::MemCreate { handle: Some(7), bytes: 200 }, true));
+        assert!(m.apply(
+            &Args::Free {
+                dptr: 0x1000,
+                stream: None
+            },
+            true
+        ));
+        assert!(
+            !m.apply(
+                &Args::Free {
+                    dptr: 0x7777,
+                    stream: None
+                },
+                true
+            ),
+            "unknown pointer"
+        );
+        assert!(m.apply(
+            &Args::MemCreate {
+                handle: Some(7),
+                bytes: 200
+            },
+            true
+        ));
         assert_eq!((m.in_use(), m.peak()), (250, 250));
         assert!(m.apply(&Args::MemRelease { handle: 7 }, true));
-        assert_eq!((m.in_use(), m.peak(), m.allocations, m.frees), (50, 250, 4, 2));
+        assert_eq!(
+            (m.in_use(), m.peak(), m.allocations, m.frees),
+            (50, 250, 4, 2)
+        );
+    }
+
+    #[test]
+    fn mapped_physical_memory_lives_until_released_and_unmapped() {
+        let mut m = MemoryBook::default();
+        m.apply(
+            &Args::MemCreate {
+                handle: Some(1),
+                bytes: 100,
+            },
+            true,
+        );
+        m.apply(
+            &Args::MemMap {
+                ptr: 0x1000,
+                bytes: 100,
+                handle: 1,
+            },
+            true,
+        );
+        // PyTorch releases right after mapping: the memory stays in use.
+        assert!(!m.apply(&Args::MemRelease { handle: 1 }, true));
+        assert!(
+            !m.apply(&Args::MemRelease { handle: 1 }, true),
+            "a second release"
+        );
+        assert_eq!(m.in_use(), 100);
+        assert_eq!(m.place(0x1010), Place::Device);
+        assert!(m.apply(
+            &Args::MemUnmap {
+                ptr: 0x1000,
+                bytes: 100
+            },
+            true
+        ));
+        assert_eq!((m.in_use(), m.frees), (0, 1));
     }
 
     #[test]
@@ -156,7 +272,14 @@ mod tests {
         let mut m = MemoryBook::default();
         m.apply(&alloc(0x1000, 0x100, AllocKind::Device), true);
         m.apply(&alloc(0x8000, 0x100, AllocKind::Host), true);
-        m.apply(&Args::MemMap { ptr: 0x10000, bytes: 0x1000, handle: 1 }, true);
+        m.apply(
+            &Args::MemMap {
+                ptr: 0x10000,
+                bytes: 0x1000,
+                handle: 1,
+            },
+            true,
+        );
         assert_eq!(m.place(0x1000), Place::Device);
         assert_eq!(m.place(0x10ff), Place::Device);
         assert_eq!(m.place(0x1100), Place::Unknown);

@@ -85,7 +85,11 @@ pub fn render_text(s: &Summary) -> String {
     }
     let _ = writeln!(out, "\n{}", lost_line(s));
     if s.lost.read_failed > 0 {
-        let _ = writeln!(out, "Argument reads that failed (calls kept, arguments zero): {}", s.lost.read_failed);
+        let _ = writeln!(
+            out,
+            "Argument reads that failed (calls kept, arguments zero): {}",
+            s.lost.read_failed
+        );
     }
     out
 }
@@ -99,21 +103,49 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
         " {:>8}  {:>10}  {:>9}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  Name",
         "Time (%)", "Total Time", "Calls", "Avg", "Med", "Min", "Max", "StdDev"
     );
-    let _ = writeln!(out, " {:->8}  {:->10}  {:->9}  {:->10}  {:->10}  {:->10}  {:->10}  {:->10}  {:->4}", "", "", "", "", "", "", "", "", "");
+    let _ = writeln!(
+        out,
+        " {:->8}  {:->10}  {:->9}  {:->10}  {:->10}  {:->10}  {:->10}  {:->10}  {:->4}",
+        "", "", "", "", "", "", "", "", ""
+    );
     for (name, a) in &rows {
-        let pct = if all_ns > 0 { a.total_ns as f64 * 100.0 / all_ns as f64 } else { 0.0 };
+        let pct = if all_ns > 0 {
+            a.total_ns as f64 * 100.0 / all_ns as f64
+        } else {
+            0.0
+        };
         let timed = a.timed > 0;
-        let failed = if a.failed > 0 { format!("  ({} failed)", a.failed) } else { String::new() };
+        let failed = if a.failed > 0 {
+            format!("  ({} failed)", a.failed)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
             " {:>8}  {:>10}  {:>9}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {}{}",
-            if timed { format!("{pct:.1}") } else { "-".into() },
-            if timed { fmt_ns(a.total_ns as f64) } else { "-".into() },
+            if timed {
+                format!("{pct:.1}")
+            } else {
+                "-".into()
+            },
+            if timed {
+                fmt_ns(a.total_ns as f64)
+            } else {
+                "-".into()
+            },
             a.calls,
             opt_ns(a.avg_ns()),
             opt_ns(a.median_ns().map(|v| v as f64)),
-            if timed { fmt_ns(a.min_ns as f64) } else { "-".into() },
-            if timed { fmt_ns(a.max_ns as f64) } else { "-".into() },
+            if timed {
+                fmt_ns(a.min_ns as f64)
+            } else {
+                "-".into()
+            },
+            if timed {
+                fmt_ns(a.max_ns as f64)
+            } else {
+                "-".into()
+            },
             opt_ns(a.stddev_ns()),
             name,
             failed
@@ -124,10 +156,20 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
     if !kernels.is_empty() {
         let launches: u64 = kernels.iter().map(|k| k.1.launches).sum();
         let _ = writeln!(out, "\nKernel launches:");
-        let _ = writeln!(out, " {:>9}  {:>9}  {:>12}  {:>12}  Name", "Launches", "Share (%)", "Grid", "Block");
-        let _ = writeln!(out, " {:->9}  {:->9}  {:->12}  {:->12}  {:->4}", "", "", "", "", "");
+        let _ = writeln!(
+            out,
+            " {:>9}  {:>9}  {:>12}  {:>12}  Name",
+            "Launches", "Share (%)", "Grid", "Block"
+        );
+        let _ = writeln!(
+            out,
+            " {:->9}  {:->9}  {:->12}  {:->12}  {:->4}",
+            "", "", "", "", ""
+        );
         for (name, k) in kernels {
-            let (grid, block) = k.top_config().map_or(("-".into(), "-".into()), |(g, b)| (dims(g), dims(b)));
+            let (grid, block) = k
+                .top_config()
+                .map_or(("-".into(), "-".into()), |(g, b)| (dims(g), dims(b)));
             let _ = writeln!(
                 out,
                 " {:>9}  {:>9.1}  {:>12}  {:>12}  {}",
@@ -142,8 +184,16 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
 
     if !p.copies.is_empty() {
         let _ = writeln!(out, "\nMemory copies and sets:");
-        let _ = writeln!(out, " {:>9}  {:>9}  {:>12}  {:>12}  {:>10}", "Direction", "Count", "Total Bytes", "Avg Size", "Host Time");
-        let _ = writeln!(out, " {:->9}  {:->9}  {:->12}  {:->12}  {:->10}", "", "", "", "", "");
+        let _ = writeln!(
+            out,
+            " {:>9}  {:>9}  {:>12}  {:>12}  {:>10}",
+            "Direction", "Count", "Total Bytes", "Avg Size", "Host Time"
+        );
+        let _ = writeln!(
+            out,
+            " {:->9}  {:->9}  {:->12}  {:->12}  {:->10}",
+            "", "", "", "", ""
+        );
         for (d, c) in &p.copies {
             let _ = writeln!(
                 out,
@@ -172,8 +222,16 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
 
     if !p.nccl.is_empty() {
         let _ = writeln!(out, "\nNCCL:");
-        let _ = writeln!(out, " {:<14}  {:>14}  {:>9}  {:>7}  {:>12}  {:>12}  {:>10}", "Operation", "Comm", "Ranks", "Calls", "Total Bytes", "Avg Size", "Host Time");
-        let _ = writeln!(out, " {:-<14}  {:->14}  {:->9}  {:->7}  {:->12}  {:->12}  {:->10}", "", "", "", "", "", "", "");
+        let _ = writeln!(
+            out,
+            " {:<14}  {:>14}  {:>9}  {:>7}  {:>12}  {:>12}  {:>10}",
+            "Operation", "Comm", "Ranks", "Calls", "Total Bytes", "Avg Size", "Host Time"
+        );
+        let _ = writeln!(
+            out,
+            " {:-<14}  {:->14}  {:->9}  {:->7}  {:->12}  {:->12}  {:->10}",
+            "", "", "", "", "", "", ""
+        );
         for ((op, comm), n) in &p.nccl {
             let ranks = match p.comms.get(comm) {
                 Some((nranks, Some(rank))) => format!("{rank}/{nranks}"),
@@ -242,7 +300,10 @@ fn process_json(p: &ProcessSummary) -> Value {
         .nccl
         .iter()
         .map(|((op, comm), n)| {
-            let (nranks, rank) = p.comms.get(comm).map_or((None, None), |(n, r)| (Some(*n), *r));
+            let (nranks, rank) = p
+                .comms
+                .get(comm)
+                .map_or((None, None), |(n, r)| (Some(*n), *r));
             json!({"op": op.name(), "comm": format!("{comm:#x}"), "nranks": nranks, "rank": rank,
                    "count": n.count, "bytes": n.bytes, "host_ns": n.total_ns})
         })

@@ -34,7 +34,11 @@ impl ApiStats {
         let Some(d) = dur else { return };
         self.timed += 1;
         self.total_ns = self.total_ns.saturating_add(d);
-        self.min_ns = if self.timed == 1 { d } else { self.min_ns.min(d) };
+        self.min_ns = if self.timed == 1 {
+            d
+        } else {
+            self.min_ns.min(d)
+        };
         self.max_ns = self.max_ns.max(d);
         // Welford's running mean and variance.
         let x = d as f64;
@@ -51,7 +55,11 @@ impl ApiStats {
             let mean = self.mean + delta * o.timed as f64 / n as f64;
             self.m2 += o.m2 + delta * delta * self.timed as f64 * o.timed as f64 / n as f64;
             self.mean = mean;
-            self.min_ns = if self.timed == 0 { o.min_ns } else { self.min_ns.min(o.min_ns) };
+            self.min_ns = if self.timed == 0 {
+                o.min_ns
+            } else {
+                self.min_ns.min(o.min_ns)
+            };
             self.max_ns = self.max_ns.max(o.max_ns);
             self.timed = n;
             self.total_ns = self.total_ns.saturating_add(o.total_ns);
@@ -63,7 +71,9 @@ impl ApiStats {
 
     /// The median from the histogram, kept within the exact min and max.
     pub fn median_ns(&self) -> Option<u64> {
-        self.hist.quantile(0.5).map(|m| m.clamp(self.min_ns, self.max_ns))
+        self.hist
+            .quantile(0.5)
+            .map(|m| m.clamp(self.min_ns, self.max_ns))
     }
 
     pub fn avg_ns(&self) -> Option<f64> {
@@ -89,7 +99,10 @@ pub struct KernelStats {
 impl KernelStats {
     /// The most frequent (grid, block); ties go to the smallest.
     pub fn top_config(&self) -> Option<([u32; 3], [u32; 3])> {
-        self.configs.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))).map(|(k, _)| *k)
+        self.configs
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .map(|(k, _)| *k)
     }
 }
 
@@ -147,7 +160,10 @@ impl ProcessSummary {
         if self.comm.is_empty() {
             self.comm = c.comm.to_string();
         }
-        self.apis.entry(c.api).or_default().record(c.dur_ns, c.failed());
+        self.apis
+            .entry(c.api)
+            .or_default()
+            .record(c.dur_ns, c.failed());
         let ok = !c.failed();
         match &c.args {
             Args::Launch(l) if ok => {
@@ -167,7 +183,11 @@ impl ProcessSummary {
                 s.bytes = s.bytes.saturating_add(n.bytes().unwrap_or(0));
                 s.total_ns = s.total_ns.saturating_add(c.dur_ns.unwrap_or(0));
             }
-            Args::CommInit { comm: Some(comm), nranks, rank } if ok => {
+            Args::CommInit {
+                comm: Some(comm),
+                nranks,
+                rank,
+            } if ok => {
                 self.comms.insert(*comm, (*nranks, *rank));
             }
             args => {
@@ -210,7 +230,12 @@ impl ProcessSummary {
     /// APIs sorted by total time, then calls, then name.
     pub fn api_rows(&self) -> Vec<(&'static str, &ApiStats)> {
         let mut rows: Vec<_> = self.apis.iter().map(|(n, s)| (*n, s)).collect();
-        rows.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then(b.1.calls.cmp(&a.1.calls)).then(a.0.cmp(b.0)));
+        rows.sort_by(|a, b| {
+            b.1.total_ns
+                .cmp(&a.1.total_ns)
+                .then(b.1.calls.cmp(&a.1.calls))
+                .then(a.0.cmp(b.0))
+        });
         rows
     }
 
@@ -232,7 +257,13 @@ pub struct Summary {
 
 impl Summary {
     pub fn record(&mut self, c: &Call) {
-        let p = self.processes.entry(c.pid).or_insert_with(|| ProcessSummary { pid: c.pid, ..Default::default() });
+        let p = self
+            .processes
+            .entry(c.pid)
+            .or_insert_with(|| ProcessSummary {
+                pid: c.pid,
+                ..Default::default()
+            });
         p.record(c);
     }
 
@@ -241,7 +272,10 @@ impl Summary {
     }
 
     pub fn total(&self) -> ProcessSummary {
-        let mut t = ProcessSummary { comm: "all".into(), ..Default::default() };
+        let mut t = ProcessSummary {
+            comm: "all".into(),
+            ..Default::default()
+        };
         t.is_total = true;
         for p in self.processes.values() {
             t.merge(p);
@@ -250,7 +284,11 @@ impl Summary {
         let live = self.processes.values().map(|p| p.live_bytes()).sum();
         let peak = self.processes.values().map(|p| p.peak_bytes()).sum();
         t.memory.allocations = self.processes.values().map(|p| p.memory.allocations).sum();
-        t.memory.allocated_bytes = self.processes.values().map(|p| p.memory.allocated_bytes).sum();
+        t.memory.allocated_bytes = self
+            .processes
+            .values()
+            .map(|p| p.memory.allocated_bytes)
+            .sum();
         t.memory.frees = self.processes.values().map(|p| p.memory.frees).sum();
         t.total_memory = Some((live, peak));
         t

@@ -10,7 +10,9 @@ pub fn run() -> Result<ExitCode> {
     let mut files: BTreeMap<(u64, u64), (String, Vec<u32>)> = BTreeMap::new();
     let mut rows = Vec::new();
     for pid in discover::all_pids() {
-        let Ok(libs) = discover::process_libraries(pid) else { continue };
+        let Ok(libs) = discover::process_libraries(pid) else {
+            continue;
+        };
         if libs.is_empty() {
             continue;
         }
@@ -18,8 +20,15 @@ pub fn run() -> Result<ExitCode> {
         let names: Vec<String> = libs.iter().map(|l| l.lib.label().to_string()).collect();
         rows.push((pid, comm, names.join(",")));
         for l in libs {
-            let shown = l.path.to_string_lossy().replacen(&format!("/proc/{pid}/root"), "", 1);
-            files.entry((l.dev, l.inode)).or_insert_with(|| (shown, Vec::new())).1.push(pid);
+            let shown = l
+                .path
+                .to_string_lossy()
+                .replacen(&format!("/proc/{pid}/root"), "", 1);
+            files
+                .entry((l.dev, l.inode))
+                .or_insert_with(|| (shown, Vec::new()))
+                .1
+                .push(pid);
         }
     }
     if rows.is_empty() {

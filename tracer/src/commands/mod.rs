@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod bare;
 pub mod list;
 pub mod pipeline;
 pub mod stats;
@@ -15,8 +16,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         None => trace::run(cli.trace),
         Some(Command::Stats(a)) => stats::run(&a),
         Some(Command::List) => list::run(),
-        Some(Command::Top(_)) => Err(Failure::runtime("`gputrace top` is not available in this build yet")),
+        Some(Command::Top(_)) => Err(Failure::runtime(
+            "`gputrace top` is not available in this build yet",
+        )),
         Some(Command::Calibrate { libcuda }) => Ok(crate::names::calibrate::helper_main(&libcuda)),
-        Some(Command::Daemon(_)) => Err(Failure::runtime("`gputrace daemon` is not available in this build yet")),
+        Some(Command::Symbols { library }) => bare::symbols(&library),
+        Some(Command::Bare(a)) => bare::run(&a),
+        Some(Command::Daemon(_)) => Err(Failure::runtime(
+            "`gputrace daemon` is not available in this build yet",
+        )),
     }
 }

@@ -48,7 +48,10 @@ pub struct StatsInput {
 
 enum Format {
     Jsonl,
-    Chrome { origin: u64, comms: HashMap<u64, String> },
+    Chrome {
+        origin: u64,
+        comms: HashMap<u64, String>,
+    },
 }
 
 fn lost_from(v: &Value) -> Option<LostCounts> {
@@ -70,7 +73,11 @@ fn read_line<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Result<Option
     loop {
         let chunk = r.fill_buf()?;
         if chunk.is_empty() {
-            return Ok(if buf.is_empty() && !too_long { None } else { Some(!too_long) });
+            return Ok(if buf.is_empty() && !too_long {
+                None
+            } else {
+                Some(!too_long)
+            });
         }
         let (take, done) = match chunk.iter().position(|b| *b == b'\n') {
             Some(i) => (i + 1, true),
@@ -117,17 +124,26 @@ pub fn read_timeline<R: Read>(input: R) -> std::io::Result<StatsInput> {
             continue;
         }
         if format.is_none() {
-            format = Some(if text.starts_with("{\"displayTimeUnit\"") || text.contains("\"traceEvents\"") {
-                match chrome_origin(text) {
-                    Some(origin) => Format::Chrome { origin, comms: HashMap::new() },
-                    None => {
-                        problems.add(lineno, "a Chrome trace without gputrace's otherData.origin_unix_ns header".into());
-                        break;
+            format = Some(
+                if text.starts_with("{\"displayTimeUnit\"") || text.contains("\"traceEvents\"") {
+                    match chrome_origin(text) {
+                        Some(origin) => Format::Chrome {
+                            origin,
+                            comms: HashMap::new(),
+                        },
+                        None => {
+                            problems.add(
+                                lineno,
+                                "a Chrome trace without gputrace's otherData.origin_unix_ns header"
+                                    .into(),
+                            );
+                            break;
+                        }
                     }
-                }
-            } else {
-                Format::Jsonl
-            });
+                } else {
+                    Format::Jsonl
+                },
+            );
             if matches!(format, Some(Format::Chrome { .. })) {
                 continue;
             }
@@ -176,7 +192,11 @@ pub fn read_timeline<R: Read>(input: R) -> std::io::Result<StatsInput> {
         }
     }
     summary.unreadable = problems.count;
-    Ok(StatsInput { summary, problems, complete })
+    Ok(StatsInput {
+        summary,
+        problems,
+        complete,
+    })
 }
 
 fn describe_json_error(e: &serde_json::Error) -> String {
@@ -189,7 +209,10 @@ fn describe_json_error(e: &serde_json::Error) -> String {
 
 fn chrome_origin(header: &str) -> Option<u64> {
     let i = header.find("\"origin_unix_ns\":")? + "\"origin_unix_ns\":".len();
-    let digits: String = header[i..].chars().take_while(|c| c.is_ascii_digit()).collect();
+    let digits: String = header[i..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
     digits.parse().ok()
 }
 
@@ -199,8 +222,14 @@ fn chrome_event(
     origin: u64,
     comms: &mut HashMap<u64, String>,
 ) -> std::result::Result<Option<crate::events::model::Call>, String> {
-    let ph = v.get("ph").and_then(Value::as_str).ok_or("event without `ph`")?;
-    let pid = v.get("pid").and_then(Value::as_u64).ok_or("event without `pid`")?;
+    let ph = v
+        .get("ph")
+        .and_then(Value::as_str)
+        .ok_or("event without `ph`")?;
+    let pid = v
+        .get("pid")
+        .and_then(Value::as_u64)
+        .ok_or("event without `pid`")?;
     match ph {
         "M" => {
             if v.get("name").and_then(Value::as_str) == Some("process_name") {
@@ -215,25 +244,52 @@ fn chrome_event(
         other => return Err(format!("unexpected event phase `{other}`")),
     }
     let us_to_ns = |x: &Value| x.as_f64().map(|f| (f * 1000.0).round() as u64);
-    let ts = v.get("ts").and_then(us_to_ns).ok_or("event without a numeric `ts`")?;
-    let dur = if ph == "X" { Some(v.get("dur").and_then(us_to_ns).ok_or("slice without a numeric `dur`")?) } else { None };
-    let mut args = v.get("args").and_then(Value::as_object).cloned().unwrap_or_default();
+    let ts = v
+        .get("ts")
+        .and_then(us_to_ns)
+        .ok_or("event without a numeric `ts`")?;
+    let dur = if ph == "X" {
+        Some(
+            v.get("dur")
+                .and_then(us_to_ns)
+                .ok_or("slice without a numeric `dur`")?,
+        )
+    } else {
+        None
+    };
+    let mut args = v
+        .get("args")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     let ret = args.remove("ret").unwrap_or(Value::Null);
     let mut m = Map::new();
     m.insert("ts_ns".into(), Value::from(origin + ts));
     m.insert("dur_ns".into(), dur.map_or(Value::Null, Value::from));
     m.insert("pid".into(), Value::from(pid));
-    m.insert("tid".into(), v.get("tid").cloned().unwrap_or(Value::from(pid)));
-    m.insert("comm".into(), Value::from(comms.get(&pid).cloned().unwrap_or_else(|| "?".into())));
-    m.insert("api".into(), v.get("name").cloned().ok_or("event without `name`")?);
+    m.insert(
+        "tid".into(),
+        v.get("tid").cloned().unwrap_or(Value::from(pid)),
+    );
+    m.insert(
+        "comm".into(),
+        Value::from(comms.get(&pid).cloned().unwrap_or_else(|| "?".into())),
+    );
+    m.insert(
+        "api".into(),
+        v.get("name").cloned().ok_or("event without `name`")?,
+    );
     m.insert("ret".into(), ret);
     m.insert("args".into(), Value::Object(args));
-    parse_call(&Value::Object(m)).map(Some).map_err(|e| e.to_string())
+    parse_call(&Value::Object(m))
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 pub fn run(args: &StatsArgs) -> Result<ExitCode> {
     let file = open(&args.file)?;
-    let input = read_timeline(file).map_err(|e| Failure::runtime(format!("reading {}: {e}", args.file.display())))?;
+    let input = read_timeline(file)
+        .map_err(|e| Failure::runtime(format!("reading {}: {e}", args.file.display())))?;
     match args.format {
         StatsFormat::Text => print!("{}", render_text(&input.summary)),
         StatsFormat::Json => println!("{}", render_json(&input.summary)),
@@ -250,15 +306,22 @@ pub fn run(args: &StatsArgs) -> Result<ExitCode> {
         )));
     }
     if !input.complete {
-        eprintln!("gputrace: {} has no summary line at its end (cut short?); events lost are unknown", args.file.display());
+        eprintln!(
+            "gputrace: {} has no summary line at its end (cut short?); events lost are unknown",
+            args.file.display()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn open(path: &Path) -> Result<File> {
-    let f = File::open(path).map_err(|e| Failure::runtime(format!("cannot open {}: {e}", path.display())))?;
+    let f = File::open(path)
+        .map_err(|e| Failure::runtime(format!("cannot open {}: {e}", path.display())))?;
     if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
-        return Err(Failure::runtime(format!("{} is a directory", path.display())));
+        return Err(Failure::runtime(format!(
+            "{} is a directory",
+            path.display()
+        )));
     }
     Ok(f)
 }

@@ -17,7 +17,9 @@ use crate::error::{Failure, Result};
 use crate::export::Timeline;
 use crate::names::calibrate::CalibrationCache;
 use crate::names::namer::KernelNamer;
-use crate::probes::attach::{detach_many, Attachment, LostCounter, Probes, Scope, DEFAULT_RING_BYTES};
+use crate::probes::attach::{
+    detach_many, Attachment, LostCounter, Probes, Scope, DEFAULT_RING_BYTES,
+};
 use crate::probes::catalogue::{Lib, ProbeSelection};
 use crate::probes::discover::{self, LibraryFile};
 use crate::probes::privileges;
@@ -69,7 +71,12 @@ pub struct Attacher {
 
 impl Attacher {
     pub fn new(probes: Probes, selection: ProbeSelection, overrides: Vec<LibraryFile>) -> Self {
-        Self { probes, selection, overrides, attached: HashMap::new() }
+        Self {
+            probes,
+            selection,
+            overrides,
+            attached: HashMap::new(),
+        }
     }
 
     /// The library files to probe for `pid`: what it maps, with the
@@ -85,7 +92,12 @@ impl Attacher {
     /// Attaches to `file` in `scope` unless already done; returns probes added.
     /// A libcuda is calibrated for kernel names first; a libcudart is probed
     /// only where those names cannot be read from handles.
-    pub fn attach(&mut self, file: &LibraryFile, scope: Scope, namer: &mut KernelNamer) -> anyhow::Result<usize> {
+    pub fn attach(
+        &mut self,
+        file: &LibraryFile,
+        scope: Scope,
+        namer: &mut KernelNamer,
+    ) -> anyhow::Result<usize> {
         let key = (scope, file.dev, file.inode);
         if self.attached.contains_key(&key) {
             return Ok(0);
@@ -103,6 +115,7 @@ impl Attacher {
                 self.attached.insert(key, Attachment::default());
                 return Ok(0);
             }
+            (Lib::Cudart, Scope::Process(pid)) => namer.remember_mappings(pid),
             _ => {}
         }
         let att = self.probes.attach(file, scope)?;
@@ -121,8 +134,15 @@ impl Attacher {
 
     /// Takes out everything in `scope`, to be detached with [`detach_many`].
     pub fn take_scope(&mut self, scope: Scope) -> Vec<Attachment> {
-        let keys: Vec<_> = self.attached.keys().filter(|k| k.0 == scope).cloned().collect();
-        keys.into_iter().filter_map(|k| self.attached.remove(&k)).collect()
+        let keys: Vec<_> = self
+            .attached
+            .keys()
+            .filter(|k| k.0 == scope)
+            .cloned()
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| self.attached.remove(&k))
+            .collect()
     }
 
     pub fn detach_all(&mut self) {
@@ -152,7 +172,9 @@ fn check_pid(pid: u32) -> Result<()> {
         return Err(Failure::runtime(format!("no process with PID {pid}")));
     }
     if !discover::is_alive(pid) {
-        return Err(Failure::runtime(format!("process {pid} has already exited")));
+        return Err(Failure::runtime(format!(
+            "process {pid} has already exited"
+        )));
     }
     Ok(())
 }
@@ -164,7 +186,11 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
         check_pid(*pid)?;
     }
     let selection = args.probes.clone().unwrap_or_default();
-    let overrides = Overrides { libcuda: args.libcuda.clone(), libnccl: args.libnccl.clone() }.open()?;
+    let overrides = Overrides {
+        libcuda: args.libcuda.clone(),
+        libnccl: args.libnccl.clone(),
+    }
+    .open()?;
 
     let clock = Clock::measure();
     let origin = clock.to_unix_ns(Clock::now_mono_ns());
@@ -186,7 +212,9 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
     // Processes given by PID: every one must map something we can probe.
     let mut targets = Vec::new();
     for &pid in &args.pids {
-        let files = attacher.libraries_of(pid).map_err(|e| Failure::runtime(format!("cannot read /proc/{pid}/maps: {e}")))?;
+        let files = attacher
+            .libraries_of(pid)
+            .map_err(|e| Failure::runtime(format!("cannot read /proc/{pid}/maps: {e}")))?;
         if files.is_empty() {
             let comm = discover::comm(pid).unwrap_or_default();
             return Err(Failure::runtime(format!(
@@ -213,7 +241,8 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
             if files.iter().any(|f| f.lib == lib) {
                 continue;
             }
-            if let Some(p) = discover::find_library(lib.soname(), Some(&c.exe), ld_path.as_deref()) {
+            if let Some(p) = discover::find_library(lib.soname(), Some(&c.exe), ld_path.as_deref())
+            {
                 if let Ok(f) = LibraryFile::open(lib, p) {
                     files.push(f);
                 }
@@ -223,9 +252,13 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
         for f in &files {
             attacher.attach(f, Scope::Process(c.pid), &mut pipeline.enricher.namer)?;
         }
-        targets.push(Target { pid: c.pid, exited: false });
+        targets.push(Target {
+            pid: c.pid,
+            exited: false,
+        });
         announce(&attacher, targets.len(), args.all);
-        c.release().map_err(|e| Failure::runtime(format!("cannot run `{}`: {e}", args.cmd[0])))?;
+        c.release()
+            .map_err(|e| Failure::runtime(format!("cannot run `{}`: {e}", args.cmd[0])))?;
         child = Some(c);
     } else {
         announce(&attacher, targets.len(), args.all);
@@ -235,7 +268,14 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .map_err(|e| Failure::runtime(format!("starting the event loop: {e}")))?;
-    let outcome = rt.block_on(event_loop(ring, &mut pipeline, &mut attacher, &mut targets, &mut child, &args));
+    let outcome = rt.block_on(event_loop(
+        ring,
+        &mut pipeline,
+        &mut attacher,
+        &mut targets,
+        &mut child,
+        &args,
+    ));
     let outcome = outcome?;
 
     pipeline.summary.lost = lost.read();
@@ -243,7 +283,10 @@ pub fn run(args: TraceArgs) -> Result<ExitCode> {
 }
 
 fn ring_bytes() -> u32 {
-    std::env::var("GPUTRACE_RING_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_RING_BYTES)
+    std::env::var("GPUTRACE_RING_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_RING_BYTES)
 }
 
 fn announce(attacher: &Attacher, processes: usize, all: bool) {
@@ -261,7 +304,9 @@ fn announce(attacher: &Attacher, processes: usize, all: bool) {
 /// Attaches system-wide to every library file any process maps.
 fn attach_all_scan(attacher: &mut Attacher, namer: &mut KernelNamer, first: bool) -> Result<()> {
     for pid in discover::all_pids() {
-        let Ok(files) = attacher.libraries_of(pid) else { continue };
+        let Ok(files) = attacher.libraries_of(pid) else {
+            continue;
+        };
         for f in files {
             if attacher.is_attached(&f, Scope::All) {
                 continue;
@@ -306,12 +351,16 @@ async fn event_loop(
     // for as long as the AsyncFd owns the ring buffer.
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
         .map_err(|e| Failure::runtime(format!("polling the ring buffer: {e}")))?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| Failure::runtime(e.to_string()))?;
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| Failure::runtime(e.to_string()))?;
+    let mut sigint =
+        signal(SignalKind::interrupt()).map_err(|e| Failure::runtime(e.to_string()))?;
+    let mut sigterm =
+        signal(SignalKind::terminate()).map_err(|e| Failure::runtime(e.to_string()))?;
     let mut drain_tick = tokio::time::interval(DRAIN_EVERY);
     let mut check_tick = tokio::time::interval(CHECK_EVERY);
     let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
-    let sleep = tokio::time::sleep_until(deadline.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86400 * 365)));
+    let sleep = tokio::time::sleep_until(
+        deadline.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86400 * 365)),
+    );
     tokio::pin!(sleep);
     let mut all_scan = 0u32;
 
@@ -332,7 +381,7 @@ async fn event_loop(
                 }
                 if args.all {
                     all_scan += 1;
-                    if all_scan % 5 == 0 {
+                    if all_scan.is_multiple_of(5) {
                         attach_all_scan(attacher, &mut pipeline.enricher.namer, false)?;
                     }
                 }
@@ -391,24 +440,39 @@ fn check_targets(
     targets.iter().all(|t| t.exited)
 }
 
-fn finish(pipeline: &mut Pipeline, args: &TraceArgs, lost: &LostCounter, stop: Stop) -> Result<ExitCode> {
+fn finish(
+    pipeline: &mut Pipeline,
+    args: &TraceArgs,
+    lost: &LostCounter,
+    stop: Stop,
+) -> Result<ExitCode> {
     pipeline.summary.lost = lost.read();
     let json = render_json(&pipeline.summary);
     let mut failure = None;
     if let Some(e) = pipeline.write_error.take() {
         failure = Some(match &args.output {
-            Some(p) => Failure::runtime(format!("writing {} failed: {e}; tracing stopped", p.display())),
+            Some(p) => Failure::runtime(format!(
+                "writing {} failed: {e}; tracing stopped",
+                p.display()
+            )),
             None => Failure::runtime(format!("writing the output failed: {e}; tracing stopped")),
         });
     }
     if failure.is_none() {
         if let Err(e) = pipeline.finish_timeline(&json) {
-            let path = args.output.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            let path = args
+                .output
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
             failure = Some(Failure::runtime(format!("writing {path} failed: {e}")));
         }
     }
     if pipeline.decode_errors > 0 {
-        eprintln!("gputrace: {} records could not be decoded (a bug: please report it)", pipeline.decode_errors);
+        eprintln!(
+            "gputrace: {} records could not be decoded (a bug: please report it)",
+            pipeline.decode_errors
+        );
     }
     let lost_n = pipeline.summary.lost.events_lost();
     if lost_n > 0 {

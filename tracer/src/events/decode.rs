@@ -1,6 +1,8 @@
 //! Turning ring buffer records into [`Call`] arguments.
 
-use tracer_common::{CallEvent, EventKind, NamedCallEvent, NAME_LEN, NO_RETURN, READABLE_SLOT, RUNTIME_SLOT};
+use tracer_common::{
+    CallEvent, EventKind, NamedCallEvent, NAME_LEN, NO_RETURN, READABLE_SLOT, RUNTIME_SLOT,
+};
 
 use super::model::{Alloc, Args, HandleKind, Launch, Memcpy, Nccl};
 use crate::probes::catalogue::{Api, Direction, Shape};
@@ -12,7 +14,11 @@ pub enum DecodeError {
     #[error("unknown record kind {0}")]
     Kind(u32),
     #[error("record of kind {kind:?} has {len} bytes, expected {expected}")]
-    Size { kind: EventKind, len: usize, expected: usize },
+    Size {
+        kind: EventKind,
+        len: usize,
+        expected: usize,
+    },
     #[error("unknown api id {0}")]
     Api(u32),
 }
@@ -43,7 +49,11 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawCall<'_>, DecodeError> {
     };
     // The ring buffer rounds records up to 8 bytes; both sizes are multiples of 8.
     if bytes.len() != expected {
-        return Err(DecodeError::Size { kind, len: bytes.len(), expected });
+        return Err(DecodeError::Size {
+            kind,
+            len: bytes.len(),
+            expected,
+        });
     }
     // SAFETY: the length was checked; read_unaligned copes with any alignment,
     // and CallEvent is plain old data.
@@ -125,7 +135,10 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
                 stream: x[4],
             })
         }
-        Shape::GraphLaunch => Args::Graph { graph: a(0), stream: a(1) },
+        Shape::GraphLaunch => Args::Graph {
+            graph: a(0),
+            stream: a(1),
+        },
         Shape::Alloc { kind, stream } => Args::Alloc(Alloc {
             dptr: out(0),
             bytes: a(1),
@@ -143,19 +156,41 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
                 pitch,
             })
         }
-        Shape::MemCreate => Args::MemCreate { handle: out(0), bytes: a(1) },
-        Shape::Free { stream, .. } => Args::Free { dptr: a(0), stream: stream.map(a) },
+        Shape::MemCreate => Args::MemCreate {
+            handle: out(0),
+            bytes: a(1),
+        },
+        Shape::Free { stream, .. } => Args::Free {
+            dptr: a(0),
+            stream: stream.map(a),
+        },
         Shape::MemRelease => Args::MemRelease { handle: a(0) },
-        Shape::MemMap => Args::MemMap { ptr: a(0), bytes: a(1), handle: a(3) },
-        Shape::MemUnmap => Args::MemUnmap { ptr: a(0), bytes: a(1) },
-        Shape::Memcpy { dst, src, bytes, stream, dir } => Args::Memcpy(Memcpy {
+        Shape::MemMap => Args::MemMap {
+            ptr: a(0),
+            bytes: a(1),
+            handle: a(3),
+        },
+        Shape::MemUnmap => Args::MemUnmap {
+            ptr: a(0),
+            bytes: a(1),
+        },
+        Shape::Memcpy {
+            dst,
+            src,
+            bytes,
+            stream,
+            dir,
+        } => Args::Memcpy(Memcpy {
             dst: a(dst),
             src: Some(a(src)),
             bytes: a(bytes),
             direction: dir.unwrap_or(Direction::Unknown),
             stream: stream.map(a),
             value: None,
-            readable: (e.extra[READABLE_SLOT] & 1 != 0, e.extra[READABLE_SLOT] & 2 != 0),
+            readable: (
+                e.extra[READABLE_SLOT] & 1 != 0,
+                e.extra[READABLE_SLOT] & 2 != 0,
+            ),
         }),
         Shape::Memset { elem, stream } => Args::Memcpy(Memcpy {
             dst: a(0),
@@ -170,7 +205,10 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             }),
             readable: (false, false),
         }),
-        Shape::Sync { stream, event } => Args::Sync { stream: stream.map(a), event: event.map(a) },
+        Shape::Sync { stream, event } => Args::Sync {
+            stream: stream.map(a),
+            event: event.map(a),
+        },
         Shape::ModuleGetFunction | Shape::LibraryGetKernel => Args::GetFunction {
             handle: out(0),
             name: raw.name.map(|n| String::from_utf8_lossy(n).into_owned()),
@@ -181,9 +219,21 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
                 HandleKind::Kernel
             },
         },
-        Shape::KernelGetFunction => Args::KernelGetFunction { function: out(0), kernel: a(1) },
+        Shape::KernelGetFunction => Args::KernelGetFunction {
+            function: out(0),
+            kernel: a(1),
+        },
         Shape::Unload => Args::Unload { handle: a(0) },
-        Shape::Nccl { op, count, dtype, redop, root, peer, comm, stream } => Args::Nccl(Nccl {
+        Shape::Nccl {
+            op,
+            count,
+            dtype,
+            redop,
+            root,
+            peer,
+            comm,
+            stream,
+        } => Args::Nccl(Nccl {
             op,
             count: a(count),
             datatype: int_of(a(dtype)),
@@ -194,13 +244,25 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             stream: a(stream),
         }),
         Shape::NcclGroup => Args::NcclGroup,
-        Shape::CommInit => {
-            Args::CommInit { comm: out(0), nranks: int_of(a(1)), rank: Some(int_of(a(2))) }
-        }
-        Shape::CommInitAll => Args::CommInit { comm: out(0), nranks: int_of(a(1)), rank: None },
+        Shape::CommInit => Args::CommInit {
+            comm: out(0),
+            nranks: int_of(a(1)),
+            rank: Some(int_of(a(2))),
+        },
+        Shape::CommInitAll => Args::CommInit {
+            comm: out(0),
+            nranks: int_of(a(1)),
+            rank: None,
+        },
         Shape::CommEnd => Args::CommEnd { comm: a(0) },
-        Shape::RuntimeLaunch => Args::RuntimeLaunch { func: a(0), stream: Some(a(7)) },
-        Shape::RuntimeLaunchEx => Args::RuntimeLaunch { func: a(1), stream: Some(e.extra[4]) },
+        Shape::RuntimeLaunch => Args::RuntimeLaunch {
+            func: a(0),
+            stream: Some(a(7)),
+        },
+        Shape::RuntimeLaunchEx => Args::RuntimeLaunch {
+            func: a(1),
+            stream: Some(e.extra[4]),
+        },
     }
 }
 
@@ -233,38 +295,77 @@ mod tests {
 
     #[test]
     fn launch_reads_stack_arguments() {
-        let e = raw_event("cuLaunchKernel", &[0xf00, 64, 2, 1, 256, 1, 1, 4096, 0x5, 0, 0], &[], 0);
-        let Args::Launch(l) = round_trip("cuLaunchKernel", &e, None) else { panic!() };
-        assert_eq!((l.function, l.grid, l.block, l.shared_mem_bytes, l.stream), (0xf00, [64, 2, 1], [256, 1, 1], 4096, 5));
+        let e = raw_event(
+            "cuLaunchKernel",
+            &[0xf00, 64, 2, 1, 256, 1, 1, 4096, 0x5, 0, 0],
+            &[],
+            0,
+        );
+        let Args::Launch(l) = round_trip("cuLaunchKernel", &e, None) else {
+            panic!()
+        };
+        assert_eq!(
+            (l.function, l.grid, l.block, l.shared_mem_bytes, l.stream),
+            (0xf00, [64, 2, 1], [256, 1, 1], 4096, 5)
+        );
     }
 
     #[test]
     fn launch_ex_reads_the_config_struct() {
         let x = [32 | 4 << 32, 2 | 128 << 32, 2 | 1 << 32, 8192, 0x77];
         let e = raw_event("cuLaunchKernelEx", &[0x1000, 0xf1], &x, 0);
-        let Args::Launch(l) = round_trip("cuLaunchKernelEx", &e, None) else { panic!() };
-        assert_eq!((l.function, l.grid, l.block, l.shared_mem_bytes, l.stream), (0xf1, [32, 4, 2], [128, 2, 1], 8192, 0x77));
+        let Args::Launch(l) = round_trip("cuLaunchKernelEx", &e, None) else {
+            panic!()
+        };
+        assert_eq!(
+            (l.function, l.grid, l.block, l.shared_mem_bytes, l.stream),
+            (0xf1, [32, 4, 2], [128, 2, 1], 8192, 0x77)
+        );
     }
 
     #[test]
     fn alloc_dptr_only_on_success() {
-        let e = raw_event("cuMemAlloc_v2", &[0x7ffd0000, 1 << 20], &[0x7f0000000000], 0);
-        let Args::Alloc(a) = round_trip("cuMemAlloc_v2", &e, None) else { panic!() };
+        let e = raw_event(
+            "cuMemAlloc_v2",
+            &[0x7ffd0000, 1 << 20],
+            &[0x7f0000000000],
+            0,
+        );
+        let Args::Alloc(a) = round_trip("cuMemAlloc_v2", &e, None) else {
+            panic!()
+        };
         assert_eq!((a.dptr, a.bytes), (Some(0x7f0000000000), 1 << 20));
         let e = raw_event("cuMemAlloc_v2", &[0x7ffd0000, 1 << 40], &[0xdead], 2);
-        let Args::Alloc(a) = round_trip("cuMemAlloc_v2", &e, None) else { panic!() };
+        let Args::Alloc(a) = round_trip("cuMemAlloc_v2", &e, None) else {
+            panic!()
+        };
         assert_eq!(a.dptr, None);
-        let pitch = raw_event("cuMemAllocPitch_v2", &[1, 2, 1000, 100, 4], &[0x7f00, 1024], 0);
-        let Args::Alloc(a) = round_trip("cuMemAllocPitch_v2", &pitch, None) else { panic!() };
+        let pitch = raw_event(
+            "cuMemAllocPitch_v2",
+            &[1, 2, 1000, 100, 4],
+            &[0x7f00, 1024],
+            0,
+        );
+        let Args::Alloc(a) = round_trip("cuMemAllocPitch_v2", &pitch, None) else {
+            panic!()
+        };
         assert_eq!((a.pitch, a.bytes), (Some(1024), 102400));
     }
 
     #[test]
     fn every_shape_decodes() {
         for api in crate::probes::catalogue::catalogue() {
-            let e = raw_event(api.name, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], &[1, 2, 3, 4, 5, 6], 0);
-            let name = matches!(api.shape, Shape::ModuleGetFunction | Shape::LibraryGetKernel)
-                .then_some(&b"_Z4reluPfi"[..]);
+            let e = raw_event(
+                api.name,
+                &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
+                &[1, 2, 3, 4, 5, 6],
+                0,
+            );
+            let name = matches!(
+                api.shape,
+                Shape::ModuleGetFunction | Shape::LibraryGetKernel
+            )
+            .then_some(&b"_Z4reluPfi"[..]);
             let _ = round_trip(api.name, &e, name);
         }
     }
@@ -272,26 +373,58 @@ mod tests {
     #[test]
     fn nccl_arguments_and_bytes() {
         let e = raw_event("ncclReduce", &[1, 2, 4096, 8, 2, 0, 0xc0, 0x5], &[], 0);
-        let Args::Nccl(n) = round_trip("ncclReduce", &e, None) else { panic!() };
-        assert_eq!((n.count, n.datatype, n.redop, n.root, n.comm, n.stream), (4096, 8, Some(2), Some(0), 0xc0, 5));
+        let Args::Nccl(n) = round_trip("ncclReduce", &e, None) else {
+            panic!()
+        };
+        assert_eq!(
+            (n.count, n.datatype, n.redop, n.root, n.comm, n.stream),
+            (4096, 8, Some(2), Some(0), 0xc0, 5)
+        );
         assert_eq!(n.bytes(), Some(4096 * 8));
         let e = raw_event("ncclCommInitRank", &[0x10, 4, 3], &[0xc0], 0);
-        assert_eq!(round_trip("ncclCommInitRank", &e, None), Args::CommInit { comm: Some(0xc0), nranks: 4, rank: Some(3) });
+        assert_eq!(
+            round_trip("ncclCommInitRank", &e, None),
+            Args::CommInit {
+                comm: Some(0xc0),
+                nranks: 4,
+                rank: Some(3)
+            }
+        );
     }
 
     #[test]
     fn names_carry_their_string() {
         let e = raw_event("cuModuleGetFunction", &[1, 0x99, 3], &[0xf00], 0);
         let args = round_trip("cuModuleGetFunction", &e, Some(b"_Z4reluPfi"));
-        assert_eq!(args, Args::GetFunction { handle: Some(0xf00), name: Some("_Z4reluPfi".into()), parent: 0x99, kind: HandleKind::Function });
+        assert_eq!(
+            args,
+            Args::GetFunction {
+                handle: Some(0xf00),
+                name: Some("_Z4reluPfi".into()),
+                parent: 0x99,
+                kind: HandleKind::Function
+            }
+        );
     }
 
     #[test]
     fn malformed_records_are_errors() {
         assert_eq!(parse_record(&[1, 0]), Err(DecodeError::Short(2)));
-        assert_eq!(parse_record(&[9, 0, 0, 0, 0, 0, 0, 0]), Err(DecodeError::Kind(9)));
-        let mut short = encode_record(&CallEvent { kind: 1, ..CallEvent::zeroed() }, None);
+        assert_eq!(
+            parse_record(&[9, 0, 0, 0, 0, 0, 0, 0]),
+            Err(DecodeError::Kind(9))
+        );
+        let mut short = encode_record(
+            &CallEvent {
+                kind: 1,
+                ..CallEvent::zeroed()
+            },
+            None,
+        );
         short.truncate(64);
-        assert!(matches!(parse_record(&short), Err(DecodeError::Size { .. })));
+        assert!(matches!(
+            parse_record(&short),
+            Err(DecodeError::Size { .. })
+        ));
     }
 }

@@ -81,7 +81,13 @@ pub fn write_args(out: &mut String, args: &Args) {
             let _ = write!(
                 out,
                 ",\"grid\":[{},{},{}],\"block\":[{},{},{}],\"shared_mem_bytes\":{},\"stream\":",
-                l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2], l.shared_mem_bytes
+                l.grid[0],
+                l.grid[1],
+                l.grid[2],
+                l.block[0],
+                l.block[1],
+                l.block[2],
+                l.shared_mem_bytes
             );
             hex(out, l.stream);
             out.push('}');
@@ -142,7 +148,12 @@ pub fn write_args(out: &mut String, args: &Args) {
             hex(out, m.dst);
             out.push_str(",\"src\":");
             opt_hex(out, m.src);
-            let _ = write!(out, ",\"bytes\":{},\"direction\":\"{}\",\"stream\":", m.bytes, m.direction.name());
+            let _ = write!(
+                out,
+                ",\"bytes\":{},\"direction\":\"{}\",\"stream\":",
+                m.bytes,
+                m.direction.name()
+            );
             opt_hex(out, m.stream);
             if let Some(v) = m.value {
                 let _ = write!(out, ",\"value\":{v}");
@@ -166,7 +177,12 @@ pub fn write_args(out: &mut String, args: &Args) {
             }
             out.push('}');
         }
-        Args::GetFunction { handle, name, parent, kind } => {
+        Args::GetFunction {
+            handle,
+            name,
+            parent,
+            kind,
+        } => {
             let (h, p) = match kind {
                 HandleKind::Function => ("function", "module"),
                 HandleKind::Kernel => ("kernel", "library"),
@@ -192,7 +208,12 @@ pub fn write_args(out: &mut String, args: &Args) {
             out.push('}');
         }
         Args::Nccl(n) => {
-            let _ = write!(out, "{{\"op\":\"{}\",\"count\":{},\"datatype\":", n.op.name(), n.count);
+            let _ = write!(
+                out,
+                "{{\"op\":\"{}\",\"count\":{},\"datatype\":",
+                n.op.name(),
+                n.count
+            );
             match nccl_type_name(n.datatype) {
                 Some(t) => string(out, t),
                 None => {
@@ -283,7 +304,10 @@ fn parse_hex(v: &Value) -> Option<u64> {
 }
 
 fn get_hex(m: &Map<String, Value>, k: &'static str) -> Result<u64, ParseError> {
-    field(m, k).ok().and_then(parse_hex).ok_or(ParseError::Field(k))
+    field(m, k)
+        .ok()
+        .and_then(parse_hex)
+        .ok_or(ParseError::Field(k))
 }
 
 fn get_opt_hex(m: &Map<String, Value>, k: &'static str) -> Result<Option<u64>, ParseError> {
@@ -300,7 +324,10 @@ fn get_dim(m: &Map<String, Value>, k: &'static str) -> Result<[u32; 3], ParseErr
         return Err(ParseError::Field(k));
     }
     for (o, v) in out.iter_mut().zip(arr) {
-        *o = v.as_u64().and_then(|v| u32::try_from(v).ok()).ok_or(ParseError::Field(k))?;
+        *o = v
+            .as_u64()
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or(ParseError::Field(k))?;
     }
     Ok(out)
 }
@@ -326,7 +353,9 @@ fn intern(s: &str) -> &'static str {
 /// Reads an event back from its JSON object (a JSONL line, or a Chrome
 /// trace slice's fields gathered into the same shape).
 pub fn parse_call(v: &Value) -> Result<Call, ParseError> {
-    let m = v.as_object().ok_or(ParseError::Json("not an object".into()))?;
+    let m = v
+        .as_object()
+        .ok_or(ParseError::Json("not an object".into()))?;
     let api_name = field(m, "api")?.as_str().ok_or(ParseError::Field("api"))?;
     let api = intern(api_name);
     let known = api_by_name(api_name);
@@ -354,7 +383,10 @@ pub fn parse_call(v: &Value) -> Result<Call, ParseError> {
     })
 }
 
-fn parse_args(shape: crate::probes::catalogue::Shape, a: &Map<String, Value>) -> Result<Args, ParseError> {
+fn parse_args(
+    shape: crate::probes::catalogue::Shape,
+    a: &Map<String, Value>,
+) -> Result<Args, ParseError> {
     use crate::probes::catalogue::Shape;
     Ok(match shape {
         Shape::Launch | Shape::LaunchEx => Args::Launch(Launch {
@@ -367,7 +399,10 @@ fn parse_args(shape: crate::probes::catalogue::Shape, a: &Map<String, Value>) ->
                 .map_err(|_| ParseError::Field("shared_mem_bytes"))?,
             stream: get_hex(a, "stream")?,
         }),
-        Shape::GraphLaunch => Args::Graph { graph: get_hex(a, "graph")?, stream: get_hex(a, "stream")? },
+        Shape::GraphLaunch => Args::Graph {
+            graph: get_hex(a, "graph")?,
+            stream: get_hex(a, "stream")?,
+        },
         Shape::Alloc { .. } | Shape::AllocPitch => Args::Alloc(Alloc {
             dptr: get_opt_hex(a, "dptr")?,
             bytes: get_u64(a, "bytes")?,
@@ -379,15 +414,26 @@ fn parse_args(shape: crate::probes::catalogue::Shape, a: &Map<String, Value>) ->
             stream: get_opt_hex(a, "stream")?,
             pitch: get_opt_u64(a, "pitch")?,
         }),
-        Shape::Free { .. } => Args::Free { dptr: get_hex(a, "dptr")?, stream: get_opt_hex(a, "stream")? },
-        Shape::MemCreate => Args::MemCreate { handle: get_opt_hex(a, "handle")?, bytes: get_u64(a, "bytes")? },
-        Shape::MemRelease => Args::MemRelease { handle: get_hex(a, "handle")? },
+        Shape::Free { .. } => Args::Free {
+            dptr: get_hex(a, "dptr")?,
+            stream: get_opt_hex(a, "stream")?,
+        },
+        Shape::MemCreate => Args::MemCreate {
+            handle: get_opt_hex(a, "handle")?,
+            bytes: get_u64(a, "bytes")?,
+        },
+        Shape::MemRelease => Args::MemRelease {
+            handle: get_hex(a, "handle")?,
+        },
         Shape::MemMap => Args::MemMap {
             ptr: get_hex(a, "ptr")?,
             bytes: get_u64(a, "bytes")?,
             handle: get_hex(a, "handle")?,
         },
-        Shape::MemUnmap => Args::MemUnmap { ptr: get_hex(a, "ptr")?, bytes: get_u64(a, "bytes")? },
+        Shape::MemUnmap => Args::MemUnmap {
+            ptr: get_hex(a, "ptr")?,
+            bytes: get_u64(a, "bytes")?,
+        },
         Shape::Memcpy { .. } | Shape::Memset { .. } => Args::Memcpy(Memcpy {
             dst: get_hex(a, "dst")?,
             src: get_opt_hex(a, "src")?,
@@ -401,7 +447,10 @@ fn parse_args(shape: crate::probes::catalogue::Shape, a: &Map<String, Value>) ->
             value: get_opt_u64(a, "value")?,
             readable: (false, false),
         }),
-        Shape::Sync { .. } => Args::Sync { stream: get_opt_hex(a, "stream")?, event: get_opt_hex(a, "event")? },
+        Shape::Sync { .. } => Args::Sync {
+            stream: get_opt_hex(a, "stream")?,
+            event: get_opt_hex(a, "event")?,
+        },
         Shape::ModuleGetFunction => Args::GetFunction {
             handle: get_opt_hex(a, "function")?,
             name: a.get("name").and_then(Value::as_str).map(String::from),
@@ -418,7 +467,9 @@ fn parse_args(shape: crate::probes::catalogue::Shape, a: &Map<String, Value>) ->
             function: get_opt_hex(a, "function")?,
             kernel: get_hex(a, "kernel")?,
         },
-        Shape::Unload => Args::Unload { handle: get_hex(a, "handle")? },
+        Shape::Unload => Args::Unload {
+            handle: get_hex(a, "handle")?,
+        },
         Shape::Nccl { op, .. } => {
             let dt = match field(a, "datatype")? {
                 Value::String(s) => nccl_type_from_name(s).ok_or(ParseError::Field("datatype"))?,
@@ -426,7 +477,9 @@ fn parse_args(shape: crate::probes::catalogue::Shape, a: &Map<String, Value>) ->
             };
             let redop = match a.get("redop") {
                 None | Some(Value::Null) => None,
-                Some(Value::String(s)) => Some(nccl_redop_from_name(s).ok_or(ParseError::Field("redop"))?),
+                Some(Value::String(s)) => {
+                    Some(nccl_redop_from_name(s).ok_or(ParseError::Field("redop"))?)
+                }
                 Some(v) => Some(v.as_i64().ok_or(ParseError::Field("redop"))?),
             };
             let op = a
@@ -451,10 +504,13 @@ fn parse_args(shape: crate::probes::catalogue::Shape, a: &Map<String, Value>) ->
             nranks: get_opt_i64(a, "nranks")?.ok_or(ParseError::Field("nranks"))?,
             rank: get_opt_i64(a, "rank")?,
         },
-        Shape::CommEnd => Args::CommEnd { comm: get_hex(a, "comm")? },
-        Shape::RuntimeLaunch | Shape::RuntimeLaunchEx => {
-            Args::RuntimeLaunch { func: get_hex(a, "func")?, stream: get_opt_hex(a, "stream")? }
-        }
+        Shape::CommEnd => Args::CommEnd {
+            comm: get_hex(a, "comm")?,
+        },
+        Shape::RuntimeLaunch | Shape::RuntimeLaunchEx => Args::RuntimeLaunch {
+            func: get_hex(a, "func")?,
+            stream: get_opt_hex(a, "stream")?,
+        },
     })
 }
 
@@ -508,7 +564,8 @@ mod tests {
             };
             let mut s = String::new();
             write_call(&mut s, &call);
-            let v: Value = serde_json::from_str(&s).unwrap_or_else(|e| panic!("{}: {e}: {s}", api.name));
+            let v: Value =
+                serde_json::from_str(&s).unwrap_or_else(|e| panic!("{}: {e}: {s}", api.name));
             let back = parse_call(&v).unwrap_or_else(|e| panic!("{}: {e}: {s}", api.name));
             assert_eq!(back, call, "{}", api.name);
         }
@@ -526,7 +583,9 @@ mod tests {
 
     #[test]
     fn bad_fields_are_reported() {
-        let v: Value = serde_json::from_str(r#"{"ts_ns":"x","pid":1,"tid":1,"api":"cuCtxSynchronize"}"#).unwrap();
+        let v: Value =
+            serde_json::from_str(r#"{"ts_ns":"x","pid":1,"tid":1,"api":"cuCtxSynchronize"}"#)
+                .unwrap();
         assert_eq!(parse_call(&v), Err(ParseError::Field("ts_ns")));
     }
 }

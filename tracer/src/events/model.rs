@@ -34,27 +34,67 @@ impl Call {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Args {
     Launch(Launch),
-    Graph { graph: u64, stream: u64 },
+    Graph {
+        graph: u64,
+        stream: u64,
+    },
     Alloc(Alloc),
-    Free { dptr: u64, stream: Option<u64> },
-    MemCreate { handle: Option<u64>, bytes: u64 },
-    MemRelease { handle: u64 },
-    MemMap { ptr: u64, bytes: u64, handle: u64 },
-    MemUnmap { ptr: u64, bytes: u64 },
+    Free {
+        dptr: u64,
+        stream: Option<u64>,
+    },
+    MemCreate {
+        handle: Option<u64>,
+        bytes: u64,
+    },
+    MemRelease {
+        handle: u64,
+    },
+    MemMap {
+        ptr: u64,
+        bytes: u64,
+        handle: u64,
+    },
+    MemUnmap {
+        ptr: u64,
+        bytes: u64,
+    },
     Memcpy(Memcpy),
-    Sync { stream: Option<u64>, event: Option<u64> },
+    Sync {
+        stream: Option<u64>,
+        event: Option<u64>,
+    },
     /// cuModuleGetFunction / cuLibraryGetKernel: a handle learned with its name.
-    GetFunction { handle: Option<u64>, name: Option<String>, parent: u64, kind: HandleKind },
+    GetFunction {
+        handle: Option<u64>,
+        name: Option<String>,
+        parent: u64,
+        kind: HandleKind,
+    },
     /// cuKernelGetFunction: a CUfunction for a CUkernel.
-    KernelGetFunction { function: Option<u64>, kernel: u64 },
+    KernelGetFunction {
+        function: Option<u64>,
+        kernel: u64,
+    },
     /// cuModuleUnload / cuLibraryUnload.
-    Unload { handle: u64 },
+    Unload {
+        handle: u64,
+    },
     Nccl(Nccl),
     NcclGroup,
-    CommInit { comm: Option<u64>, nranks: i64, rank: Option<i64> },
-    CommEnd { comm: u64 },
+    CommInit {
+        comm: Option<u64>,
+        nranks: i64,
+        rank: Option<i64>,
+    },
+    CommEnd {
+        comm: u64,
+    },
     /// cudaLaunchKernel: the host stub (or handle) the runtime was given.
-    RuntimeLaunch { func: u64, stream: Option<u64> },
+    RuntimeLaunch {
+        func: u64,
+        stream: Option<u64>,
+    },
     /// Arguments not decoded (an API this build does not know).
     Other(serde_json::Map<String, serde_json::Value>),
 }

@@ -88,7 +88,10 @@ impl ChromeWriter {
                 us(&mut self.line, d);
             }
             None => {
-                let _ = write!(self.line, ",\"cat\":\"{cat}\",\"ph\":\"i\",\"s\":\"t\",\"ts\":");
+                let _ = write!(
+                    self.line,
+                    ",\"cat\":\"{cat}\",\"ph\":\"i\",\"s\":\"t\",\"ts\":"
+                );
                 us(&mut self.line, rel);
             }
         }
@@ -111,9 +114,16 @@ impl ChromeWriter {
         self.line.push('}');
         if let Some(bytes) = device_bytes {
             self.begin_event();
-            let _ = write!(self.line, "{{\"name\":\"device memory\",\"ph\":\"C\",\"ts\":");
+            let _ = write!(
+                self.line,
+                "{{\"name\":\"device memory\",\"ph\":\"C\",\"ts\":"
+            );
             us(&mut self.line, rel + c.dur_ns.unwrap_or(0));
-            let _ = write!(self.line, ",\"pid\":{},\"args\":{{\"bytes\":{bytes}}}}}", c.pid);
+            let _ = write!(
+                self.line,
+                ",\"pid\":{},\"args\":{{\"bytes\":{bytes}}}}}",
+                c.pid
+            );
         }
         self.out.write_all(self.line.as_bytes())
     }

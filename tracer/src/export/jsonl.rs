@@ -14,7 +14,10 @@ pub struct JsonlWriter {
 
 impl JsonlWriter {
     pub fn create(path: &Path) -> std::io::Result<Self> {
-        Ok(Self { out: BufWriter::with_capacity(1 << 20, File::create(path)?), line: String::with_capacity(512) })
+        Ok(Self {
+            out: BufWriter::with_capacity(1 << 20, File::create(path)?),
+            line: String::with_capacity(512),
+        })
     }
 
     pub fn write(&mut self, call: &Call) -> std::io::Result<()> {

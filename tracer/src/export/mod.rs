@@ -36,8 +36,13 @@ impl Timeline {
     pub fn create(path: &Path, origin_ns: u64) -> std::io::Result<Self> {
         match TimelineFormat::from_path(path) {
             Some(TimelineFormat::Jsonl) => Ok(Self::Jsonl(jsonl::JsonlWriter::create(path)?)),
-            Some(TimelineFormat::Chrome) => Ok(Self::Chrome(chrome::ChromeWriter::create(path, origin_ns)?)),
-            None => Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "the output must end in .jsonl or .json")),
+            Some(TimelineFormat::Chrome) => {
+                Ok(Self::Chrome(chrome::ChromeWriter::create(path, origin_ns)?))
+            }
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the output must end in .jsonl or .json",
+            )),
         }
     }
 

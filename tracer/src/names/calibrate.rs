@@ -74,7 +74,9 @@ pub fn find_layouts(pid: u32, handle: u64, name: &[u8]) -> Vec<Layout> {
         }
     }
     for off1 in (0..=256u32).step_by(8) {
-        let Some(q) = read_u64(pid, handle + off1 as u64) else { continue };
+        let Some(q) = read_u64(pid, handle + off1 as u64) else {
+            continue;
+        };
         if q < 4096 {
             continue;
         }
@@ -94,7 +96,8 @@ type CuDeviceGet = unsafe extern "C" fn(*mut i32, i32) -> i32;
 type CuPrimaryCtxRetain = unsafe extern "C" fn(*mut *mut c_void, i32) -> i32;
 type CuCtxSetCurrent = unsafe extern "C" fn(*mut c_void) -> i32;
 type CuModuleLoadData = unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> i32;
-type CuModuleGetFunction = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> i32;
+type CuModuleGetFunction =
+    unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> i32;
 type CuFuncGetName = unsafe extern "C" fn(*mut *const c_char, *mut c_void) -> i32;
 
 /// Runs in the helper process: loads `libcuda` here and finds the layout.
@@ -106,7 +109,13 @@ pub fn calibrate_here(libcuda: &Path) -> Result<Layout, String> {
     if lib.is_null() {
         // SAFETY: dlerror returns a thread-local message or NULL.
         let msg = unsafe { libc::dlerror() };
-        let msg = if msg.is_null() { "unknown error".into() } else { unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned() };
+        let msg = if msg.is_null() {
+            "unknown error".into()
+        } else {
+            unsafe { CStr::from_ptr(msg) }
+                .to_string_lossy()
+                .into_owned()
+        };
         return Err(format!("cannot load it: {msg}"));
     }
     macro_rules! sym {
@@ -127,7 +136,13 @@ pub fn calibrate_here(libcuda: &Path) -> Result<Layout, String> {
     let load = sym!("cuModuleLoadData", CuModuleLoadData);
     let get_function = sym!("cuModuleGetFunction", CuModuleGetFunction);
     let get_name = sym!("cuFuncGetName", CuFuncGetName);
-    let check = |what: &str, r: i32| if r == 0 { Ok(()) } else { Err(format!("{what} returned CUresult {r}")) };
+    let check = |what: &str, r: i32| {
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(format!("{what} returned CUresult {r}"))
+        }
+    };
     let ptx = CString::new(PTX).expect("no NUL");
     let me = std::process::id();
     // SAFETY: each call gets valid out-pointers and the arguments cuda.h describes.
@@ -144,12 +159,19 @@ pub fn calibrate_here(libcuda: &Path) -> Result<Layout, String> {
         for k in KERNELS {
             let mut f = std::ptr::null_mut();
             let kname = CString::new(k).expect("no NUL");
-            check("cuModuleGetFunction", get_function(&mut f, module, kname.as_ptr()))?;
+            check(
+                "cuModuleGetFunction",
+                get_function(&mut f, module, kname.as_ptr()),
+            )?;
             let mut name: *const c_char = std::ptr::null();
             check("cuFuncGetName", get_name(&mut name, f))?;
-            let got = read_cstr(me, name as u64, 4096).ok_or("cuFuncGetName gave an unreadable pointer")?;
+            let got = read_cstr(me, name as u64, 4096)
+                .ok_or("cuFuncGetName gave an unreadable pointer")?;
             if got != k.as_bytes() {
-                return Err(format!("cuFuncGetName said {:?} for {k}", String::from_utf8_lossy(&got)));
+                return Err(format!(
+                    "cuFuncGetName said {:?} for {k}",
+                    String::from_utf8_lossy(&got)
+                ));
             }
             handles.push(f as u64);
         }
@@ -171,8 +193,14 @@ struct HelperAnswer {
 /// The hidden `__calibrate PATH` subcommand.
 pub fn helper_main(libcuda: &Path) -> std::process::ExitCode {
     let answer = match calibrate_here(libcuda) {
-        Ok(l) => HelperAnswer { layout: Some(l), error: None },
-        Err(e) => HelperAnswer { layout: None, error: Some(e) },
+        Ok(l) => HelperAnswer {
+            layout: Some(l),
+            error: None,
+        },
+        Err(e) => HelperAnswer {
+            layout: None,
+            error: Some(e),
+        },
     };
     println!("{}", serde_json::to_string(&answer).expect("serialisable"));
     std::process::ExitCode::SUCCESS
@@ -180,7 +208,8 @@ pub fn helper_main(libcuda: &Path) -> std::process::ExitCode {
 
 /// Runs the helper on `libcuda` (at most `timeout`).
 pub fn run_helper(libcuda: &Path, timeout: Duration) -> Result<Layout, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find gputrace's own binary: {e}"))?;
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find gputrace's own binary: {e}"))?;
     let mut child = Command::new(exe)
         .arg("__calibrate")
         .arg(libcuda)
@@ -203,7 +232,9 @@ pub fn run_helper(libcuda: &Path, timeout: Duration) -> Result<Layout, String> {
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("the calibration helper did not finish within {timeout:?}"));
+                return Err(format!(
+                    "the calibration helper did not finish within {timeout:?}"
+                ));
             }
         }
     }
@@ -224,7 +255,13 @@ pub fn file_key(path: &Path) -> std::io::Result<String> {
         return Ok(format!("build-id:{id}"));
     }
     let m = std::fs::metadata(path)?;
-    Ok(format!("file:{}:{}:{}:{}", m.dev(), m.ino(), m.size(), m.mtime()))
+    Ok(format!(
+        "file:{}:{}:{}:{}",
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime()
+    ))
 }
 
 /// Layouts found so far, kept on disk between runs (successes only: a
@@ -236,17 +273,28 @@ pub struct CalibrationCache {
 
 impl CalibrationCache {
     pub fn default_dir() -> PathBuf {
-        std::env::var_os("GPUTRACE_CACHE_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/cache/gputrace"))
+        std::env::var_os("GPUTRACE_CACHE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/var/cache/gputrace"))
     }
 
     pub fn open(dir: &Path) -> Self {
         let path = dir.join("calibration-v1.json");
-        let known = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
-        Self { path: Some(path), known }
+        let known = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        Self {
+            path: Some(path),
+            known,
+        }
     }
 
     pub fn in_memory() -> Self {
-        Self { path: None, known: BTreeMap::new() }
+        Self {
+            path: None,
+            known: BTreeMap::new(),
+        }
     }
 
     pub fn get(&self, key: &str) -> Option<&Layout> {
@@ -293,16 +341,35 @@ mod tests {
         let me = std::process::id();
         let a = b"kernel_alpha\0";
         let b = b"kernel_beta\0";
-        let ma = FakeModule { pad: [1, 2, 3], name: a.as_ptr() };
-        let mb = FakeModule { pad: [1, 2, 3], name: b.as_ptr() };
-        let fa = FakeFunc { magic: 7, other: [0; 4], module: &ma, name: a.as_ptr() };
-        let fb = FakeFunc { magic: 7, other: [0; 4], module: &mb, name: b.as_ptr() };
-        let found = find_layouts(me, &fa as *const _ as u64, b"kernel_alpha");
-        assert_eq!(found[0], Layout(vec![48]));
-        assert!(found.contains(&Layout(vec![40, 24])));
-        for l in &found {
-            assert_eq!(l.read(me, &fb as *const _ as u64).as_deref(), Some(&b"kernel_beta"[..]));
-        }
+        let ma = Box::new(FakeModule {
+            pad: [1, 2, 3],
+            name: a.as_ptr(),
+        });
+        let mb = Box::new(FakeModule {
+            pad: [1, 2, 3],
+            name: b.as_ptr(),
+        });
+        let fa = Box::new(FakeFunc {
+            magic: 7,
+            other: [0; 4],
+            module: &*ma,
+            name: a.as_ptr(),
+        });
+        let fb = Box::new(FakeFunc {
+            magic: 7,
+            other: [0; 4],
+            module: &*mb,
+            name: b.as_ptr(),
+        });
+        let found = find_layouts(me, &*fa as *const _ as u64, b"kernel_alpha");
+        // Memory past the struct may point to the name by chance: as in
+        // calibration, keep the layouts that also name the second kernel.
+        let verified: Vec<Layout> = found
+            .into_iter()
+            .filter(|l| l.read(me, &*fb as *const _ as u64).as_deref() == Some(&b"kernel_beta"[..]))
+            .collect();
+        assert_eq!(verified[0], Layout(vec![48]));
+        assert!(verified.contains(&Layout(vec![40, 24])));
         assert_eq!(Layout(vec![48]).describe(), "name pointer at handle+48");
     }
 
@@ -313,7 +380,10 @@ mod tests {
         let mut c = CalibrationCache::open(&dir);
         assert!(c.get("k").is_none());
         c.insert("k".into(), Layout(vec![8]));
-        assert_eq!(CalibrationCache::open(&dir).get("k"), Some(&Layout(vec![8])));
+        assert_eq!(
+            CalibrationCache::open(&dir).get("k"),
+            Some(&Layout(vec![8]))
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -6,8 +6,14 @@ pub fn read_exact(pid: u32, addr: u64, buf: &mut [u8]) -> bool {
     if buf.is_empty() {
         return true;
     }
-    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
     // SAFETY: the local iovec covers `buf`; the remote one is only read by the kernel.
     let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
     n == buf.len() as isize
@@ -46,7 +52,10 @@ pub fn read_cstr(pid: u32, addr: u64, max: usize) -> Option<Vec<u8>> {
 /// Whether bytes look like a kernel's symbol name: printable ASCII, no
 /// spaces except in already-demangled names, not empty.
 pub fn plausible_name(s: &[u8]) -> bool {
-    !s.is_empty() && s.len() < 8192 && s.iter().all(|b| b.is_ascii_graphic() || *b == b' ') && !s.starts_with(b" ")
+    !s.is_empty()
+        && s.len() < 8192
+        && s.iter().all(|b| b.is_ascii_graphic() || *b == b' ')
+        && !s.starts_with(b" ")
 }
 
 #[cfg(test)]
@@ -57,7 +66,10 @@ mod tests {
     fn reads_own_memory_and_refuses_bad_addresses() {
         let me = std::process::id();
         let s = b"_Z4reluPfi\0";
-        assert_eq!(read_cstr(me, s.as_ptr() as u64, 100).unwrap(), b"_Z4reluPfi");
+        assert_eq!(
+            read_cstr(me, s.as_ptr() as u64, 100).unwrap(),
+            b"_Z4reluPfi"
+        );
         let v: u64 = 0x1122334455667788;
         assert_eq!(read_u64(me, &v as *const u64 as u64), Some(v));
         assert_eq!(read_u64(me, 8), None);

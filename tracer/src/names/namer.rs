@@ -35,7 +35,13 @@ pub struct KernelNamer {
 impl KernelNamer {
     pub fn new(cache: CalibrationCache) -> Self {
         let enabled = std::env::var("GPUTRACE_NO_CALIBRATION").is_err();
-        Self { cache, by_file: HashMap::new(), procs: HashMap::new(), stubs: StubSymbols::default(), enabled }
+        Self {
+            cache,
+            by_file: HashMap::new(),
+            procs: HashMap::new(),
+            stubs: StubSymbols::default(),
+            enabled,
+        }
     }
 
     /// The layout for a libcuda file: from memory, the disk cache, or a
@@ -85,12 +91,20 @@ impl KernelNamer {
         self.procs.entry(pid).or_default().layout = Some(layout);
     }
 
+    /// Keeps `pid`'s mappings, to name host stubs after it exits.
+    pub fn remember_mappings(&mut self, pid: u32) {
+        self.stubs.remember(pid);
+    }
+
     fn layout(&mut self, pid: u32) -> Option<Layout> {
         if let Some(l) = self.procs.get(&pid).and_then(|p| p.layout.clone()) {
             return l;
         }
         // Not bound at attach (node mode): find its libcuda now.
-        let file = discover::process_libraries(pid).ok()?.into_iter().find(|f| f.lib == Lib::Cuda);
+        let file = discover::process_libraries(pid)
+            .ok()?
+            .into_iter()
+            .find(|f| f.lib == Lib::Cuda);
         let layout = file.and_then(|f| self.calibrate(&f).ok());
         self.procs.entry(pid).or_default().layout = Some(layout.clone());
         layout
@@ -101,11 +115,23 @@ impl KernelNamer {
         if handle == 0 {
             return None;
         }
-        if let Some(n) = self.procs.get(&pid).and_then(|p| p.from_handles.get(&handle)) {
+        if let Some(n) = self
+            .procs
+            .get(&pid)
+            .and_then(|p| p.from_handles.get(&handle))
+        {
             return n.clone();
         }
-        let name = self.layout(pid).and_then(|l| l.read(pid, handle)).filter(|n| plausible_name(n)).map(|n| demangle(&String::from_utf8_lossy(&n)));
-        self.procs.entry(pid).or_default().from_handles.insert(handle, name.clone());
+        let name = self
+            .layout(pid)
+            .and_then(|l| l.read(pid, handle))
+            .filter(|n| plausible_name(n))
+            .map(|n| demangle(&String::from_utf8_lossy(&n)));
+        self.procs
+            .entry(pid)
+            .or_default()
+            .from_handles
+            .insert(handle, name.clone());
         name
     }
 
@@ -117,8 +143,16 @@ impl KernelNamer {
         if let Some(n) = self.procs.get(&pid).and_then(|p| p.from_stubs.get(&stub)) {
             return n.clone();
         }
-        let name = self.stubs.name(pid, stub).filter(|n| n.starts_with("_Z")).map(|n| demangle(&n));
-        self.procs.entry(pid).or_default().from_stubs.insert(stub, name.clone());
+        let name = self
+            .stubs
+            .name(pid, stub)
+            .filter(|n| n.starts_with("_Z"))
+            .map(|n| demangle(&n));
+        self.procs
+            .entry(pid)
+            .or_default()
+            .from_stubs
+            .insert(stub, name.clone());
         name
     }
 
@@ -131,5 +165,6 @@ impl KernelNamer {
 
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
+        self.stubs.forget(pid);
     }
 }

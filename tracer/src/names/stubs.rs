@@ -30,9 +30,16 @@ impl SymbolTable {
             if name.is_empty() {
                 continue;
             }
-            funcs.push((sym.address(), sym.size(), Arc::from(name.split('@').next().unwrap_or(name))));
+            funcs.push((
+                sym.address(),
+                sym.size(),
+                Arc::from(name.split('@').next().unwrap_or(name)),
+            ));
         }
-        funcs.sort_by(|a, b| a.0.cmp(&b.0).then(b.2.starts_with("_Z").cmp(&a.2.starts_with("_Z"))));
+        funcs.sort_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then(b.2.starts_with("_Z").cmp(&a.2.starts_with("_Z")))
+        });
         funcs.dedup_by_key(|f| f.0);
         let segments = file
             .segments()
@@ -61,12 +68,30 @@ impl SymbolTable {
 #[derive(Default)]
 pub struct StubSymbols {
     tables: HashMap<(u64, u64), Option<Arc<SymbolTable>>>,
+    /// `/proc/PID/maps` as read at attach, for processes gone by the time
+    /// their last events are read.
+    maps: HashMap<u32, String>,
 }
 
 impl StubSymbols {
+    /// Keeps a copy of `pid`'s mappings.
+    pub fn remember(&mut self, pid: u32) {
+        if let Ok(m) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+            self.maps.insert(pid, m);
+        }
+    }
+
+    pub fn forget(&mut self, pid: u32) {
+        self.maps.remove(&pid);
+    }
+
     /// The mangled symbol at `addr` in process `pid`, if a mapped ELF file has one there.
     pub fn name(&mut self, pid: u32, addr: u64) -> Option<Arc<str>> {
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+        // A zombie's maps read back empty.
+        let (maps, live) = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+            Ok(m) if !m.is_empty() => (m, true),
+            _ => (self.maps.get(&pid)?.clone(), false),
+        };
         for line in maps.lines() {
             let mut f = line.split_whitespace();
             let (Some(range), Some(_perms), Some(off), Some(_dev), Some(_inode), Some(path)) =
@@ -74,16 +99,24 @@ impl StubSymbols {
             else {
                 continue;
             };
-            let Some((start, end)) = range.split_once('-') else { continue };
-            let (Ok(start), Ok(end), Ok(off)) =
-                (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16), u64::from_str_radix(off, 16))
-            else {
+            let Some((start, end)) = range.split_once('-') else {
+                continue;
+            };
+            let (Ok(start), Ok(end), Ok(off)) = (
+                u64::from_str_radix(start, 16),
+                u64::from_str_radix(end, 16),
+                u64::from_str_radix(off, 16),
+            ) else {
                 continue;
             };
             if addr < start || addr >= end || !path.starts_with('/') {
                 continue;
             }
-            let host = PathBuf::from(format!("/proc/{pid}/root{path}"));
+            let host = if live {
+                PathBuf::from(format!("/proc/{pid}/root{path}"))
+            } else {
+                PathBuf::from(path)
+            };
             let meta = std::fs::metadata(&host).ok()?;
             let table = self
                 .tables
@@ -110,7 +143,10 @@ mod tests {
     fn names_a_function_of_this_test_binary() {
         let mut s = StubSymbols::default();
         let addr = gputrace_test_stub_symbol as *const () as u64;
-        assert_eq!(s.name(std::process::id(), addr).as_deref(), Some("gputrace_test_stub_symbol"));
+        assert_eq!(
+            s.name(std::process::id(), addr).as_deref(),
+            Some("gputrace_test_stub_symbol")
+        );
         assert_eq!(s.name(std::process::id(), 16), None);
     }
 }

@@ -135,13 +135,19 @@ impl Probes {
                 .program_mut(name)
                 .ok_or_else(|| anyhow!("program {name} missing from the eBPF object"))?
                 .try_into()?;
-            prog.load().with_context(|| format!("verifying eBPF program {name}"))?;
+            prog.load()
+                .with_context(|| format!("verifying eBPF program {name}"))?;
         }
         let multi = match std::env::var("GPUTRACE_ATTACH").as_deref() {
             Ok("perf") => None,
             _ => MultiPrograms::load(&ebpf, crate::EBPF_OBJECT).ok(),
         };
-        Ok(Self { ebpf, selection, symbols: HashMap::new(), multi })
+        Ok(Self {
+            ebpf,
+            selection,
+            symbols: HashMap::new(),
+            multi,
+        })
     }
 
     pub fn attach_mode(&self) -> AttachMode {
@@ -155,9 +161,9 @@ impl Probes {
     /// The catalogue symbols of `file` that the selection asks for.
     pub fn symbols(&mut self, file: &LibraryFile) -> anyhow::Result<Vec<ResolvedSymbol>> {
         let key = (file.dev, file.inode);
-        if !self.symbols.contains_key(&key) {
+        if let std::collections::hash_map::Entry::Vacant(e) = self.symbols.entry(key) {
             let found = resolve_symbols(&file.path, file.lib)?;
-            self.symbols.insert(key, found);
+            e.insert(found);
         }
         Ok(self.symbols[&key]
             .iter()
@@ -182,12 +188,20 @@ impl Probes {
                 }
                 // A kernel without multi-uprobe links, or a filesystem it
                 // refuses (524 is the kernel's ENOTSUPP): fall back to one perf event per probe.
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP | 524)) => {
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL | libc::EOPNOTSUPP | 524)
+                    ) =>
+                {
                     self.multi = None;
                 }
                 Err(e) => {
-                    return Err(anyhow::Error::new(e)
-                        .context(format!("attaching {} uprobes to {}", symbols.len(), file.path.display())))
+                    return Err(anyhow::Error::new(e).context(format!(
+                        "attaching {} uprobes to {}",
+                        symbols.len(),
+                        file.path.display()
+                    )))
                 }
             }
         }
@@ -244,15 +258,27 @@ impl Probes {
                 cookie: Some(c),
             };
             let entry = self.program(ENTRY)?;
-            let id = entry.attach(point(cookie.0), &file.path, uscope).with_context(|| {
-                format!("attaching a uprobe to {} in {}", sym.api.name, file.path.display())
-            })?;
+            let id = entry
+                .attach(point(cookie.0), &file.path, uscope)
+                .with_context(|| {
+                    format!(
+                        "attaching a uprobe to {} in {}",
+                        sym.api.name,
+                        file.path.display()
+                    )
+                })?;
             att.links.push(entry.take_link(id)?);
             if !args_only {
                 let ret = self.program(RETURN)?;
-                let id = ret.attach(point(cookie.0), &file.path, uscope).with_context(|| {
-                    format!("attaching a uretprobe to {} in {}", sym.api.name, file.path.display())
-                })?;
+                let id = ret
+                    .attach(point(cookie.0), &file.path, uscope)
+                    .with_context(|| {
+                        format!(
+                            "attaching a uretprobe to {} in {}",
+                            sym.api.name,
+                            file.path.display()
+                        )
+                    })?;
                 att.links.push(ret.take_link(id)?);
             }
         }
@@ -269,13 +295,19 @@ impl Probes {
 
     /// Takes the ring buffer the programs write to (once).
     pub fn take_ring(&mut self) -> anyhow::Result<RingBuf<aya::maps::MapData>> {
-        let map = self.ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?;
+        let map = self
+            .ebpf
+            .take_map("EVENTS")
+            .ok_or_else(|| anyhow!("EVENTS map missing"))?;
         Ok(RingBuf::try_from(map)?)
     }
 
     /// A handle on the lost-event counters, read at any time.
     pub fn take_lost(&mut self) -> anyhow::Result<LostCounter> {
-        let map = self.ebpf.take_map("LOST").ok_or_else(|| anyhow!("LOST map missing"))?;
+        let map = self
+            .ebpf
+            .take_map("LOST")
+            .ok_or_else(|| anyhow!("LOST map missing"))?;
         Ok(LostCounter(PerCpuArray::try_from(map)?))
     }
 }
@@ -286,7 +318,10 @@ pub struct LostCounter(PerCpuArray<MapData, u64>);
 impl LostCounter {
     pub fn read(&self) -> LostCounts {
         let slot = |r: LostReason| -> u64 {
-            self.0.get(&(r as u32), 0).map(|v| v.iter().sum()).unwrap_or(0)
+            self.0
+                .get(&(r as u32), 0)
+                .map(|v| v.iter().sum())
+                .unwrap_or(0)
         };
         let _: [(); 4] = [(); LOST_SLOTS as usize];
         LostCounts {

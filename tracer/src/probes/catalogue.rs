@@ -157,9 +157,14 @@ impl AllocKind {
         }
     }
     pub fn parse(s: &str) -> Option<AllocKind> {
-        [AllocKind::Device, AllocKind::Managed, AllocKind::Host, AllocKind::Physical]
-            .into_iter()
-            .find(|k| k.name() == s)
+        [
+            AllocKind::Device,
+            AllocKind::Managed,
+            AllocKind::Host,
+            AllocKind::Physical,
+        ]
+        .into_iter()
+        .find(|k| k.name() == s)
     }
     /// Whether it occupies GPU memory.
     pub fn on_device(self) -> bool {
@@ -217,11 +222,20 @@ pub enum Shape {
     /// cuMemUnmap(ptr, size).
     MemUnmap,
     /// A copy: where dst, src, bytes and stream are, and the direction if fixed.
-    Memcpy { dst: u8, src: u8, bytes: u8, stream: Option<u8>, dir: Option<Direction> },
+    Memcpy {
+        dst: u8,
+        src: u8,
+        bytes: u8,
+        stream: Option<u8>,
+        dir: Option<Direction>,
+    },
     /// cuMemsetD{8,16,32}: (dst, value, n, [stream]).
     Memset { elem: u8, stream: Option<u8> },
     /// Waits and stream/event bookkeeping.
-    Sync { stream: Option<u8>, event: Option<u8> },
+    Sync {
+        stream: Option<u8>,
+        event: Option<u8>,
+    },
     /// cuModuleGetFunction(CUfunction*, CUmodule, const char*).
     ModuleGetFunction,
     /// cuLibraryGetKernel(CUkernel*, CUlibrary, const char*).
@@ -312,7 +326,9 @@ impl Api {
     /// family always has a return probe (it clears the stub).
     pub fn cookie_for(&self, selection: &ProbeSelection) -> (ProbeCookie, bool) {
         let mut c = self.cookie();
-        if matches!(self.shape, Shape::Launch | Shape::LaunchEx) && selection.mode(Family::Runtime).is_some() {
+        if matches!(self.shape, Shape::Launch | Shape::LaunchEx)
+            && selection.mode(Family::Runtime).is_some()
+        {
             c = c.with_runtime_get();
         }
         let args_only = selection.mode(self.family) == Some(true) && self.family != Family::Runtime;
@@ -334,7 +350,13 @@ fn entries() -> Vec<Entry> {
     use Direction::*;
     use Family::*;
     use Lib::*;
-    let mc = |dst, src, bytes, stream, dir| Shape::Memcpy { dst, src, bytes, stream, dir };
+    let mc = |dst, src, bytes, stream, dir| Shape::Memcpy {
+        dst,
+        src,
+        bytes,
+        stream,
+        dir,
+    };
     #[allow(clippy::too_many_arguments)]
     let nccl = |op, count, dtype, redop, root, peer, comm, stream| Shape::Nccl {
         op,
@@ -350,78 +372,415 @@ fn entries() -> Vec<Entry> {
         // launch
         Entry("cuLaunchKernel", PTSZ, Cuda, Launch, Shape::Launch),
         Entry("cuLaunchKernelEx", PTSZ, Cuda, Launch, Shape::LaunchEx),
-        Entry("cuLaunchCooperativeKernel", PTSZ, Cuda, Launch, Shape::Launch),
+        Entry(
+            "cuLaunchCooperativeKernel",
+            PTSZ,
+            Cuda,
+            Launch,
+            Shape::Launch,
+        ),
         Entry("cuGraphLaunch", PTSZ, Cuda, Launch, Shape::GraphLaunch),
         // memory
-        Entry("cuMemAlloc_v2", PLAIN, Cuda, Memory, Shape::Alloc { kind: Device, stream: None }),
-        Entry("cuMemAllocAsync", PTSZ, Cuda, Memory, Shape::Alloc { kind: Device, stream: Some(2) }),
-        Entry("cuMemAllocManaged", PLAIN, Cuda, Memory, Shape::Alloc { kind: Managed, stream: None }),
+        Entry(
+            "cuMemAlloc_v2",
+            PLAIN,
+            Cuda,
+            Memory,
+            Shape::Alloc {
+                kind: Device,
+                stream: None,
+            },
+        ),
+        Entry(
+            "cuMemAllocAsync",
+            PTSZ,
+            Cuda,
+            Memory,
+            Shape::Alloc {
+                kind: Device,
+                stream: Some(2),
+            },
+        ),
+        Entry(
+            "cuMemAllocManaged",
+            PLAIN,
+            Cuda,
+            Memory,
+            Shape::Alloc {
+                kind: Managed,
+                stream: None,
+            },
+        ),
         Entry("cuMemAllocPitch_v2", PLAIN, Cuda, Memory, Shape::AllocPitch),
-        Entry("cuMemHostAlloc", PLAIN, Cuda, Memory, Shape::Alloc { kind: Host, stream: None }),
-        Entry("cuMemAllocHost_v2", PLAIN, Cuda, Memory, Shape::Alloc { kind: Host, stream: None }),
-        Entry("cuMemFree_v2", PLAIN, Cuda, Memory, Shape::Free { host: false, stream: None }),
-        Entry("cuMemFreeAsync", PTSZ, Cuda, Memory, Shape::Free { host: false, stream: Some(1) }),
-        Entry("cuMemFreeHost", PLAIN, Cuda, Memory, Shape::Free { host: true, stream: None }),
+        Entry(
+            "cuMemHostAlloc",
+            PLAIN,
+            Cuda,
+            Memory,
+            Shape::Alloc {
+                kind: Host,
+                stream: None,
+            },
+        ),
+        Entry(
+            "cuMemAllocHost_v2",
+            PLAIN,
+            Cuda,
+            Memory,
+            Shape::Alloc {
+                kind: Host,
+                stream: None,
+            },
+        ),
+        Entry(
+            "cuMemFree_v2",
+            PLAIN,
+            Cuda,
+            Memory,
+            Shape::Free {
+                host: false,
+                stream: None,
+            },
+        ),
+        Entry(
+            "cuMemFreeAsync",
+            PTSZ,
+            Cuda,
+            Memory,
+            Shape::Free {
+                host: false,
+                stream: Some(1),
+            },
+        ),
+        Entry(
+            "cuMemFreeHost",
+            PLAIN,
+            Cuda,
+            Memory,
+            Shape::Free {
+                host: true,
+                stream: None,
+            },
+        ),
         Entry("cuMemCreate", PLAIN, Cuda, Memory, Shape::MemCreate),
         Entry("cuMemRelease", PLAIN, Cuda, Memory, Shape::MemRelease),
         Entry("cuMemMap", PLAIN, Cuda, Memory, Shape::MemMap),
         Entry("cuMemUnmap", PLAIN, Cuda, Memory, Shape::MemUnmap),
         // memcpy
         Entry("cuMemcpy", PTDS, Cuda, Memcpy, mc(0, 1, 2, None, None)),
-        Entry("cuMemcpyAsync", PTSZ, Cuda, Memcpy, mc(0, 1, 2, Some(3), None)),
-        Entry("cuMemcpyHtoD_v2", PTDS, Cuda, Memcpy, mc(0, 1, 2, None, Some(HtoD))),
-        Entry("cuMemcpyDtoH_v2", PTDS, Cuda, Memcpy, mc(0, 1, 2, None, Some(DtoH))),
-        Entry("cuMemcpyDtoD_v2", PTDS, Cuda, Memcpy, mc(0, 1, 2, None, Some(DtoD))),
-        Entry("cuMemcpyHtoDAsync_v2", PTSZ, Cuda, Memcpy, mc(0, 1, 2, Some(3), Some(HtoD))),
-        Entry("cuMemcpyDtoHAsync_v2", PTSZ, Cuda, Memcpy, mc(0, 1, 2, Some(3), Some(DtoH))),
-        Entry("cuMemcpyDtoDAsync_v2", PTSZ, Cuda, Memcpy, mc(0, 1, 2, Some(3), Some(DtoD))),
-        Entry("cuMemcpyPeer", PTDS, Cuda, Memcpy, mc(0, 2, 4, None, Some(PtoP))),
-        Entry("cuMemcpyPeerAsync", PTSZ, Cuda, Memcpy, mc(0, 2, 4, Some(5), Some(PtoP))),
-        Entry("cuMemsetD8_v2", PTDS, Cuda, Memcpy, Shape::Memset { elem: 1, stream: None }),
-        Entry("cuMemsetD16_v2", PTDS, Cuda, Memcpy, Shape::Memset { elem: 2, stream: None }),
-        Entry("cuMemsetD32_v2", PTDS, Cuda, Memcpy, Shape::Memset { elem: 4, stream: None }),
-        Entry("cuMemsetD8Async", PTSZ, Cuda, Memcpy, Shape::Memset { elem: 1, stream: Some(3) }),
-        Entry("cuMemsetD16Async", PTSZ, Cuda, Memcpy, Shape::Memset { elem: 2, stream: Some(3) }),
-        Entry("cuMemsetD32Async", PTSZ, Cuda, Memcpy, Shape::Memset { elem: 4, stream: Some(3) }),
+        Entry(
+            "cuMemcpyAsync",
+            PTSZ,
+            Cuda,
+            Memcpy,
+            mc(0, 1, 2, Some(3), None),
+        ),
+        Entry(
+            "cuMemcpyHtoD_v2",
+            PTDS,
+            Cuda,
+            Memcpy,
+            mc(0, 1, 2, None, Some(HtoD)),
+        ),
+        Entry(
+            "cuMemcpyDtoH_v2",
+            PTDS,
+            Cuda,
+            Memcpy,
+            mc(0, 1, 2, None, Some(DtoH)),
+        ),
+        Entry(
+            "cuMemcpyDtoD_v2",
+            PTDS,
+            Cuda,
+            Memcpy,
+            mc(0, 1, 2, None, Some(DtoD)),
+        ),
+        Entry(
+            "cuMemcpyHtoDAsync_v2",
+            PTSZ,
+            Cuda,
+            Memcpy,
+            mc(0, 1, 2, Some(3), Some(HtoD)),
+        ),
+        Entry(
+            "cuMemcpyDtoHAsync_v2",
+            PTSZ,
+            Cuda,
+            Memcpy,
+            mc(0, 1, 2, Some(3), Some(DtoH)),
+        ),
+        Entry(
+            "cuMemcpyDtoDAsync_v2",
+            PTSZ,
+            Cuda,
+            Memcpy,
+            mc(0, 1, 2, Some(3), Some(DtoD)),
+        ),
+        Entry(
+            "cuMemcpyPeer",
+            PTDS,
+            Cuda,
+            Memcpy,
+            mc(0, 2, 4, None, Some(PtoP)),
+        ),
+        Entry(
+            "cuMemcpyPeerAsync",
+            PTSZ,
+            Cuda,
+            Memcpy,
+            mc(0, 2, 4, Some(5), Some(PtoP)),
+        ),
+        Entry(
+            "cuMemsetD8_v2",
+            PTDS,
+            Cuda,
+            Memcpy,
+            Shape::Memset {
+                elem: 1,
+                stream: None,
+            },
+        ),
+        Entry(
+            "cuMemsetD16_v2",
+            PTDS,
+            Cuda,
+            Memcpy,
+            Shape::Memset {
+                elem: 2,
+                stream: None,
+            },
+        ),
+        Entry(
+            "cuMemsetD32_v2",
+            PTDS,
+            Cuda,
+            Memcpy,
+            Shape::Memset {
+                elem: 4,
+                stream: None,
+            },
+        ),
+        Entry(
+            "cuMemsetD8Async",
+            PTSZ,
+            Cuda,
+            Memcpy,
+            Shape::Memset {
+                elem: 1,
+                stream: Some(3),
+            },
+        ),
+        Entry(
+            "cuMemsetD16Async",
+            PTSZ,
+            Cuda,
+            Memcpy,
+            Shape::Memset {
+                elem: 2,
+                stream: Some(3),
+            },
+        ),
+        Entry(
+            "cuMemsetD32Async",
+            PTSZ,
+            Cuda,
+            Memcpy,
+            Shape::Memset {
+                elem: 4,
+                stream: Some(3),
+            },
+        ),
         // sync
-        Entry("cuStreamSynchronize", PTSZ, Cuda, Sync, Shape::Sync { stream: Some(0), event: None }),
-        Entry("cuCtxSynchronize", PLAIN, Cuda, Sync, Shape::Sync { stream: None, event: None }),
-        Entry("cuEventSynchronize", PLAIN, Cuda, Sync, Shape::Sync { stream: None, event: Some(0) }),
-        Entry("cuStreamWaitEvent", PTSZ, Cuda, Sync, Shape::Sync { stream: Some(0), event: Some(1) }),
-        Entry("cuEventRecord", PTSZ, Cuda, Sync, Shape::Sync { stream: Some(1), event: Some(0) }),
+        Entry(
+            "cuStreamSynchronize",
+            PTSZ,
+            Cuda,
+            Sync,
+            Shape::Sync {
+                stream: Some(0),
+                event: None,
+            },
+        ),
+        Entry(
+            "cuCtxSynchronize",
+            PLAIN,
+            Cuda,
+            Sync,
+            Shape::Sync {
+                stream: None,
+                event: None,
+            },
+        ),
+        Entry(
+            "cuEventSynchronize",
+            PLAIN,
+            Cuda,
+            Sync,
+            Shape::Sync {
+                stream: None,
+                event: Some(0),
+            },
+        ),
+        Entry(
+            "cuStreamWaitEvent",
+            PTSZ,
+            Cuda,
+            Sync,
+            Shape::Sync {
+                stream: Some(0),
+                event: Some(1),
+            },
+        ),
+        Entry(
+            "cuEventRecord",
+            PTSZ,
+            Cuda,
+            Sync,
+            Shape::Sync {
+                stream: Some(1),
+                event: Some(0),
+            },
+        ),
         // names
-        Entry("cuModuleGetFunction", PLAIN, Cuda, Names, Shape::ModuleGetFunction),
-        Entry("cuLibraryGetKernel", PLAIN, Cuda, Names, Shape::LibraryGetKernel),
-        Entry("cuKernelGetFunction", PLAIN, Cuda, Names, Shape::KernelGetFunction),
+        Entry(
+            "cuModuleGetFunction",
+            PLAIN,
+            Cuda,
+            Names,
+            Shape::ModuleGetFunction,
+        ),
+        Entry(
+            "cuLibraryGetKernel",
+            PLAIN,
+            Cuda,
+            Names,
+            Shape::LibraryGetKernel,
+        ),
+        Entry(
+            "cuKernelGetFunction",
+            PLAIN,
+            Cuda,
+            Names,
+            Shape::KernelGetFunction,
+        ),
         Entry("cuModuleUnload", PLAIN, Cuda, Names, Shape::Unload),
         Entry("cuLibraryUnload", PLAIN, Cuda, Names, Shape::Unload),
         // runtime (fallback for kernel names)
-        Entry("cudaLaunchKernel", PTSZ, Cudart, Runtime, Shape::RuntimeLaunch),
-        Entry("cudaLaunchKernelExC", PTSZ, Cudart, Runtime, Shape::RuntimeLaunchEx),
-        // nccl
-        Entry("ncclAllReduce", PLAIN, Lib::Nccl, Family::Nccl,
-            nccl(NcclOp::AllReduce, 2, 3, Some(4), None, None, 5, 6)),
-        Entry("ncclBroadcast", PLAIN, Lib::Nccl, Family::Nccl,
-            nccl(NcclOp::Broadcast, 2, 3, None, Some(4), None, 5, 6)),
-        Entry("ncclBcast", PLAIN, Lib::Nccl, Family::Nccl,
-            nccl(NcclOp::Broadcast, 1, 2, None, Some(3), None, 4, 5)),
-        Entry("ncclReduce", PLAIN, Lib::Nccl, Family::Nccl,
-            nccl(NcclOp::Reduce, 2, 3, Some(4), Some(5), None, 6, 7)),
-        Entry("ncclAllGather", PLAIN, Lib::Nccl, Family::Nccl,
-            nccl(NcclOp::AllGather, 2, 3, None, None, None, 4, 5)),
-        Entry("ncclReduceScatter", PLAIN, Lib::Nccl, Family::Nccl,
-            nccl(NcclOp::ReduceScatter, 2, 3, Some(4), None, None, 5, 6)),
-        Entry("ncclSend", PLAIN, Lib::Nccl, Family::Nccl,
-            nccl(NcclOp::Send, 1, 2, None, None, Some(3), 4, 5)),
-        Entry("ncclRecv", PLAIN, Lib::Nccl, Family::Nccl,
-            nccl(NcclOp::Recv, 1, 2, None, None, Some(3), 4, 5)),
-        Entry("ncclGroupStart", PLAIN, Lib::Nccl, Family::Nccl, Shape::NcclGroup),
-        Entry("ncclGroupEnd", PLAIN, Lib::Nccl, Family::Nccl, Shape::NcclGroup),
-        Entry("ncclCommInitRank", PLAIN, Lib::Nccl, Family::Nccl, Shape::CommInit),
-        Entry("ncclCommInitRankConfig", PLAIN, Lib::Nccl, Family::Nccl, Shape::CommInit),
-        Entry("ncclCommInitAll", PLAIN, Lib::Nccl, Family::Nccl, Shape::CommInitAll),
-        Entry("ncclCommDestroy", PLAIN, Lib::Nccl, Family::Nccl, Shape::CommEnd),
-        Entry("ncclCommAbort", PLAIN, Lib::Nccl, Family::Nccl, Shape::CommEnd),
+        Entry(
+            "cudaLaunchKernel",
+            PTSZ,
+            Cudart,
+            Runtime,
+            Shape::RuntimeLaunch,
+        ),
+        Entry(
+            "cudaLaunchKernelExC",
+            PTSZ,
+            Cudart,
+            Runtime,
+            Shape::RuntimeLaunchEx,
+        ),
+        // nccl (ncclBcast is left out: NCCL implements it by calling
+        // ncclBroadcast, which is probed, so one broadcast would count twice)
+        Entry(
+            "ncclAllReduce",
+            PLAIN,
+            Lib::Nccl,
+            Family::Nccl,
+            nccl(NcclOp::AllReduce, 2, 3, Some(4), None, None, 5, 6),
+        ),
+        Entry(
+            "ncclBroadcast",
+            PLAIN,
+            Lib::Nccl,
+            Family::Nccl,
+            nccl(NcclOp::Broadcast, 2, 3, None, Some(4), None, 5, 6),
+        ),
+        Entry(
+            "ncclReduce",
+            PLAIN,
+            Lib::Nccl,
+            Family::Nccl,
+            nccl(NcclOp::Reduce, 2, 3, Some(4), Some(5), None, 6, 7),
+        ),
+        Entry(
+            "ncclAllGather",
+            PLAIN,
+            Lib::Nccl,
+            Family::Nccl,
+            nccl(NcclOp::AllGather, 2, 3, None, None, None, 4, 5),
+        ),
+        Entry(
+            "ncclReduceScatter",
+            PLAIN,
+            Lib::Nccl,
+            Family::Nccl,
+            nccl(NcclOp::ReduceScatter, 2, 3, Some(4), None, None, 5, 6),
+        ),
+        Entry(
+            "ncclSend",
+            PLAIN,
+            Lib::Nccl,
+            Family::Nccl,
+            nccl(NcclOp::Send, 1, 2, None, None, Some(3), 4, 5),
+        ),
+        Entry(
+            "ncclRecv",
+            PLAIN,
+            Lib::Nccl,
+            Family::Nccl,
+            nccl(NcclOp::Recv, 1, 2, None, None, Some(3), 4, 5),
+        ),
+        Entry(
+            "ncclGroupStart",
+            PLAIN,
+            Lib::Nccl,
+            Family::Nccl,
+            Shape::NcclGroup,
+        ),
+        Entry(
+            "ncclGroupEnd",
+            PLAIN,
+            Lib::Nccl,
+            Family::Nccl,
+            Shape::NcclGroup,
+        ),
+        Entry(
+            "ncclCommInitRank",
+            PLAIN,
+            Lib::Nccl,
+            Family::Nccl,
+            Shape::CommInit,
+        ),
+        Entry(
+            "ncclCommInitRankConfig",
+            PLAIN,
+            Lib::Nccl,
+            Family::Nccl,
+            Shape::CommInit,
+        ),
+        Entry(
+            "ncclCommInitAll",
+            PLAIN,
+            Lib::Nccl,
+            Family::Nccl,
+            Shape::CommInitAll,
+        ),
+        Entry(
+            "ncclCommDestroy",
+            PLAIN,
+            Lib::Nccl,
+            Family::Nccl,
+            Shape::CommEnd,
+        ),
+        Entry(
+            "ncclCommAbort",
+            PLAIN,
+            Lib::Nccl,
+            Family::Nccl,
+            Shape::CommEnd,
+        ),
     ]
 }
 
@@ -438,7 +797,13 @@ pub fn catalogue() -> &'static [Api] {
                     Box::leak(format!("{base}{suffix}").into_boxed_str())
                 };
                 let id = u16::try_from(out.len()).expect("catalogue fits u16");
-                out.push(Api { id, name, lib, family, shape });
+                out.push(Api {
+                    id,
+                    name,
+                    lib,
+                    family,
+                    shape,
+                });
             }
         }
         out
@@ -462,7 +827,9 @@ pub struct ProbeSelection {
 
 impl Default for ProbeSelection {
     fn default() -> Self {
-        Self { families: Family::ALL.iter().map(|f| (*f, false)).collect() }
+        Self {
+            families: Family::ALL.iter().map(|f| (*f, false)).collect(),
+        }
     }
 }
 
@@ -474,7 +841,9 @@ impl ProbeSelection {
             let (name, args_only) = match item.split_once(':') {
                 Some((n, "args")) => (n, true),
                 Some((_, mode)) => {
-                    return Err(format!("unknown probe mode `{mode}` in `{item}` (only `:args`)"))
+                    return Err(format!(
+                        "unknown probe mode `{mode}` in `{item}` (only `:args`)"
+                    ))
                 }
                 None => (item, false),
             };
@@ -493,11 +862,16 @@ impl ProbeSelection {
 
     /// `None` when the family is not selected, else whether it is args-only.
     pub fn mode(&self, family: Family) -> Option<bool> {
-        self.families.iter().find(|(f, _)| *f == family).map(|(_, a)| *a)
+        self.families
+            .iter()
+            .find(|(f, _)| *f == family)
+            .map(|(_, a)| *a)
     }
 
     pub fn wants_lib(&self, lib: Lib) -> bool {
-        catalogue().iter().any(|a| a.lib == lib && self.mode(a.family).is_some())
+        catalogue()
+            .iter()
+            .any(|a| a.lib == lib && self.mode(a.family).is_some())
     }
 }
 
@@ -510,7 +884,12 @@ mod tests {
         let cat = catalogue();
         for (i, a) in cat.iter().enumerate() {
             assert_eq!(a.id as usize, i);
-            assert_eq!(cat.iter().filter(|b| b.name == a.name).count(), 1, "{}", a.name);
+            assert_eq!(
+                cat.iter().filter(|b| b.name == a.name).count(),
+                1,
+                "{}",
+                a.name
+            );
         }
         assert!(api_by_name("cuMemcpyHtoDAsync_v2_ptsz").is_some());
         assert!(api_by_name("cuLaunchKernel_ptsz").is_some());
@@ -527,7 +906,13 @@ mod tests {
         assert_eq!(ex.deref_arg(), 1);
         let pitch = api_by_name("cuMemAllocPitch_v2").unwrap().cookie();
         assert_eq!((pitch.out_arg(0), pitch.out_arg(1)), (1, 2));
-        assert_eq!(api_by_name("cuModuleGetFunction").unwrap().cookie().str_arg(), 3);
+        assert_eq!(
+            api_by_name("cuModuleGetFunction")
+                .unwrap()
+                .cookie()
+                .str_arg(),
+            3
+        );
     }
 
     #[test]
@@ -536,7 +921,9 @@ mod tests {
         assert_eq!(s.mode(Family::Launch), Some(true));
         assert_eq!(s.mode(Family::Nccl), Some(false));
         assert_eq!(s.mode(Family::Memory), None);
-        assert!(ProbeSelection::parse("bogus").unwrap_err().contains("unknown probe family"));
+        assert!(ProbeSelection::parse("bogus")
+            .unwrap_err()
+            .contains("unknown probe family"));
         assert!(ProbeSelection::parse("launch:ret").is_err());
         assert!(!s.wants_lib(Lib::Cudart));
     }

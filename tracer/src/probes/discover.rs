@@ -21,14 +21,21 @@ pub struct LibraryFile {
 impl LibraryFile {
     pub fn open(lib: Lib, path: PathBuf) -> std::io::Result<Self> {
         let meta = std::fs::metadata(&path)?;
-        Ok(Self { lib, path, dev: meta.dev(), inode: meta.ino() })
+        Ok(Self {
+            lib,
+            path,
+            dev: meta.dev(),
+            inode: meta.ino(),
+        })
     }
 }
 
 /// Which library a mapped file is, judged by its basename.
 pub fn classify(path: &Path) -> Option<Lib> {
     let name = path.file_name()?.to_str()?;
-    Lib::ALL.into_iter().find(|lib| name.starts_with(lib.file_prefix()))
+    Lib::ALL
+        .into_iter()
+        .find(|lib| name.starts_with(lib.file_prefix()))
 }
 
 /// The paths of every file mapped executable by `pid`, as `/proc/PID/maps` shows them.
@@ -72,7 +79,10 @@ pub fn process_libraries(pid: u32) -> std::io::Result<Vec<LibraryFile>> {
         let Some(lib) = classify(&path) else { continue };
         let host_path = root.join(path.strip_prefix("/").unwrap_or(&path));
         if let Ok(file) = LibraryFile::open(lib, host_path) {
-            if !out.iter().any(|f: &LibraryFile| f.dev == file.dev && f.inode == file.inode) {
+            if !out
+                .iter()
+                .any(|f: &LibraryFile| f.dev == file.dev && f.inode == file.inode)
+            {
                 out.push(file);
             }
         }
@@ -85,7 +95,9 @@ pub fn is_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             // The state follows the parenthesised comm, which may hold spaces.
-            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next());
             !matches!(state, Some('Z') | Some('X') | None)
         }
         Err(_) => false,
@@ -94,20 +106,29 @@ pub fn is_alive(pid: u32) -> bool {
 
 /// The process's command name (`/proc/PID/comm`).
 pub fn comm(pid: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string())
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim_end().to_string())
 }
 
 /// Every process id under /proc.
 pub fn all_pids() -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
 }
 
 /// Where the dynamic loader would find `soname` for `exe` run with `env_path`
 /// (LD_LIBRARY_PATH): the executable's RPATH/RUNPATH (with `$ORIGIN`), then
 /// LD_LIBRARY_PATH, the ld.so cache and the default directories. Used to
 /// attach before a command started with `-- CMD` loads its libraries.
-pub fn find_library(soname: &str, exe: Option<&Path>, ld_library_path: Option<&OsStr>) -> Option<PathBuf> {
+pub fn find_library(
+    soname: &str,
+    exe: Option<&Path>,
+    ld_library_path: Option<&OsStr>,
+) -> Option<PathBuf> {
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(exe) = exe {
         dirs.extend(elf_search_dirs(exe));
@@ -145,23 +166,38 @@ pub fn find_library(soname: &str, exe: Option<&Path>, ld_library_path: Option<&O
 /// RPATH/RUNPATH entries of an ELF executable, `$ORIGIN` expanded.
 fn elf_search_dirs(exe: &Path) -> Vec<PathBuf> {
     use object::read::elf::{Dyn, FileHeader};
-    let Ok(data) = std::fs::read(exe) else { return Vec::new() };
+    let Ok(data) = std::fs::read(exe) else {
+        return Vec::new();
+    };
     let Ok(elf) = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data) else {
         return Vec::new();
     };
     let endian = elf.endian();
-    let Ok(sections) = elf.elf_header().sections(endian, &*data) else { return Vec::new() };
-    let Ok(Some((dynamic, link))) = sections.dynamic(endian, &*data) else { return Vec::new() };
-    let Ok(strings) = sections.strings(endian, &*data, link) else { return Vec::new() };
-    let origin = exe.canonicalize().ok().and_then(|p| p.parent().map(Path::to_path_buf));
+    let Ok(sections) = elf.elf_header().sections(endian, &*data) else {
+        return Vec::new();
+    };
+    let Ok(Some((dynamic, link))) = sections.dynamic(endian, &*data) else {
+        return Vec::new();
+    };
+    let Ok(strings) = sections.strings(endian, &*data, link) else {
+        return Vec::new();
+    };
+    let origin = exe
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf));
     let mut out = Vec::new();
     for d in dynamic {
-        let tag = d.tag32(endian).unwrap_or(0) as u32;
+        let tag = d.tag32(endian).unwrap_or(0);
         if tag != object::elf::DT_RPATH && tag != object::elf::DT_RUNPATH {
             continue;
         }
-        let Ok(value) = d.string(endian, strings) else { continue };
-        let Ok(value) = std::str::from_utf8(value) else { continue };
+        let Ok(value) = d.string(endian, strings) else {
+            continue;
+        };
+        let Ok(value) = std::str::from_utf8(value) else {
+            continue;
+        };
         for entry in value.split(':').filter(|e| !e.is_empty()) {
             let expanded = match &origin {
                 Some(o) => entry
@@ -178,15 +214,20 @@ fn elf_search_dirs(exe: &Path) -> Vec<PathBuf> {
 /// soname → path from `ldconfig -p`.
 fn ld_cache() -> BTreeMap<String, PathBuf> {
     let mut out = BTreeMap::new();
-    let Ok(output) = std::process::Command::new("ldconfig").arg("-p").output() else { return out };
+    let Ok(output) = std::process::Command::new("ldconfig").arg("-p").output() else {
+        return out;
+    };
     for line in String::from_utf8_lossy(&output.stdout).lines() {
         // "\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1"
-        let Some((left, path)) = line.split_once(" => ") else { continue };
+        let Some((left, path)) = line.split_once(" => ") else {
+            continue;
+        };
         if !left.contains("x86-64") {
             continue;
         }
         let name = left.trim().split(' ').next().unwrap_or("");
-        out.entry(name.to_string()).or_insert_with(|| PathBuf::from(path.trim()));
+        out.entry(name.to_string())
+            .or_insert_with(|| PathBuf::from(path.trim()));
     }
     out
 }
@@ -197,8 +238,14 @@ mod tests {
 
     #[test]
     fn classify_by_basename() {
-        assert_eq!(classify(Path::new("/usr/lib/libcuda.so.580.1")), Some(Lib::Cuda));
-        assert_eq!(classify(Path::new("/x/nvidia/nccl/lib/libnccl.so.2")), Some(Lib::Nccl));
+        assert_eq!(
+            classify(Path::new("/usr/lib/libcuda.so.580.1")),
+            Some(Lib::Cuda)
+        );
+        assert_eq!(
+            classify(Path::new("/x/nvidia/nccl/lib/libnccl.so.2")),
+            Some(Lib::Nccl)
+        );
         assert_eq!(classify(Path::new("/x/libcudart.so.13")), Some(Lib::Cudart));
         assert_eq!(classify(Path::new("/x/libcudnn.so.9")), None);
     }
@@ -207,7 +254,10 @@ mod tests {
     fn own_process_is_alive_and_maps_libc() {
         let me = std::process::id();
         assert!(is_alive(me));
-        assert!(mapped_files(me).unwrap().iter().any(|p| p.to_string_lossy().contains("libc")));
+        assert!(mapped_files(me)
+            .unwrap()
+            .iter()
+            .any(|p| p.to_string_lossy().contains("libc")));
         assert!(!is_alive(u32::MAX - 1));
     }
 }

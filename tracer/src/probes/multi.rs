@@ -17,12 +17,19 @@ use std::path::Path;
 use anyhow::{anyhow, Context};
 use aya::maps::Map;
 use aya::Ebpf;
-use aya_obj::generated::{bpf_attach_type, bpf_attr, bpf_cmd, bpf_insn, bpf_prog_type, BPF_F_UPROBE_MULTI_RETURN};
+use aya_obj::generated::{
+    bpf_attach_type, bpf_attr, bpf_cmd, bpf_insn, bpf_prog_type, BPF_F_UPROBE_MULTI_RETURN,
+};
 
 fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> std::io::Result<OwnedFd> {
     // SAFETY: `attr` is a valid, zero-initialised bpf_attr of the full size.
     let r = unsafe {
-        libc::syscall(libc::SYS_bpf, cmd as libc::c_long, attr as *mut bpf_attr, std::mem::size_of::<bpf_attr>())
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd as libc::c_long,
+            attr as *mut bpf_attr,
+            std::mem::size_of::<bpf_attr>(),
+        )
     };
     if r < 0 {
         return Err(std::io::Error::last_os_error());
@@ -86,7 +93,10 @@ fn load_one(insns: &[bpf_insn], name: &str, license: &CString) -> anyhow::Result
             let end = log.iter().position(|b| *b == 0).unwrap_or(0);
             let text = String::from_utf8_lossy(&log[..end]);
             let tail: Vec<&str> = text.lines().rev().take(3).collect();
-            Err(anyhow!("loading {name} for multi-uprobe links: {e} ({})", tail.join(" / ")))
+            Err(anyhow!(
+                "loading {name} for multi-uprobe links: {e} ({})",
+                tail.join(" / ")
+            ))
         }
     }
 }
@@ -94,23 +104,40 @@ fn load_one(insns: &[bpf_insn], name: &str, license: &CString) -> anyhow::Result
 impl MultiPrograms {
     /// Relocates `call_entry`/`call_return` against `ebpf`'s maps and loads them.
     pub fn load(ebpf: &Ebpf, object: &[u8]) -> anyhow::Result<Self> {
+        Self::load_named(ebpf, object, "call_entry", "call_return")
+    }
+
+    /// Same, for another entry/return pair of the object.
+    pub fn load_named(ebpf: &Ebpf, object: &[u8], entry: &str, ret: &str) -> anyhow::Result<Self> {
         let mut obj = aya_obj::Object::parse(object).context("parsing the eBPF object")?;
         let objmaps = obj.maps.clone();
         let mut maps = Vec::new();
         for (name, m) in ebpf.maps() {
             let fd = map_fd(m).ok_or_else(|| anyhow!("map {name}: unexpected type"))?;
-            let om = objmaps.get(name).ok_or_else(|| anyhow!("map {name} not in the object"))?;
+            let om = objmaps
+                .get(name)
+                .ok_or_else(|| anyhow!("map {name} not in the object"))?;
             maps.push((name, fd, om));
         }
         let text: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
-        obj.relocate_maps(maps.into_iter(), &text).context("relocating maps")?;
+        obj.relocate_maps(maps.into_iter(), &text)
+            .context("relocating maps")?;
         obj.relocate_calls(&text).context("relocating calls")?;
         let load = |name: &str| -> anyhow::Result<OwnedFd> {
-            let prog = obj.programs.get(name).ok_or_else(|| anyhow!("program {name} missing"))?;
-            let func = obj.functions.get(&prog.function_key()).ok_or_else(|| anyhow!("function of {name} missing"))?;
+            let prog = obj
+                .programs
+                .get(name)
+                .ok_or_else(|| anyhow!("program {name} missing"))?;
+            let func = obj
+                .functions
+                .get(&prog.function_key())
+                .ok_or_else(|| anyhow!("function of {name} missing"))?;
             load_one(&func.instructions, name, &obj.license)
         };
-        Ok(Self { entry: load("call_entry")?, ret: load("call_return")? })
+        Ok(Self {
+            entry: load(entry)?,
+            ret: load(ret)?,
+        })
     }
 
     /// Attaches the entry (or return) program at `offsets` of `path`, each
@@ -141,6 +168,9 @@ impl MultiPrograms {
         um.flags = if ret { BPF_F_UPROBE_MULTI_RETURN } else { 0 };
         um.pid = pid.unwrap_or(0);
         let fd = sys_bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)?;
-        Ok(MultiLink { _fd: fd, probes: offsets.len() })
+        Ok(MultiLink {
+            _fd: fd,
+            probes: offsets.len(),
+        })
     }
 }

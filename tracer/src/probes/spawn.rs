@@ -20,8 +20,11 @@ pub fn resolve_command(name: &str) -> Option<PathBuf> {
         let p = PathBuf::from(name);
         return p.is_file().then_some(p);
     }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| is_executable(p))
+    let path =
+        std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -46,10 +49,19 @@ impl GatedChild {
     /// Forks; the child waits for the gate, then execs `argv`.
     pub fn spawn(argv: &[String]) -> std::io::Result<Self> {
         let exe = resolve_command(&argv[0]).ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::NotFound, format!("cannot run `{}`: not found in PATH or not executable", argv[0]))
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!(
+                    "cannot run `{}`: not found in PATH or not executable",
+                    argv[0]
+                ),
+            )
         })?;
         let path = cstring(exe.as_os_str())?;
-        let args: Vec<CString> = argv.iter().map(|a| cstring(OsStr::new(a))).collect::<Result<_, _>>()?;
+        let args: Vec<CString> = argv
+            .iter()
+            .map(|a| cstring(OsStr::new(a)))
+            .collect::<Result<_, _>>()?;
         let mut arg_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
         arg_ptrs.push(std::ptr::null());
         let env: Vec<CString> = std::env::vars_os()
@@ -57,7 +69,8 @@ impl GatedChild {
                 let mut kv = k.into_vec();
                 kv.push(b'=');
                 kv.extend(v.into_vec());
-                CString::new(kv).map_err(|_| std::io::Error::other("environment contains a NUL byte"))
+                CString::new(kv)
+                    .map_err(|_| std::io::Error::other("environment contains a NUL byte"))
             })
             .collect::<Result<_, _>>()?;
         let mut env_ptrs: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
@@ -90,7 +103,13 @@ impl GatedChild {
             libc::close(gate[0]);
             libc::close(errors[1]);
         }
-        Ok(Self { pid: pid as u32, exe, gate: gate[1], errors: errors[0], reaped: None })
+        Ok(Self {
+            pid: pid as u32,
+            exe,
+            gate: gate[1],
+            errors: errors[0],
+            reaped: None,
+        })
     }
 
     /// Lets the child exec; reports an exec failure.
@@ -122,9 +141,19 @@ impl GatedChild {
         }
         let mut status = 0;
         // SAFETY: our own child's pid.
-        let r = unsafe { libc::waitpid(self.pid as i32, &mut status, if block { 0 } else { libc::WNOHANG }) };
+        let r = unsafe {
+            libc::waitpid(
+                self.pid as i32,
+                &mut status,
+                if block { 0 } else { libc::WNOHANG },
+            )
+        };
         if r == self.pid as i32 {
-            let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) };
+            let code = if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                128 + libc::WTERMSIG(status)
+            };
             self.reaped = Some(code);
         } else if r < 0 {
             self.reaped = Some(-1);

@@ -18,7 +18,10 @@ pub struct ResolvedSymbol {
 #[derive(Debug, thiserror::Error)]
 pub enum SymbolError {
     #[error("cannot read {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path} is not an ELF shared library we can read: {source}")]
     Parse { path: String, source: object::Error },
 }
@@ -29,9 +32,14 @@ pub enum SymbolError {
 /// catalogue name is kept, so a call is never counted twice.
 pub fn resolve_symbols(path: &Path, lib: Lib) -> Result<Vec<ResolvedSymbol>, SymbolError> {
     let display = path.display().to_string();
-    let data = map_file(path).map_err(|source| SymbolError::Read { path: display.clone(), source })?;
-    let file = object::File::parse(&*data)
-        .map_err(|source| SymbolError::Parse { path: display.clone(), source })?;
+    let data = map_file(path).map_err(|source| SymbolError::Read {
+        path: display.clone(),
+        source,
+    })?;
+    let file = object::File::parse(&*data).map_err(|source| SymbolError::Parse {
+        path: display.clone(),
+        source,
+    })?;
     let segments: Vec<(u64, u64, u64)> = file
         .segments()
         .filter_map(|s| {
@@ -64,8 +72,12 @@ pub fn resolve_symbols(path: &Path, lib: Lib) -> Result<Vec<ResolvedSymbol>, Sym
     let mut seen = HashMap::new();
     let mut out = Vec::new();
     for api in catalogue().iter().filter(|a| a.lib == lib) {
-        let Some(&addr) = addrs.get(api.name) else { continue };
-        let Some(file_offset) = to_offset(addr) else { continue };
+        let Some(&addr) = addrs.get(api.name) else {
+            continue;
+        };
+        let Some(file_offset) = to_offset(addr) else {
+            continue;
+        };
         if seen.insert(file_offset, api.name).is_some() {
             continue;
         }
