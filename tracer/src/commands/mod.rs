@@ -3,6 +3,7 @@
 pub mod bare;
 pub mod list;
 pub mod pipeline;
+pub mod session;
 pub mod stats;
 pub mod trace;
 

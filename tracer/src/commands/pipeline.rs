@@ -1,55 +1,34 @@
-//! The path of every record: decode, enrich, then print / write / summarise.
+//! Where the trace command sends each call: print / write / summarise.
 
 use std::io::{BufWriter, Stdout, Write};
 
-use crate::aggregate::enrich::{Clock, Enricher};
+use crate::aggregate::enrich::Enriched;
 use crate::aggregate::summary::Summary;
-use crate::events::decode::parse_record;
 use crate::export::print::format_line;
 use crate::export::Timeline;
-use crate::names::namer::KernelNamer;
 
 pub struct Pipeline {
-    pub enricher: Enricher,
     pub summary: Summary,
     timeline: Option<Timeline>,
     print: Option<BufWriter<Stdout>>,
     line: String,
-    /// Records that could not be decoded (never expected; counted, not hidden).
-    pub decode_errors: u64,
     /// The first write error; the trace stops when one happens.
     pub write_error: Option<std::io::Error>,
 }
 
 impl Pipeline {
-    pub fn new(clock: Clock, namer: KernelNamer, timeline: Option<Timeline>, print: bool) -> Self {
+    pub fn new(timeline: Option<Timeline>, print: bool) -> Self {
         Self {
-            enricher: Enricher::new(clock, namer),
             summary: Summary::default(),
             timeline,
             print: print.then(|| BufWriter::with_capacity(1 << 16, std::io::stdout())),
             line: String::with_capacity(512),
-            decode_errors: 0,
             write_error: None,
         }
     }
 
-    /// Handles one ring buffer record.
-    pub fn handle(&mut self, bytes: &[u8]) {
-        let raw = match parse_record(bytes) {
-            Ok(r) => r,
-            Err(_) => {
-                self.decode_errors += 1;
-                return;
-            }
-        };
-        let enriched = match self.enricher.enrich(&raw) {
-            Ok(e) => e,
-            Err(_) => {
-                self.decode_errors += 1;
-                return;
-            }
-        };
+    /// Handles one call.
+    pub fn handle(&mut self, enriched: &Enriched) {
         let call = &enriched.call;
         self.summary.record(call);
         if self.write_error.is_some() {
