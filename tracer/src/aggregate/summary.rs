@@ -25,7 +25,13 @@ pub struct ApiStats {
     mean: f64,
     m2: f64,
     pub hist: Histogram,
+    /// The durations themselves while there are few (exact medians for
+    /// rare APIs); dropped past [`EXACT_SAMPLES`], the histogram goes on.
+    samples: Option<Vec<u64>>,
 }
+
+/// Up to this many calls an API's median is exact.
+pub const EXACT_SAMPLES: usize = 1024;
 
 impl ApiStats {
     fn record(&mut self, dur: Option<u64>, failed: bool) {
@@ -46,10 +52,32 @@ impl ApiStats {
         self.mean += delta / self.timed as f64;
         self.m2 += delta * (x - self.mean);
         self.hist.record(d);
+        self.keep_sample(d);
+    }
+
+    fn keep_sample(&mut self, d: u64) {
+        if self.timed == 1 {
+            self.samples = Some(Vec::new());
+        }
+        if let Some(s) = &mut self.samples {
+            if s.len() < EXACT_SAMPLES {
+                s.push(d);
+            } else {
+                self.samples = None;
+            }
+        }
     }
 
     fn merge(&mut self, o: &ApiStats) {
         if o.timed > 0 {
+            self.samples = match (self.timed, self.samples.take(), &o.samples) {
+                (0, _, theirs) => theirs.clone(),
+                (_, Some(mut mine), Some(theirs)) if mine.len() + theirs.len() <= EXACT_SAMPLES => {
+                    mine.extend_from_slice(theirs);
+                    Some(mine)
+                }
+                _ => None,
+            };
             let n = self.timed + o.timed;
             let delta = o.mean - self.mean;
             let mean = self.mean + delta * o.timed as f64 / n as f64;
@@ -69,8 +97,19 @@ impl ApiStats {
         self.failed += o.failed;
     }
 
-    /// The median from the histogram, kept within the exact min and max.
+    /// The median: exact while few calls were timed (the lower middle value
+    /// of an even count, as the histogram's nearest rank does), else from the
+    /// histogram, kept within the exact min and max.
     pub fn median_ns(&self) -> Option<u64> {
+        if let Some(s) = self
+            .samples
+            .as_ref()
+            .filter(|s| !s.is_empty() && s.len() as u64 == self.timed)
+        {
+            let mut v = s.clone();
+            let mid = (v.len() - 1) / 2;
+            return Some(*v.select_nth_unstable(mid).1);
+        }
         self.hist
             .quantile(0.5)
             .map(|m| m.clamp(self.min_ns, self.max_ns))

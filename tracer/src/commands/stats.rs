@@ -164,7 +164,7 @@ pub fn read_timeline<R: Read>(input: R) -> std::io::Result<StatsInput> {
             },
             Format::Chrome { origin, comms } => {
                 let t = text.trim_start_matches(',').trim_end_matches(',');
-                if t == "]," || t == "]" {
+                if t == "]," || t == "]" || t.starts_with("\"traceEvents\"") {
                     continue;
                 }
                 if let Some(rest) = t.strip_prefix("\"gputraceSummary\":") {

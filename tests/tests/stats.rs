@@ -1,0 +1,111 @@
+//! `gputrace stats FILE`: the same summary the live run printed, from the
+//! file it wrote; unreadable files said so, with the line.
+
+use std::time::Duration;
+
+use gputrace_tests::*;
+
+fn stats(args: &[&str]) -> Finished {
+    let mut a = vec!["stats"];
+    a.extend_from_slice(args);
+    run_gputrace(&a)
+}
+
+#[test]
+fn stats_of_a_trace_equals_the_live_summary() {
+    let dir = scratch("stats-live");
+    for ext in ["jsonl", "json"] {
+        let out = dir.join(format!("t.{ext}"));
+        let mut w = Workload::start(&[
+            "--launches",
+            "30",
+            "--launch-ex",
+            "3",
+            "--copies",
+            "2",
+            "--allocs",
+            "2",
+            "--syncs",
+            "2",
+            "--nccl",
+            "2",
+            "--fail",
+            "1",
+            "--threads",
+            "2",
+        ]);
+        let t = Tracer::attach(&[
+            "--pid",
+            &w.pid.to_string(),
+            "--output",
+            out.to_str().unwrap(),
+            "--summary",
+            "text",
+        ]);
+        w.go();
+        assert!(w.finish().0.success());
+        let live = t.finish(Duration::from_secs(30));
+        assert!(live.status.success());
+        let f = stats(&[out.to_str().unwrap()]);
+        assert!(f.status.success(), "{}", f.stderr_text());
+        assert_eq!(
+            f.stdout, live.stdout,
+            "stats of the .{ext} file differs from the live summary"
+        );
+        let j = stats(&[out.to_str().unwrap(), "--format", "json"]);
+        let v: serde_json::Value = serde_json::from_str(j.stdout.trim()).unwrap();
+        assert_eq!(v["lost"], 0);
+        assert!(v["events"].as_u64().unwrap() > 100);
+    }
+}
+
+#[test]
+fn truncated_and_corrupted_files() {
+    let dir = scratch("stats-bad");
+    let good = [
+        r#"{"ts_ns":1,"dur_ns":10,"pid":5,"tid":5,"comm":"p","api":"cuStreamSynchronize","ret":0,"args":{"stream":"0x1"}}"#,
+        r#"{"ts_ns":2,"dur_ns":20,"pid":5,"tid":5,"comm":"p","api":"cuStreamSynchronize","ret":0,"args":{"stream":"0x1"}}"#,
+    ];
+    let cut = format!("{}\n{}\n{}", good[0], good[1], &good[0][..50]);
+    let path = dir.join("cut.jsonl");
+    std::fs::write(&path, cut).unwrap();
+    let f = stats(&[path.to_str().unwrap()]);
+    assert_eq!(f.status.code(), Some(1));
+    assert!(
+        f.stdout.contains("2 calls"),
+        "the readable lines are summarised: {}",
+        f.stdout
+    );
+    let err = f.stderr_text();
+    assert!(
+        err.contains("cut.jsonl has 1 unreadable line(s), first at line 3: truncated JSON"),
+        "{err}"
+    );
+
+    let path = dir.join("garbage.jsonl");
+    std::fs::write(
+        &path,
+        format!("{}\n\u{0}\u{1}binary\n{}\n", good[0], good[1]),
+    )
+    .unwrap();
+    let f = stats(&[path.to_str().unwrap()]);
+    assert_eq!(f.status.code(), Some(1));
+    assert!(
+        f.stderr_text().contains("first at line 2: invalid JSON"),
+        "{}",
+        f.stderr_text()
+    );
+
+    let f = stats(&["/nonexistent/file.jsonl"]);
+    assert_eq!(f.status.code(), Some(1));
+    assert!(f
+        .stderr_text()
+        .contains("cannot open /nonexistent/file.jsonl"));
+    let f = stats(&[dir.to_str().unwrap()]);
+    assert_eq!(f.status.code(), Some(1));
+    assert!(
+        f.stderr_text().contains("is a directory"),
+        "{}",
+        f.stderr_text()
+    );
+}
