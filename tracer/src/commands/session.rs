@@ -112,10 +112,15 @@ impl Attacher {
         if self.attached.contains_key(&key) {
             return Ok(0);
         }
+        // Launches look up a runtime host stub only where handles cannot be named.
+        let mut runtime_stubs = false;
         match (file.lib, scope) {
-            (Lib::Cuda, Scope::Process(pid)) => namer.bind(pid, file),
+            (Lib::Cuda, Scope::Process(pid)) => {
+                namer.bind(pid, file);
+                runtime_stubs = !namer.has_layout(pid);
+            }
             (Lib::Cuda, Scope::All) => {
-                let _ = namer.calibrate(file);
+                runtime_stubs = namer.calibrate(file).is_err();
             }
             (Lib::Cudart, Scope::Process(pid)) if namer.has_layout(pid) => {
                 self.attached.insert(key, Attachment::default());
@@ -128,7 +133,7 @@ impl Attacher {
             (Lib::Cudart, Scope::Process(pid)) => namer.remember_mappings(pid),
             _ => {}
         }
-        let att = self.probes.attach(file, scope)?;
+        let att = self.probes.attach(file, scope, runtime_stubs)?;
         let n = att.probes();
         self.attached.insert(key, att);
         Ok(n)

@@ -174,14 +174,17 @@ impl Probes {
 
     /// Attaches an entry probe (and a return probe unless the family is
     /// `:args`) to every selected symbol of `file`.
-    pub fn attach(&mut self, file: &LibraryFile, scope: Scope) -> anyhow::Result<Attachment> {
+    /// `runtime_stubs`: launches of this libcuda look up the host stub of a
+    /// traced runtime call (only needed where handles cannot be named; it
+    /// costs a map lookup per launch).
+    pub fn attach(&mut self, file: &LibraryFile, scope: Scope, runtime_stubs: bool) -> anyhow::Result<Attachment> {
         let symbols = self.symbols(file)?;
         let mut att = Attachment::default();
         if symbols.is_empty() {
             return Ok(att);
         }
         if let Some(multi) = &self.multi {
-            match self.attach_multi(multi, file, scope, &symbols) {
+            match self.attach_multi(multi, file, scope, &symbols, runtime_stubs) {
                 Ok(links) => {
                     att.multi = links;
                     return Ok(att);
@@ -205,7 +208,7 @@ impl Probes {
                 }
             }
         }
-        match self.attach_symbols(file, scope, &symbols, &mut att) {
+        match self.attach_symbols(file, scope, &symbols, &mut att, runtime_stubs) {
             Ok(()) => Ok(att),
             Err(e) => {
                 detach_many(vec![att]);
@@ -220,6 +223,7 @@ impl Probes {
         file: &LibraryFile,
         scope: Scope,
         symbols: &[ResolvedSymbol],
+        runtime_stubs: bool,
     ) -> std::io::Result<Vec<MultiLink>> {
         let pid = match scope {
             Scope::Process(pid) => Some(pid),
@@ -228,7 +232,7 @@ impl Probes {
         let mut entry = (Vec::new(), Vec::new());
         let mut ret = (Vec::new(), Vec::new());
         for sym in symbols {
-            let (cookie, args_only) = sym.api.cookie_for(&self.selection);
+            let (cookie, args_only) = sym.api.cookie_for(&self.selection, runtime_stubs);
             entry.0.push(sym.file_offset);
             entry.1.push(cookie.0);
             if !args_only {
@@ -249,10 +253,11 @@ impl Probes {
         scope: Scope,
         symbols: &[ResolvedSymbol],
         att: &mut Attachment,
+        runtime_stubs: bool,
     ) -> anyhow::Result<()> {
         let uscope = scope.uprobe_scope()?;
         for sym in symbols {
-            let (cookie, args_only) = sym.api.cookie_for(&self.selection);
+            let (cookie, args_only) = sym.api.cookie_for(&self.selection, runtime_stubs);
             let point = |c: u64| UProbeAttachPoint {
                 location: UProbeAttachLocation::AbsoluteOffset(sym.file_offset),
                 cookie: Some(c),

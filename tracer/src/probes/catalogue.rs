@@ -322,12 +322,15 @@ impl Api {
     }
 
     /// The cookie as attached with `selection`: launches look up the
-    /// runtime's host stub when the runtime family is traced; the runtime
-    /// family always has a return probe (it clears the stub).
-    pub fn cookie_for(&self, selection: &ProbeSelection) -> (ProbeCookie, bool) {
+    /// runtime's host stub when `runtime_stubs` (the runtime family is
+    /// traced and handles cannot be named: the lookup costs a map access per
+    /// launch); the runtime family always has a return probe (it clears the stub).
+    pub fn cookie_for(&self, selection: &ProbeSelection, runtime_stubs: bool) -> (ProbeCookie, bool) {
         let mut c = self.cookie();
         if matches!(self.shape, Shape::Launch | Shape::LaunchEx)
+            && runtime_stubs
             && selection.mode(Family::Runtime).is_some()
+
         {
             c = c.with_runtime_get();
         }
