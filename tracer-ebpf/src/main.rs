@@ -107,15 +107,10 @@ fn send(e: &CallEvent, cookie: ProbeCookie) {
     entry.submit(submit_flags());
 }
 
-#[uprobe]
-pub fn call_entry(ctx: ProbeContext) -> u32 {
-    // SAFETY: the helper reads the cookie of the link that ran us.
-    let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
-    let Some(e) = SCRATCH.get_ptr_mut(0) else {
-        return 0;
-    };
-    // SAFETY: per-CPU scratch, not shared while this program runs.
-    let e = unsafe { &mut *e };
+/// Fills a whole entry record (every field: it may be uninitialised
+/// ring buffer memory).
+#[inline(always)]
+fn fill_entry(ctx: &ProbeContext, cookie: ProbeCookie, e: &mut CallEvent) {
     // SAFETY: uprobe programs get the user registers.
     let regs = unsafe { &*ctx.regs };
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -187,6 +182,29 @@ pub fn call_entry(ctx: ProbeContext) -> u32 {
         // SAFETY: a plain value read from a map lookup.
         e.extra[RUNTIME_SLOT] = unsafe { RUNTIME_STUB.get(&e.tid) }.copied().unwrap_or(0);
     }
+}
+
+#[uprobe]
+pub fn call_entry(ctx: ProbeContext) -> u32 {
+    // SAFETY: the helper reads the cookie of the link that ran us.
+    let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    if cookie.entry_only() && cookie.str_arg() == 0 {
+        // No return probe: build the record in the ring buffer itself.
+        let Some(mut entry) = EVENTS.reserve::<CallEvent>(0) else {
+            count_lost(LostReason::RingFull);
+            return 0;
+        };
+        // SAFETY: a reserved record of the right size, fully written by fill_entry.
+        fill_entry(&ctx, cookie, unsafe { &mut *entry.as_mut_ptr() });
+        entry.submit(submit_flags());
+        return 0;
+    }
+    let Some(e) = SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: per-CPU scratch, not shared while this program runs.
+    let e = unsafe { &mut *e };
+    fill_entry(&ctx, cookie, e);
     if cookie.entry_only() {
         send(e, cookie);
         return 0;

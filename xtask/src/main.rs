@@ -1,6 +1,7 @@
 //! Project tasks cargo cannot do alone: toolchain setup, the demo, the
 //! test run (as root, with the simulated libraries), benchmarks.
 
+mod bench;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -27,6 +28,30 @@ enum Task {
         /// Extra arguments for gputrace (before `--`).
         #[arg(trailing_var_arg = true)]
         args: Vec<String>,
+    },
+    /// Measure gputrace's cost per traced call against a bare uprobe, and its event rate.
+    Bench {
+        /// Runs of each row (median and spread are reported).
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        /// Calls per thread in each traced run.
+        #[arg(long, default_value_t = 200_000)]
+        calls: u64,
+        /// Workload kinds (launch, memcpy, nccl).
+        #[arg(long, value_delimiter = ',', default_value = "launch,memcpy,nccl")]
+        kinds: Vec<String>,
+        /// Thread counts.
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        threads: Vec<usize>,
+        /// Seconds of the all-cores throughput run (0: skip).
+        #[arg(long, default_value_t = 3.0)]
+        throughput: f64,
+        /// Instead: a long trace written to disk, reporting gputrace's RSS.
+        #[arg(long)]
+        soak: Option<u64>,
+        /// Where to write the JSON results (default bench/results/HOST-DATE.json).
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Run every test (unit, and the root eBPF integration tests).
     Test {
@@ -100,6 +125,38 @@ fn main() -> Result<()> {
                     "--nccl",
                     "100",
                 ]))
+        }
+        Task::Bench {
+            reps,
+            calls,
+            kinds,
+            threads,
+            throughput,
+            soak,
+            out,
+        } => {
+            setup::ensure()?;
+            let sim = build_sim()?;
+            run(cargo().args(["build", "--release", "--package", "tracer"]))?;
+            let scratch = root().join("target/bench");
+            std::fs::create_dir_all(&scratch)?;
+            let b = bench::Bench {
+                sim,
+                gputrace: root().join("target/release/gputrace"),
+                scratch,
+            };
+            if let Some(secs) = soak {
+                return bench::soak(&b, secs);
+            }
+            let o = bench::Options {
+                reps,
+                calls,
+                kinds,
+                threads,
+                throughput_secs: throughput,
+                out: out.unwrap_or_else(|| bench::default_out(&root())),
+            };
+            bench::run(&b, &o)
         }
         Task::Test { args } => {
             setup::ensure()?;

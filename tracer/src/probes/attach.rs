@@ -177,7 +177,12 @@ impl Probes {
     /// `runtime_stubs`: launches of this libcuda look up the host stub of a
     /// traced runtime call (only needed where handles cannot be named; it
     /// costs a map lookup per launch).
-    pub fn attach(&mut self, file: &LibraryFile, scope: Scope, runtime_stubs: bool) -> anyhow::Result<Attachment> {
+    pub fn attach(
+        &mut self,
+        file: &LibraryFile,
+        scope: Scope,
+        runtime_stubs: bool,
+    ) -> anyhow::Result<Attachment> {
         let symbols = self.symbols(file)?;
         let mut att = Attachment::default();
         if symbols.is_empty() {

@@ -325,12 +325,15 @@ impl Api {
     /// runtime's host stub when `runtime_stubs` (the runtime family is
     /// traced and handles cannot be named: the lookup costs a map access per
     /// launch); the runtime family always has a return probe (it clears the stub).
-    pub fn cookie_for(&self, selection: &ProbeSelection, runtime_stubs: bool) -> (ProbeCookie, bool) {
+    pub fn cookie_for(
+        &self,
+        selection: &ProbeSelection,
+        runtime_stubs: bool,
+    ) -> (ProbeCookie, bool) {
         let mut c = self.cookie();
         if matches!(self.shape, Shape::Launch | Shape::LaunchEx)
             && runtime_stubs
             && selection.mode(Family::Runtime).is_some()
-
         {
             c = c.with_runtime_get();
         }

@@ -1,0 +1,510 @@
+//! `cargo xtask bench`: the cost gputrace adds to each traced call, against
+//! the floor any uprobe tool pays (a bare counting uprobe on the same
+//! symbol), and the event rate it sustains. Prints a table, writes JSON.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStderr, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Value};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// No tracer.
+    None,
+    /// A bare counting uprobe on the bench symbol, entry only.
+    Bare,
+    /// The same with a return probe.
+    BareRet,
+    /// gputrace, every probe family, JSONL to a file.
+    Gputrace,
+    /// gputrace with `launch:args,memcpy:args,nccl:args` (no return probes).
+    GputraceArgs,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 5] = [
+        Mode::None,
+        Mode::Bare,
+        Mode::BareRet,
+        Mode::Gputrace,
+        Mode::GputraceArgs,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::None => "none",
+            Mode::Bare => "bare uprobe",
+            Mode::BareRet => "bare uprobe+uretprobe",
+            Mode::Gputrace => "gputrace",
+            Mode::GputraceArgs => "gputrace :args",
+        }
+    }
+
+    /// The row this one is compared with.
+    fn floor(self) -> Option<Mode> {
+        match self {
+            Mode::Gputrace => Some(Mode::BareRet),
+            Mode::GputraceArgs => Some(Mode::Bare),
+            _ => None,
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, Default)]
+pub struct Sample {
+    pub ns_per_call: f64,
+    pub calls: u64,
+    pub events: u64,
+    pub lost: u64,
+    /// Busy time of the workload's loop (calls × ns per call).
+    pub busy_s: f64,
+    /// gputrace's user+system CPU time.
+    pub cpu_s: f64,
+    pub max_rss_kb: u64,
+}
+
+pub struct Bench {
+    pub sim: PathBuf,
+    pub gputrace: PathBuf,
+    pub scratch: PathBuf,
+}
+
+fn kind_symbol(kind: &str) -> (&'static str, &'static str) {
+    match kind {
+        "launch" => ("libcuda.so.1", "cuLaunchKernel"),
+        "memcpy" => ("libcuda.so.1", "cuMemcpyHtoDAsync_v2"),
+        "nccl" => ("libnccl.so.2", "ncclAllReduce"),
+        _ => ("libcuda.so.1", "cuLaunchKernel"),
+    }
+}
+
+fn wait_line<R: Read>(r: &mut BufReader<R>, prefix: &str, what: &str) -> Result<String> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line)? == 0 {
+            bail!("{what} ended before printing `{prefix}`");
+        }
+        if line.starts_with(prefix) {
+            return Ok(line.trim_end().to_string());
+        }
+    }
+}
+
+/// Waits for a child and returns its status code and rusage (user+sys s, max RSS KiB).
+fn wait_rusage(child: &mut Child) -> Result<(i32, f64, u64)> {
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child by pid.
+    let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    if r < 0 {
+        bail!("wait4: {}", std::io::Error::last_os_error());
+    }
+    let cpu = ru.ru_utime.tv_sec as f64
+        + ru.ru_utime.tv_usec as f64 / 1e6
+        + ru.ru_stime.tv_sec as f64
+        + ru.ru_stime.tv_usec as f64 / 1e6;
+    Ok((libc::WEXITSTATUS(status), cpu, ru.ru_maxrss as u64))
+}
+
+impl Bench {
+    /// One run of the workload's bench loop under `mode`.
+    pub fn run(&self, mode: Mode, kind: &str, threads: usize, calls: u64) -> Result<Sample> {
+        let calls = if mode == Mode::None {
+            calls.max(20_000_000)
+        } else {
+            calls
+        };
+        let mut wl = Command::new(self.sim.join("gputrace-workload"))
+            .args([
+                "--wait-stdin",
+                "--bench",
+                kind,
+                "--threads",
+                &threads.to_string(),
+                "--calls",
+                &calls.to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting gputrace-workload")?;
+        let mut out = BufReader::new(wl.stdout.take().expect("piped"));
+        let ready = wait_line(&mut out, "ready pid=", "the workload")?;
+        let pid = ready.trim_start_matches("ready pid=").to_string();
+        let (lib, symbol) = kind_symbol(kind);
+        let jsonl = self.scratch.join("bench.jsonl");
+        let tracer_args: Option<Vec<String>> = match mode {
+            Mode::None => None,
+            Mode::Bare | Mode::BareRet => {
+                let mut a = vec![
+                    "__bare".to_string(),
+                    "--library".into(),
+                    self.sim.join(lib).display().to_string(),
+                    "--symbols".into(),
+                    symbol.into(),
+                    "--pid".into(),
+                    pid.clone(),
+                ];
+                if mode == Mode::BareRet {
+                    a.push("--ret".into());
+                }
+                Some(a)
+            }
+            Mode::Gputrace | Mode::GputraceArgs => {
+                let mut a = vec![
+                    "--pid".to_string(),
+                    pid.clone(),
+                    "--output".into(),
+                    jsonl.display().to_string(),
+                    "--summary".into(),
+                    "json".into(),
+                ];
+                if mode == Mode::GputraceArgs {
+                    a.extend([
+                        "--probes".to_string(),
+                        "launch:args,memcpy:args,nccl:args".into(),
+                    ]);
+                }
+                Some(a)
+            }
+        };
+        let mut tracer = match &tracer_args {
+            Some(a) => {
+                let mut t = Command::new(&self.gputrace)
+                    .args(a)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .env("GPUTRACE_CACHE_DIR", self.scratch.join("cache"))
+                    .spawn()
+                    .context("starting gputrace")?;
+                let mut err: BufReader<ChildStderr> =
+                    BufReader::new(t.stderr.take().expect("piped"));
+                wait_line(&mut err, "gputrace: attached", "gputrace")?;
+                // Keep reading stderr so gputrace never blocks on it.
+                std::thread::spawn(move || {
+                    let mut sink = String::new();
+                    let _ = err.read_to_string(&mut sink);
+                });
+                Some(t)
+            }
+            None => None,
+        };
+        wl.stdin.take().expect("piped").write_all(b"go\n")?;
+        let line = wait_line(&mut out, "bench ", "the workload")?;
+        let _ = wl.wait();
+        let ns_per_call: f64 = line
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("ns_per_call="))
+            .ok_or_else(|| anyhow!("no ns_per_call in {line:?}"))?
+            .parse()?;
+        let total_calls: u64 = line
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("calls="))
+            .unwrap_or("0")
+            .parse()?;
+        let mut s = Sample {
+            ns_per_call,
+            calls: total_calls,
+            busy_s: ns_per_call * (total_calls / threads as u64) as f64 / 1e9,
+            ..Default::default()
+        };
+        if let Some(t) = &mut tracer {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(t.id() as i32, libc::SIGINT) };
+            let mut stdout = String::new();
+            t.stdout
+                .take()
+                .expect("piped")
+                .read_to_string(&mut stdout)?;
+            let (code, cpu, rss) = wait_rusage(t)?;
+            if code != 0 {
+                bail!("gputrace exited with {code}");
+            }
+            s.cpu_s = cpu;
+            s.max_rss_kb = rss;
+            if matches!(mode, Mode::Gputrace | Mode::GputraceArgs) {
+                let v: Value = serde_json::from_str(stdout.trim())
+                    .with_context(|| format!("summary: {stdout}"))?;
+                s.events = v["events"].as_u64().unwrap_or(0);
+                s.lost = v["lost"].as_u64().unwrap_or(0);
+            } else {
+                let v: Value = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
+                s.events = v["entries"].as_u64().unwrap_or(0);
+            }
+        }
+        let _ = std::fs::remove_file(&jsonl);
+        Ok(s)
+    }
+}
+
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+pub struct Options {
+    pub reps: usize,
+    pub calls: u64,
+    pub kinds: Vec<String>,
+    pub threads: Vec<usize>,
+    pub throughput_secs: f64,
+    pub out: PathBuf,
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    format!("{cpu}, {cores} cores, Linux {}", kernel.trim())
+}
+
+pub fn run(bench: &Bench, o: &Options) -> Result<()> {
+    let mut rows = Vec::new();
+    println!("machine: {}", machine());
+    println!(
+        "{:<7} {:>3}  {:<22} {:>11} {:>9} {:>8} {:>11} {:>8} {:>12} {:>9}",
+        "kind",
+        "thr",
+        "mode",
+        "ns/call",
+        "spread",
+        "vs floor",
+        "events/s",
+        "lost",
+        "CPU µs/event",
+        "RSS MiB"
+    );
+    for kind in &o.kinds {
+        for &threads in &o.threads {
+            let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); Mode::ALL.len()];
+            // Interleave the modes so drift hits them all alike.
+            for _ in 0..o.reps {
+                for (i, mode) in Mode::ALL.iter().enumerate() {
+                    samples[i].push(bench.run(*mode, kind, threads, o.calls)?);
+                }
+            }
+            let med = |i: usize, f: &dyn Fn(&Sample) -> f64| {
+                median(&mut samples[i].iter().map(f).collect::<Vec<_>>())
+            };
+            for (i, mode) in Mode::ALL.iter().enumerate() {
+                let ns = med(i, &|s| s.ns_per_call);
+                let lo = samples[i]
+                    .iter()
+                    .map(|s| s.ns_per_call)
+                    .fold(f64::INFINITY, f64::min);
+                let hi = samples[i].iter().map(|s| s.ns_per_call).fold(0.0, f64::max);
+                let ratio = mode.floor().map(|f| {
+                    ns / med(Mode::ALL.iter().position(|m| *m == f).unwrap(), &|s| {
+                        s.ns_per_call
+                    })
+                });
+                let traced = matches!(mode, Mode::Gputrace | Mode::GputraceArgs);
+                let events_s = med(i, &|s| s.events as f64 / s.busy_s.max(1e-9));
+                let lost = samples[i].iter().map(|s| s.lost).sum::<u64>();
+                let cpu_us = med(i, &|s| {
+                    if s.events > 0 {
+                        s.cpu_s * 1e6 / s.events as f64
+                    } else {
+                        f64::NAN
+                    }
+                });
+                let rss =
+                    samples[i].iter().map(|s| s.max_rss_kb).max().unwrap_or(0) as f64 / 1024.0;
+                println!(
+                    "{:<7} {:>3}  {:<22} {:>11.1} {:>9} {:>8} {:>11} {:>8} {:>12} {:>9}",
+                    kind,
+                    threads,
+                    mode.name(),
+                    ns,
+                    format!("±{:.0}%", (hi - lo) / ns.max(1e-9) * 50.0),
+                    ratio.map_or("".into(), |r| format!("{r:.3}x")),
+                    if traced {
+                        format!("{events_s:.0}")
+                    } else {
+                        "".into()
+                    },
+                    if traced { lost.to_string() } else { "".into() },
+                    if traced {
+                        format!("{cpu_us:.2}")
+                    } else {
+                        "".into()
+                    },
+                    if *mode == Mode::None {
+                        "".into()
+                    } else {
+                        format!("{rss:.1}")
+                    },
+                );
+                rows.push(json!({
+                    "kind": kind, "threads": threads, "mode": mode.name(), "reps": o.reps,
+                    "ns_per_call_median": ns, "ns_per_call_min": lo, "ns_per_call_max": hi,
+                    "ratio_to_floor": ratio, "events_per_s": if traced { Some(events_s) } else { None },
+                    "events_lost": lost, "cpu_us_per_event": if traced { Some(cpu_us) } else { None },
+                    "peak_rss_mib": rss,
+                }));
+            }
+        }
+    }
+    let throughput = if o.throughput_secs > 0.0 {
+        Some(throughput(bench, o.throughput_secs)?)
+    } else {
+        None
+    };
+    let doc =
+        json!({"machine": machine(), "date": date(), "overhead": rows, "throughput": throughput});
+    if let Some(dir) = o.out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&o.out, serde_json::to_string_pretty(&doc)? + "\n")?;
+    println!("wrote {}", o.out.display());
+    Ok(())
+}
+
+/// The most calls per second the workload makes on every core, traced with
+/// JSONL written to a file: events recorded and lost.
+fn throughput(bench: &Bench, secs: f64) -> Result<Value> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    // Size the run to about `secs` from a short probe of the traced rate.
+    let probe = bench.run(Mode::Gputrace, "launch", threads, 50_000)?;
+    let per_thread = ((secs * 1e9 / probe.ns_per_call.max(1.0)) as u64).max(10_000);
+    let s = bench.run(Mode::Gputrace, "launch", threads, per_thread)?;
+    let rate = s.calls as f64 / s.busy_s.max(1e-9);
+    let recorded = s.events as f64 / s.busy_s.max(1e-9);
+    println!(
+        "throughput: {threads} threads, {} calls in {:.2} s = {rate:.0} calls/s; recorded {} events ({recorded:.0}/s), lost {}; gputrace CPU {:.2} µs/event, RSS {:.1} MiB",
+        s.calls,
+        s.busy_s,
+        s.events,
+        s.lost,
+        s.cpu_s * 1e6 / s.events.max(1) as f64,
+        s.max_rss_kb as f64 / 1024.0
+    );
+    Ok(
+        json!({"threads": threads, "calls": s.calls, "seconds": s.busy_s, "calls_per_s": rate,
+              "events": s.events, "events_per_s": recorded, "lost": s.lost,
+              "cpu_us_per_event": s.cpu_s * 1e6 / s.events.max(1) as f64, "peak_rss_mib": s.max_rss_kb as f64 / 1024.0}),
+    )
+}
+
+fn date() -> String {
+    let out = Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%dT%H:%M:%SZ")
+        .output();
+    out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// A long trace written to disk: gputrace's RSS sampled every second.
+pub fn soak(bench: &Bench, secs: u64) -> Result<()> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(2);
+    let mut wl = Command::new(bench.sim.join("gputrace-workload"))
+        .args([
+            "--wait-stdin",
+            "--loop",
+            "--threads",
+            &threads.to_string(),
+            "--launches",
+            "100",
+            "--copies",
+            "5",
+            "--syncs",
+            "1",
+            "--nccl",
+            "2",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut out = BufReader::new(wl.stdout.take().expect("piped"));
+    let pid = wait_line(&mut out, "ready pid=", "the workload")?
+        .trim_start_matches("ready pid=")
+        .to_string();
+    let path = bench.scratch.join("soak.jsonl");
+    let mut t = Command::new(&bench.gputrace)
+        .args([
+            "--pid",
+            &pid,
+            "--output",
+            path.to_str().unwrap(),
+            "--summary",
+            "json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut err = BufReader::new(t.stderr.take().expect("piped"));
+    wait_line(&mut err, "gputrace: attached", "gputrace")?;
+    wl.stdin.take().expect("piped").write_all(b"go\n")?;
+    let start = Instant::now();
+    let mut peak = 0u64;
+    while start.elapsed() < Duration::from_secs(secs) {
+        std::thread::sleep(Duration::from_secs(1));
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", t.id())).unwrap_or_default();
+        let rss = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        peak = peak.max(rss);
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(t.id() as i32, libc::SIGINT) };
+    let mut stdout = String::new();
+    t.stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut stdout)?;
+    let (_, cpu, maxrss) = wait_rusage(&mut t)?;
+    let _ = wl.kill();
+    let _ = wl.wait();
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "soak: {secs} s, {} events ({} lost), {:.0} MiB written; gputrace RSS peak {:.1} MiB (VmRSS sampled) / {:.1} MiB (ru_maxrss), CPU {:.1} s",
+        v["events"],
+        v["lost"],
+        size as f64 / 1048576.0,
+        peak as f64 / 1024.0,
+        maxrss as f64 / 1024.0,
+        cpu
+    );
+    let _ = std::fs::remove_file(&path);
+    Ok(())
+}
+
+pub fn default_out(root: &Path) -> PathBuf {
+    let host =
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "host".into());
+    root.join("bench/results")
+        .join(format!("{}-{}.json", host.trim(), date().replace(':', "")))
+}
