@@ -371,14 +371,16 @@ fn duration_stops_while_the_target_runs_on() {
 fn interrupt_stops_with_a_summary() {
     let dir = scratch("sigint");
     let out = dir.join("t.jsonl");
+    // Calls keep coming while gputrace detaches: return probes must go
+    // first, or calls in between return without an entry record.
     let mut w = Workload::start(&[
         "--loop",
+        "--threads",
+        "2",
         "--launches",
-        "10",
+        "100",
         "--syncs",
         "1",
-        "--sync-us",
-        "500",
     ]);
     let t = Tracer::attach(&[
         "--pid",
@@ -387,14 +389,15 @@ fn interrupt_stops_with_a_summary() {
         out.to_str().unwrap(),
     ]);
     w.go();
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(500));
     t.signal(libc::SIGINT);
     let f = t.finish(Duration::from_secs(10));
     assert!(f.status.success(), "{}", f.stderr_text());
     assert!(f.stdout.contains("cuLaunchKernel"));
     let (events, summary) = read_jsonl(&out);
-    assert!(!events.is_empty());
+    assert!(events.len() > 1000, "{}", events.len());
     assert_eq!(summary["events"], json!(events.len()));
+    assert_eq!(summary["lost"], 0, "{}", summary["lost_detail"]);
 }
 
 #[test]
@@ -523,4 +526,67 @@ fn events_that_do_not_fit_are_counted_not_hidden() {
         f.stdout
     );
     assert!(f.stderr_text().contains("calls were not recorded"));
+}
+
+/// More threads than cores, calling as fast as they can: uprobe programs can
+/// be preempted mid-run, and nothing may be mixed up or lost (this caught a
+/// per-CPU scratch buffer shared between preempted runs).
+#[test]
+fn busy_threads_on_few_cores_keep_every_record_intact() {
+    let dir = scratch("busy");
+    let out = dir.join("t.jsonl");
+    let mut w = Workload::start(&[
+        "--threads",
+        "4",
+        "--duration-ms",
+        "3000",
+        "--launches",
+        "100",
+        "--copies",
+        "5",
+        "--syncs",
+        "1",
+        "--nccl",
+        "2",
+    ]);
+    let tids: Vec<u64> = w.tids.iter().map(|t| *t as u64).collect();
+    let t = Tracer::attach(&[
+        "--pid",
+        &w.pid.to_string(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    w.go();
+    let (st, done) = w.finish();
+    assert!(st.success());
+    let f = t.finish(Duration::from_secs(120));
+    assert!(f.status.success(), "{}", f.stderr_text());
+    let (events, summary) = read_jsonl(&out);
+    assert_eq!(summary["lost"], 0, "{}", summary["lost_detail"]);
+    let counted = events
+        .iter()
+        .filter(|e| e["api"] != "cuLibraryUnload" && e["api"] != "cuModuleUnload")
+        .count() as u64;
+    // Each pass also calls ncclGetUniqueId, which is not traced.
+    let passes = of_api(&events, "ncclCommInitRank").len() as u64;
+    assert_eq!(counted + passes, done, "every call the workload made, once");
+    for e in &events {
+        let a = &e["args"];
+        match e["api"].as_str().unwrap() {
+            "cuLaunchKernel" => assert_eq!(
+                (&a["grid"], &a["shared_mem_bytes"]),
+                (&json!([64, 2, 1]), &json!(4096)),
+                "{e}"
+            ),
+            "ncclAllReduce" => assert_eq!(
+                (&a["count"], &a["datatype"]),
+                (&json!(1048576), &json!("float32")),
+                "{e}"
+            ),
+            "cuMemcpyHtoD_v2" => assert_eq!(a["bytes"], 4096, "{e}"),
+            "cuLibraryUnload" | "cuModuleUnload" => continue,
+            _ => {}
+        }
+        assert!(tids.contains(&e["tid"].as_u64().unwrap()), "{e}");
+    }
 }

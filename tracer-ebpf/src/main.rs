@@ -4,6 +4,7 @@
 //! userspace, so this file knows nothing of CUDA or NCCL.
 #![no_std]
 #![no_main]
+#![feature(asm_experimental_arch)]
 
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
@@ -34,10 +35,6 @@ static INFLIGHT: LruHashMap<u64, CallEvent> = LruHashMap::with_max_entries(16384
 #[map]
 static RUNTIME_STUB: LruHashMap<u32, u64> = LruHashMap::with_max_entries(8192, 0);
 
-/// A per-CPU place to build an entry record: it is too large for the stack.
-#[map]
-static SCRATCH: PerCpuArray<CallEvent> = PerCpuArray::with_max_entries(1, 0);
-
 /// Counters of what could not be recorded, indexed by `LostReason`.
 #[map]
 static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_SLOTS, 0);
@@ -48,11 +45,22 @@ static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_SLOTS, 0);
 #[unsafe(no_mangle)]
 static WAKEUP_BYTES: u64 = 512 << 10;
 
+/// Adds one to a counter in a per-CPU slot. Uprobe programs run with
+/// migration disabled but may be preempted, so another task's program can
+/// run on this CPU in the middle: the add must be atomic.
+#[inline(always)]
+fn bump(slot: *mut u64) {
+    // SAFETY: `slot` is a valid, aligned u64 in a map value; BPF_XADD is
+    // the eBPF atomic add (core's atomics are not offered for this target).
+    unsafe {
+        core::arch::asm!("lock *(u64 *)({p} + 0) += {v}", p = in(reg) slot, v = in(reg) 1u64, options(nostack));
+    }
+}
+
 #[inline(always)]
 fn count_lost(reason: LostReason) {
     if let Some(slot) = LOST.get_ptr_mut(reason as u32) {
-        // SAFETY: a per-CPU slot, only this CPU touches it while we run.
-        unsafe { *slot += 1 };
+        bump(slot);
     }
 }
 
@@ -199,11 +207,10 @@ pub fn call_entry(ctx: ProbeContext) -> u32 {
         entry.submit(submit_flags());
         return 0;
     }
-    let Some(e) = SCRATCH.get_ptr_mut(0) else {
-        return 0;
-    };
-    // SAFETY: per-CPU scratch, not shared while this program runs.
-    let e = unsafe { &mut *e };
+    // Built on the stack (192 bytes): a per-CPU buffer is not safe, since a
+    // uprobe program can be preempted and another task's run on this CPU.
+    let mut ev = CallEvent::zeroed();
+    let e = &mut ev;
     fill_entry(&ctx, cookie, e);
     if cookie.entry_only() {
         send(e, cookie);
@@ -258,8 +265,7 @@ static BARE_COUNT: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 #[inline(always)]
 fn bare_hit(slot: u32) {
     if let Some(c) = BARE_COUNT.get_ptr_mut(slot) {
-        // SAFETY: a per-CPU slot.
-        unsafe { *c += 1 };
+        bump(c);
     }
 }
 

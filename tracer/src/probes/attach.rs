@@ -41,46 +41,51 @@ impl Scope {
     }
 }
 
-/// The links made for one library file in one scope. Dropping it detaches.
+/// The links made for one library file in one scope. Dropping it detaches
+/// (with [`detach_many`], in the right order).
 #[derive(Debug, Default)]
 pub struct Attachment {
-    /// One perf-event link per probe (the fallback).
-    links: Vec<UProbeLink>,
-    /// Multi-uprobe links (entry, return).
-    multi: Vec<MultiLink>,
+    /// Entry and return links: one multi-uprobe link each, or one perf-event
+    /// link per probe (the fallback on older kernels).
+    entry: Vec<Link>,
+    ret: Vec<Link>,
+}
+
+/// Held for its Drop, which detaches.
+#[derive(Debug)]
+enum Link {
+    Multi(MultiLink),
+    Perf(#[allow(dead_code)] UProbeLink),
+}
+
+impl Link {
+    fn probes(&self) -> usize {
+        match self {
+            Link::Multi(m) => m.probes,
+            Link::Perf(_) => 1,
+        }
+    }
 }
 
 impl Attachment {
     /// Number of probes (entry and return) in this attachment.
     pub fn probes(&self) -> usize {
-        self.links.len() + self.multi.iter().map(|m| m.probes).sum::<usize>()
+        self.entry.iter().chain(&self.ret).map(Link::probes).sum()
     }
 }
 
-/// Detaches many probes at once. Each uprobe removal waits for an RCU grace
-/// period in the kernel (~0.1 s); one by one, 160 probes take 17 s. Closed
-/// from many threads, the waits overlap.
+/// Detaches return probes before entry probes: a return probe is armed by
+/// its own link at the call's entry, so with the entry probe gone first a
+/// call in between would return without an entry record.
 pub fn detach_many(attachments: Vec<Attachment>) {
-    let mut links: Vec<UProbeLink> = Vec::new();
-    let mut multi = Vec::new();
+    let mut entry = Vec::new();
+    let mut ret = Vec::new();
     for a in attachments {
-        links.extend(a.links);
-        multi.extend(a.multi);
+        entry.extend(a.entry);
+        ret.extend(a.ret);
     }
-    drop(multi);
-    if links.is_empty() {
-        return;
-    }
-    let threads = links.len().clamp(1, 64);
-    let per = links.len().div_ceil(threads);
-    let mut links = links.into_iter();
-    std::thread::scope(|s| loop {
-        let chunk: Vec<UProbeLink> = links.by_ref().take(per).collect();
-        if chunk.is_empty() {
-            break;
-        }
-        s.spawn(move || drop(chunk));
-    });
+    drop(ret);
+    drop(entry);
 }
 
 /// Counts of what the probes could not record, summed over CPUs.
@@ -190,8 +195,9 @@ impl Probes {
         }
         if let Some(multi) = &self.multi {
             match self.attach_multi(multi, file, scope, &symbols, runtime_stubs) {
-                Ok(links) => {
-                    att.multi = links;
+                Ok((entry, ret)) => {
+                    att.entry.push(Link::Multi(entry));
+                    att.ret.extend(ret.map(Link::Multi));
                     return Ok(att);
                 }
                 // A kernel without multi-uprobe links, or a filesystem it
@@ -229,7 +235,7 @@ impl Probes {
         scope: Scope,
         symbols: &[ResolvedSymbol],
         runtime_stubs: bool,
-    ) -> std::io::Result<Vec<MultiLink>> {
+    ) -> std::io::Result<(MultiLink, Option<MultiLink>)> {
         let pid = match scope {
             Scope::Process(pid) => Some(pid),
             Scope::All => None,
@@ -245,11 +251,14 @@ impl Probes {
                 ret.1.push(cookie.0);
             }
         }
-        let mut links = vec![multi.attach(&file.path, &entry.0, &entry.1, pid, false)?];
-        if !ret.0.is_empty() {
-            links.push(multi.attach(&file.path, &ret.0, &ret.1, pid, true)?);
-        }
-        Ok(links)
+        // Entry first, so no return fires without its entry record.
+        let entry_link = multi.attach(&file.path, &entry.0, &entry.1, pid, false)?;
+        let ret_link = if ret.0.is_empty() {
+            None
+        } else {
+            Some(multi.attach(&file.path, &ret.0, &ret.1, pid, true)?)
+        };
+        Ok((entry_link, ret_link))
     }
 
     fn attach_symbols(
@@ -277,7 +286,7 @@ impl Probes {
                         file.path.display()
                     )
                 })?;
-            att.links.push(entry.take_link(id)?);
+            att.entry.push(Link::Perf(entry.take_link(id)?));
             if !args_only {
                 let ret = self.program(RETURN)?;
                 let id = ret
@@ -289,7 +298,7 @@ impl Probes {
                             file.path.display()
                         )
                     })?;
-                att.links.push(ret.take_link(id)?);
+                att.ret.push(Link::Perf(ret.take_link(id)?));
             }
         }
         Ok(())
