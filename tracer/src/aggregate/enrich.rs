@@ -2,7 +2,7 @@
 //! wall-clock time, the process name, copy directions inferred from the
 //! allocations seen, and kernel names learned from the `names` probes.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -128,7 +128,7 @@ impl ProcessState {
         Self {
             comm: Arc::from(comm),
             memory: MemoryBook::default(),
-            names: HashMap::new(),
+            names: HashMap::default(),
             host_maps: HostMaps::default(),
         }
     }
@@ -260,7 +260,7 @@ impl Enricher {
     pub fn new(clock: Clock, namer: KernelNamer) -> Self {
         Self {
             clock,
-            procs: HashMap::new(),
+            procs: HashMap::default(),
             namer,
         }
     }

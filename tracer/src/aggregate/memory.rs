@@ -1,7 +1,9 @@
 //! Device and host memory a process was seen to allocate: for copy
 //! directions and for device memory in use (live and peak).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::events::model::{Alloc, Args};
 use crate::probes::catalogue::AllocKind;

@@ -3,7 +3,9 @@
 //! NCCL by operation and communicator, and events lost. The live run and
 //! `gputrace stats FILE` feed the same [`Summary`] with the same calls.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use super::histogram::Histogram;

@@ -8,9 +8,41 @@ use serde_json::{Map, Value};
 use super::model::*;
 use crate::probes::catalogue::{api_by_name, AllocKind, Direction, NcclOp};
 
-/// Appends `"0x…"`.
+/// Appends `"0x…"` (lowercase, no leading zeros), without `core::fmt`:
+/// this is the hot path of every event.
 fn hex(out: &mut String, v: u64) {
-    let _ = write!(out, "\"{v:#x}\"");
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 16];
+    let mut i = buf.len();
+    let mut v = v;
+    loop {
+        i -= 1;
+        buf[i] = DIGITS[(v & 0xf) as usize];
+        v >>= 4;
+        if v == 0 {
+            break;
+        }
+    }
+    out.push_str("\"0x");
+    // SAFETY: only ASCII hex digits were written.
+    out.push_str(unsafe { std::str::from_utf8_unchecked(&buf[i..]) });
+    out.push('"');
+}
+
+/// Appends `[x,y,z]`.
+fn dims(out: &mut String, d: [u32; 3]) {
+    out.push('[');
+    num(out, d[0]);
+    out.push(',');
+    num(out, d[1]);
+    out.push(',');
+    num(out, d[2]);
+    out.push(']');
+}
+
+/// Appends a decimal integer without `core::fmt`.
+fn num<I: itoa::Integer>(out: &mut String, v: I) {
+    out.push_str(itoa::Buffer::new().format(v));
 }
 
 fn opt_hex(out: &mut String, v: Option<u64>) {
@@ -22,9 +54,7 @@ fn opt_hex(out: &mut String, v: Option<u64>) {
 
 fn opt_int(out: &mut String, v: Option<i64>) {
     match v {
-        Some(v) => {
-            let _ = write!(out, "{v}");
-        }
+        Some(v) => num(out, v),
         None => out.push_str("null"),
     }
 }
@@ -32,6 +62,12 @@ fn opt_int(out: &mut String, v: Option<i64>) {
 /// Appends a JSON string literal.
 pub fn string(out: &mut String, s: &str) {
     out.push('"');
+    // Kernel names are long and almost never need escaping: copy them whole.
+    if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -57,9 +93,15 @@ fn opt_string(out: &mut String, s: Option<&str>) {
 
 /// Appends one event as a JSON object (no newline).
 pub fn write_call(out: &mut String, c: &Call) {
-    let _ = write!(out, "{{\"ts_ns\":{},\"dur_ns\":", c.ts_ns);
+    out.push_str("{\"ts_ns\":");
+    num(out, c.ts_ns);
+    out.push_str(",\"dur_ns\":");
     opt_int(out, c.dur_ns.map(|d| d as i64));
-    let _ = write!(out, ",\"pid\":{},\"tid\":{},\"comm\":", c.pid, c.tid);
+    out.push_str(",\"pid\":");
+    num(out, c.pid);
+    out.push_str(",\"tid\":");
+    num(out, c.tid);
+    out.push_str(",\"comm\":");
     string(out, &c.comm);
     out.push_str(",\"api\":");
     string(out, c.api);
@@ -78,17 +120,13 @@ pub fn write_args(out: &mut String, args: &Args) {
             hex(out, l.function);
             out.push_str(",\"kernel\":");
             opt_string(out, l.kernel.as_deref());
-            let _ = write!(
-                out,
-                ",\"grid\":[{},{},{}],\"block\":[{},{},{}],\"shared_mem_bytes\":{},\"stream\":",
-                l.grid[0],
-                l.grid[1],
-                l.grid[2],
-                l.block[0],
-                l.block[1],
-                l.block[2],
-                l.shared_mem_bytes
-            );
+            out.push_str(",\"grid\":");
+            dims(out, l.grid);
+            out.push_str(",\"block\":");
+            dims(out, l.block);
+            out.push_str(",\"shared_mem_bytes\":");
+            num(out, l.shared_mem_bytes);
+            out.push_str(",\"stream\":");
             hex(out, l.stream);
             out.push('}');
         }

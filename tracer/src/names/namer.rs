@@ -1,6 +1,6 @@
 //! Naming launches: every source of a kernel's name, best first.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,8 +37,8 @@ impl KernelNamer {
         let enabled = std::env::var("GPUTRACE_NO_CALIBRATION").is_err();
         Self {
             cache,
-            by_file: HashMap::new(),
-            procs: HashMap::new(),
+            by_file: HashMap::default(),
+            procs: HashMap::default(),
             stubs: StubSymbols::default(),
             enabled,
         }
