@@ -12,7 +12,7 @@ use aya_ebpf::{
         bpf_probe_read_user, bpf_probe_read_user_str_bytes,
     },
     macros::{map, uprobe, uretprobe},
-    maps::{LruHashMap, PerCpuArray, RingBuf},
+    maps::{LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext},
     EbpfContext,
 };
@@ -42,6 +42,10 @@ static SCRATCH: PerCpuArray<CallEvent> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_SLOTS, 0);
 
+/// Calls not recorded, per process (tgid): `gputrace top` shows them per row.
+#[map]
+static LOST_BY_PID: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max_entries(4096, 0);
+
 /// Wake the reader only once this much is waiting; it also polls on a timer.
 /// Saves the traced thread an irq_work + wakeup per event. Set by userspace
 /// at load time to a quarter of the ring buffer.
@@ -53,6 +57,17 @@ fn count_lost(reason: LostReason) {
     if let Some(slot) = LOST.get_ptr_mut(reason as u32) {
         // SAFETY: a per-CPU slot, only this CPU touches it while we run.
         unsafe { *slot += 1 };
+    }
+    if matches!(reason, LostReason::ReadFailed) {
+        return; // the call itself was recorded
+    }
+    let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    match LOST_BY_PID.get_ptr_mut(pid) {
+        // SAFETY: a per-CPU value, only this CPU touches it while we run.
+        Some(n) => unsafe { *n += 1 },
+        None => {
+            let _ = LOST_BY_PID.insert(pid, 1, 0);
+        }
     }
 }
 
