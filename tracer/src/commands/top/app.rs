@@ -273,7 +273,10 @@ impl App {
             .map(|p| ProcessRow {
                 pid: p.pid,
                 comm: p.comm.clone(),
-                rates: p.totals(end, self.window_secs).per_sec(self.window_secs),
+                rates: {
+                    let secs = p.covered(end, self.window_secs);
+                    p.totals(end, secs).per_sec(secs)
+                },
                 device_bytes: p.device_bytes,
                 peak_bytes: p.peak_bytes,
                 lost: p.lost,
@@ -291,8 +294,9 @@ impl App {
             .selected
             .and_then(|pid| self.model.processes.get(&pid))
             .map(|p| {
-                let w = p.window(end, DETAIL_WINDOW_SECS);
-                let secs = DETAIL_WINDOW_SECS as f64;
+                let covered = p.covered(end, DETAIL_WINDOW_SECS);
+                let w = p.window(end, covered);
+                let secs = covered as f64;
                 let apis = w
                     .apis
                     .iter()

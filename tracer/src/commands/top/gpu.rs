@@ -38,7 +38,11 @@ fn open() -> Result<Nvml, String> {
         .init()
     {
         Ok(n) => Ok(n),
-        Err(first) => Nvml::init().map_err(|_| first.to_string()),
+        Err(first) => Nvml::init().map_err(|_| {
+            let why = first.to_string();
+            why.trim_start_matches("a libloading error occurred: ")
+                .to_string()
+        }),
     }
 }
 

@@ -144,6 +144,8 @@ pub struct ProcessActivity {
     /// Calls the probes could not record for this process.
     pub lost: u64,
     pub exited_at_ns: Option<u64>,
+    /// The first second this process was seen in.
+    pub first_sec: u64,
     /// Communicator → (nranks, rank), from the init calls seen.
     comms: HashMap<u64, (i64, Option<i64>)>,
 }
@@ -160,11 +162,13 @@ impl ProcessActivity {
             peak_bytes: 0,
             lost: 0,
             exited_at_ns: None,
+            first_sec: now_ns / NS,
             comms: HashMap::new(),
         }
     }
 
     fn record(&mut self, c: &Call, device_bytes: Option<u64>) {
+        self.first_sec = self.first_sec.min(c.ts_ns / NS);
         if let Some(b) = device_bytes {
             self.device_bytes = b;
             self.peak_bytes = self.peak_bytes.max(b);
@@ -222,6 +226,12 @@ impl ProcessActivity {
     /// (rank, nranks) of a communicator whose init this process was seen to call.
     pub fn comm_ranks(&self, comm: u64) -> Option<(Option<i64>, i64)> {
         self.comms.get(&comm).map(|(n, r)| (*r, *n))
+    }
+
+    /// How many of the `secs` seconds before `end` the process was seen
+    /// in (a process that appeared 3 s ago has a 3 s window), at least 1.
+    pub fn covered(&self, end: u64, secs: u64) -> u64 {
+        secs.min(end.saturating_sub(self.first_sec)).max(1)
     }
 
     /// The totals of the `secs` complete seconds before `end`.
@@ -428,8 +438,10 @@ mod tests {
         assert!((r.sync_share - 0.25).abs() < 1e-9);
         let r3 = p.totals(end, 3).per_sec(3);
         assert_eq!(r3.launches, 100.0);
-        // A window longer than what was seen still divides by its length.
+        // A window longer than the process was seen is cut to that.
         assert_eq!(p.totals(end, 6).per_sec(6).launches, 50.0);
+        assert_eq!(p.covered(end, 6), 3);
+        assert_eq!(p.covered(end, 2), 2);
         assert_eq!(p.series(end, 5, |t| t.launches), vec![0, 0, 100, 100, 100]);
     }
 
