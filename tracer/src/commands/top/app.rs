@@ -494,7 +494,12 @@ impl App {
                 Pane::Apis => self.api_sort = self.api_sort.next(),
                 Pane::Kernels | Pane::Nccl => {}
             },
-            Action::StartFilter => self.editing_filter = true,
+            Action::StartFilter => {
+                // `/` types a new filter, as in less and vim.
+                self.editing_filter = true;
+                self.filter.clear();
+                self.after_filter_change();
+            }
             Action::FilterChar(c) => {
                 self.filter.push(c);
                 self.after_filter_change();

@@ -73,6 +73,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         let events = EventStream::new();
         let sources = Sources {
             session: &mut session,
+            own_comm: discover::comm(std::process::id()).unwrap_or_default(),
             clock,
             gpus: &gpus,
             stderr: &mut stderr,
@@ -96,6 +97,9 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
 /// Where the numbers come from.
 struct Sources<'a> {
     session: &'a mut Session,
+    /// Our own command name: gputrace's calibration helper maps libcuda
+    /// and is not one of the user's processes.
+    own_comm: String,
     clock: Clock,
     gpus: &'a GpuMonitor,
     stderr: &'a mut StderrCapture,
@@ -110,10 +114,15 @@ impl Sources<'_> {
     fn drain(&mut self, app: &mut App) -> bool {
         let now = self.now_ns();
         let ring = self.session.ring.get_mut();
+        let own = self.own_comm.as_str();
         let n = self
             .session
             .state
-            .drain_at_most(ring, DRAIN_BITE, &mut |e| app.model.record(e, now));
+            .drain_at_most(ring, DRAIN_BITE, &mut |e| {
+                if &*e.call.comm != own {
+                    app.model.record(e, now)
+                }
+            });
         n < DRAIN_BITE
     }
 
@@ -135,9 +144,12 @@ impl Sources<'_> {
                 .collect()
         };
         for pid in candidates {
-            if pid != std::process::id() {
-                app.model
-                    .ensure(pid, || discover::comm(pid).unwrap_or_default(), now);
+            if app.model.processes.contains_key(&pid) {
+                continue;
+            }
+            let comm = discover::comm(pid).unwrap_or_default();
+            if comm != self.own_comm {
+                app.model.ensure(pid, || comm, now);
             }
         }
         app.model.set_lost(&state.lost_by_pid());
