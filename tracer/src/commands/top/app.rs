@@ -529,3 +529,132 @@ impl App {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::aggregate::enrich::Enriched;
+    use crate::commands::top::model::SETTLE_NS;
+    use crate::events::model::{Args, Call, Launch};
+
+    const NS: u64 = 1_000_000_000;
+    const T0: u64 = 1_700_000_000 * NS;
+
+    fn launches(app: &mut App, pid: u32, comm: &str, per_sec: u64, secs: u64) {
+        for s in 0..secs {
+            for i in 0..per_sec {
+                let e = Enriched {
+                    call: Call {
+                        ts_ns: T0 + s * NS + i,
+                        dur_ns: Some(1_000),
+                        pid,
+                        tid: pid,
+                        comm: Arc::from(comm),
+                        api: "cuLaunchKernel",
+                        family: None,
+                        ret: Some(0),
+                        args: Args::Launch(Launch {
+                            function: 1,
+                            stub: 0,
+                            kernel: None,
+                            grid: [1; 3],
+                            block: [1; 3],
+                            shared_mem_bytes: 0,
+                            stream: 0,
+                        }),
+                    },
+                    device_bytes: None,
+                };
+                app.model.record(&e, T0);
+            }
+        }
+    }
+
+    fn app_with(rates: &[(u32, &str, u64)]) -> App {
+        let mut app = App::new(Scope::default(), GpuStatus::Pending, 1);
+        for (pid, comm, n) in rates {
+            launches(&mut app, *pid, comm, *n, 3);
+        }
+        let now = T0 + 3 * NS + SETTLE_NS;
+        app.model.advance(now, |_| true);
+        app.refresh(now, String::new());
+        app
+    }
+
+    fn order(app: &App) -> Vec<u32> {
+        app.visible_rows().iter().map(|r| r.pid).collect()
+    }
+
+    #[test]
+    fn sorting_keeps_the_selection_on_its_process() {
+        let mut app = app_with(&[(1, "b", 10), (2, "a", 30), (3, "c", 20)]);
+        assert_eq!(order(&app), [2, 3, 1]);
+        assert_eq!(app.selected, Some(2));
+        app.apply(Action::Down);
+        assert_eq!(app.selected, Some(3));
+        assert_eq!(app.snapshot.detail.as_ref().unwrap().pid, 3);
+        // Cycle to PID, then COMMAND.
+        while app.sort != ProcessSort::Pid {
+            app.apply(Action::CycleSort);
+        }
+        assert_eq!(order(&app), [1, 2, 3]);
+        app.apply(Action::CycleSort);
+        assert_eq!(order(&app), [2, 1, 3]);
+        assert_eq!(app.selected, Some(3));
+        app.apply(Action::Bottom);
+        app.apply(Action::Down);
+        assert_eq!(app.selected, Some(3));
+    }
+
+    #[test]
+    fn filter_moves_the_selection_into_what_is_shown() {
+        let mut app = app_with(&[(10, "python3", 5), (11, "nccl-tests", 9)]);
+        assert_eq!(app.selected, Some(11));
+        app.apply(Action::StartFilter);
+        for c in "PYTH".chars() {
+            app.apply(Action::FilterChar(c));
+        }
+        assert_eq!(order(&app), [10]);
+        assert_eq!(app.selected, Some(10));
+        app.apply(Action::FilterKeep);
+        assert!(!app.editing_filter);
+        assert_eq!(app.filter, "PYTH");
+        app.apply(Action::StartFilter);
+        app.apply(Action::FilterChar('1'));
+        assert_eq!(order(&app), [11, 10], "PIDs match too");
+        app.apply(Action::FilterClear);
+        assert_eq!(app.filter, "");
+    }
+
+    #[test]
+    fn pause_freezes_the_numbers_not_the_counting() {
+        let mut app = app_with(&[(1, "a", 10)]);
+        let before = app.snapshot.clone();
+        app.apply(Action::TogglePause);
+        launches(&mut app, 2, "b", 50, 3);
+        app.refresh(T0 + 4 * NS + SETTLE_NS, "later".into());
+        assert_eq!(app.snapshot, before);
+        assert!(app.model.processes.contains_key(&2));
+        app.apply(Action::TogglePause);
+        app.refresh(T0 + 4 * NS + SETTLE_NS, "later".into());
+        assert_eq!(app.snapshot.rows.len(), 2);
+    }
+
+    #[test]
+    fn panes_cycle_and_remember_the_detail_table() {
+        let mut app = app_with(&[(1, "a", 10)]);
+        app.apply(Action::NextPane);
+        assert_eq!((app.pane, app.detail_pane), (Pane::Apis, Pane::Apis));
+        app.apply(Action::CycleSort);
+        assert_eq!(app.api_sort, ApiSort::P50);
+        app.apply(Action::NextPane);
+        app.apply(Action::NextPane);
+        assert_eq!(app.pane, Pane::Nccl);
+        app.apply(Action::NextPane);
+        assert_eq!((app.pane, app.detail_pane), (Pane::Processes, Pane::Nccl));
+        app.apply(Action::PrevPane);
+        assert_eq!(app.pane, Pane::Nccl);
+    }
+}

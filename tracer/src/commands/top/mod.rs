@@ -153,6 +153,9 @@ impl Sources<'_> {
             }
         }
         app.model.set_lost(&state.lost_by_pid());
+        if app.paused {
+            return; // the screen stays as it was; the model keeps counting
+        }
         app.scope.lost = state.lost().events_lost();
         app.scope.probes = state.attacher.probe_count();
         app.gpus = self.gpus.latest();
