@@ -15,9 +15,9 @@ struct Pane {
 }
 
 impl Pane {
-    fn start(width: u16, height: u16) -> Pane {
+    fn start(name: &str, width: u16, height: u16) -> Pane {
         let pane = Pane {
-            socket: format!("gputrace-test-{}", std::process::id()),
+            socket: format!("gputrace-test-{}-{name}", std::process::id()),
         };
         let (w, h) = (width.to_string(), height.to_string());
         pane.tmux(&[
@@ -155,7 +155,7 @@ fn within_factor(what: &str, shown: f64, expected: f64, factor: f64) {
 
 #[test]
 fn top_shows_a_new_process_with_its_rates_and_gives_the_terminal_back() {
-    let pane = Pane::start(120, 40);
+    let pane = Pane::start("rates", 120, 40);
     let cache = scratch("top-cache");
     let cmd = format!(
         "GPUTRACE_CACHE_DIR={} {} top; echo TOP-EXITED=$?",
@@ -272,6 +272,46 @@ fn top_shows_a_new_process_with_its_rates_and_gives_the_terminal_back() {
         !pane.alternate_screen(),
         "the alternate screen was not left"
     );
+}
+
+#[test]
+fn calls_lost_are_counted_per_process() {
+    // A 20000-launch burst into a 4 KiB ring: most calls cannot be recorded.
+    let mut w = Workload::start(&["--launches", "20000"]);
+    let pid = w.pid;
+    let pane = Pane::start("lost", 120, 40);
+    let cache = scratch("top-lost-cache");
+    let cmd = format!(
+        "GPUTRACE_RING_BYTES=4096 GPUTRACE_CACHE_DIR={} {} top --pid {pid}",
+        cache.display(),
+        gputrace_bin().display()
+    );
+    pane.type_text(&cmd);
+    pane.send(&["Enter"]);
+    pane.wait_for("the workload's row", Duration::from_secs(60), |s| {
+        s.contains(&format!("gputrace top · PID {pid}")) && row(s, pid).is_some()
+    });
+    w.go();
+    assert!(w.finish().0.success());
+    // Once it is done, the row's count and the title's total (one process
+    // traced: the same calls) settle.
+    let title_lost = |s: &str| -> Option<f64> {
+        let t = s.lines().next()?.split(" · lost ").nth(1)?;
+        t.split_whitespace().next()?.parse().ok()
+    };
+    let s = pane.wait_for("the lost calls", Duration::from_secs(30), |s| {
+        let (Some(r), Some(total)) = (row(s, pid), title_lost(s)) else {
+            return false;
+        };
+        let lost = get(&r, "LOST");
+        lost > 0.0 && (lost - total).abs() <= total * 0.01
+    });
+    let lost = get(&row(&s, pid).unwrap(), "LOST");
+    assert!(lost < 20000.0, "{s}");
+    pane.send(&["q"]);
+    pane.wait_for("the shell again", Duration::from_secs(60), |s| {
+        !s.contains("gputrace top ·")
+    });
 }
 
 trait KillWith {
