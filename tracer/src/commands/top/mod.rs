@@ -4,6 +4,8 @@
 //! bites so a key is answered even at the highest event rate.
 
 pub mod app;
+#[cfg(test)]
+mod frames;
 pub mod gpu;
 pub mod input;
 pub mod model;
