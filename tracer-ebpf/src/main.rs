@@ -13,7 +13,7 @@ use aya_ebpf::{
         bpf_probe_read_user, bpf_probe_read_user_str_bytes,
     },
     macros::{map, uprobe, uretprobe},
-    maps::{LruHashMap, PerCpuArray, RingBuf},
+    maps::{LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext},
     EbpfContext,
 };
@@ -39,6 +39,10 @@ static RUNTIME_STUB: LruHashMap<u32, u64> = LruHashMap::with_max_entries(8192, 0
 #[map]
 static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_SLOTS, 0);
 
+/// Calls not recorded, per process (tgid): `gputrace top` shows them per row.
+#[map]
+static LOST_BY_PID: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max_entries(4096, 0);
+
 /// Wake the reader only once this much is waiting; it also polls on a timer.
 /// Saves the traced thread an irq_work + wakeup per event. Set by userspace
 /// at load time to a quarter of the ring buffer.
@@ -61,6 +65,16 @@ fn bump(slot: *mut u64) {
 fn count_lost(reason: LostReason) {
     if let Some(slot) = LOST.get_ptr_mut(reason as u32) {
         bump(slot);
+    }
+    if matches!(reason, LostReason::ReadFailed) {
+        return; // the call itself was recorded
+    }
+    let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    match LOST_BY_PID.get_ptr_mut(pid) {
+        Some(n) => bump(n),
+        None => {
+            let _ = LOST_BY_PID.insert(pid, 1, 0);
+        }
     }
 }
 

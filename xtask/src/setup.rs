@@ -59,7 +59,7 @@ fn cargo_bin(name: &str) -> std::path::PathBuf {
 pub fn ensure() -> Result<()> {
     apt_install(APT_PACKAGES)?;
     // Extra tools the tests use.
-    apt_install(&["make", "gcc", "util-linux"])?;
+    apt_install(&["make", "gcc", "util-linux", "tmux"])?;
 
     let have_linker = output(Command::new(cargo_bin("bpf-linker")).arg("--version"))
         .is_some_and(|v| v.contains(BPF_LINKER_VERSION));

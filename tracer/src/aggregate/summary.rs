@@ -192,7 +192,8 @@ impl ProcessSummary {
         self.total_memory.map_or(self.memory.peak(), |m| m.1)
     }
 
-    fn record(&mut self, c: &Call) {
+    /// Adds one call (the summary and `top`'s per-second windows use this).
+    pub fn record(&mut self, c: &Call) {
         if self.events == 0 || c.ts_ns < self.first_ts {
             self.first_ts = c.ts_ns;
         }
@@ -237,7 +238,9 @@ impl ProcessSummary {
         }
     }
 
-    fn merge(&mut self, o: &ProcessSummary) {
+    /// Adds another summary's calls; memory in use is not merged (it is a
+    /// state, not a count).
+    pub fn merge(&mut self, o: &ProcessSummary) {
         if self.events == 0 || (o.events > 0 && o.first_ts < self.first_ts) {
             self.first_ts = o.first_ts;
         }

@@ -5,6 +5,7 @@ pub mod list;
 pub mod pipeline;
 pub mod session;
 pub mod stats;
+pub mod top;
 pub mod trace;
 
 use std::process::ExitCode;
@@ -17,9 +18,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         None => trace::run(cli.trace),
         Some(Command::Stats(a)) => stats::run(&a),
         Some(Command::List) => list::run(),
-        Some(Command::Top(_)) => Err(Failure::runtime(
-            "`gputrace top` is not available in this build yet",
-        )),
+        Some(Command::Top(a)) => top::run(a),
         Some(Command::Calibrate { libcuda }) => Ok(crate::names::calibrate::helper_main(&libcuda)),
         Some(Command::Symbols { library }) => bare::symbols(&library),
         Some(Command::Bare(a)) => bare::run(&a),

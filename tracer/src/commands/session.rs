@@ -15,7 +15,7 @@ use crate::events::decode::parse_record;
 use crate::names::calibrate::CalibrationCache;
 use crate::names::namer::KernelNamer;
 use crate::probes::attach::{
-    detach_many, Attachment, LostCounter, LostCounts, Probes, Scope, DEFAULT_RING_BYTES,
+    detach_many, Attachment, LostByPid, LostCounter, LostCounts, Probes, Scope, DEFAULT_RING_BYTES,
 };
 use crate::probes::catalogue::{Lib, ProbeSelection};
 use crate::probes::discover::{self, LibraryFile};
@@ -178,6 +178,9 @@ pub struct SessionState {
     pub child: Option<GatedChild>,
     pub all: bool,
     lost: LostCounter,
+    lost_by_pid: LostByPid,
+    /// With `--all`: the processes that mapped libcuda/libnccl at the last scan.
+    pub mapping_pids: Vec<u32>,
     /// Records that could not be decoded (never expected; counted, not hidden).
     pub decode_errors: u64,
     last_scan: std::time::Instant,
@@ -245,6 +248,7 @@ impl Session {
         let mut probes = Probes::load(selection.clone(), ring_bytes())?;
         let ring = probes.take_ring()?;
         let lost = probes.take_lost()?;
+        let lost_by_pid = probes.take_lost_by_pid()?;
         let mut attacher = Attacher::new(probes, selection, overrides);
         let mut enricher = Enricher::new(
             clock,
@@ -270,8 +274,9 @@ impl Session {
             targets.push(Target { pid, exited: false });
         }
 
+        let mut mapping_pids = Vec::new();
         if spec.all {
-            attach_all_scan(&mut attacher, &mut enricher.namer, true)?;
+            mapping_pids = attach_all_scan(&mut attacher, &mut enricher.namer, true)?;
         }
 
         let mut child = None;
@@ -312,6 +317,8 @@ impl Session {
             child,
             all: spec.all,
             lost,
+            lost_by_pid,
+            mapping_pids,
             decode_errors: 0,
             last_scan: std::time::Instant::now(),
         };
@@ -347,8 +354,20 @@ impl SessionState {
 
     /// Decodes every record waiting in `ring`, in order, into `f`.
     pub fn drain(&mut self, ring: &mut RingBuf<MapData>, f: &mut dyn FnMut(&Enriched)) -> usize {
+        self.drain_at_most(ring, usize::MAX, f)
+    }
+
+    /// Decodes at most `max` records, so a loop that also answers a user
+    /// can bound its work; fewer than `max` means the ring is empty.
+    pub fn drain_at_most(
+        &mut self,
+        ring: &mut RingBuf<MapData>,
+        max: usize,
+        f: &mut dyn FnMut(&Enriched),
+    ) -> usize {
         let mut n = 0;
-        while let Some(item) = ring.next() {
+        while n < max {
+            let Some(item) = ring.next() else { break };
             n += 1;
             match parse_record(&item)
                 .map_err(|_| ())
@@ -366,7 +385,8 @@ impl SessionState {
     pub fn maintain(&mut self) -> Result<bool> {
         if self.all && self.last_scan.elapsed() >= SCAN_EVERY {
             self.last_scan = std::time::Instant::now();
-            attach_all_scan(&mut self.attacher, &mut self.enricher.namer, false)?;
+            self.mapping_pids =
+                attach_all_scan(&mut self.attacher, &mut self.enricher.namer, false)?;
         }
         if self.targets.is_empty() {
             return Ok(false);
@@ -383,18 +403,32 @@ impl SessionState {
         self.lost.read()
     }
 
+    /// Calls not recorded, per process.
+    pub fn lost_by_pid(&self) -> HashMap<u32, u64> {
+        self.lost_by_pid.read()
+    }
+
     /// Detaches every probe (the ring keeps what was already recorded).
     pub fn detach_all(&mut self) {
         self.attacher.detach_all();
     }
 }
 
-/// Attaches system-wide to every library file any process maps.
-fn attach_all_scan(attacher: &mut Attacher, namer: &mut KernelNamer, first: bool) -> Result<()> {
+/// Attaches system-wide to every library file any process maps; returns
+/// the processes that map one.
+fn attach_all_scan(
+    attacher: &mut Attacher,
+    namer: &mut KernelNamer,
+    first: bool,
+) -> Result<Vec<u32>> {
+    let mut mapping = Vec::new();
     for pid in discover::all_pids() {
         let Ok(files) = attacher.libraries_of(pid) else {
             continue;
         };
+        if !files.is_empty() {
+            mapping.push(pid);
+        }
         for f in files {
             if attacher.is_attached(&f, Scope::All) {
                 continue;
@@ -406,7 +440,7 @@ fn attach_all_scan(attacher: &mut Attacher, namer: &mut KernelNamer, first: bool
             }
         }
     }
-    Ok(())
+    Ok(mapping)
 }
 
 /// Marks exited targets, attaches libraries mapped since; true when all are gone.

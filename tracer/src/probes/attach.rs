@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::num::NonZeroU32;
 
 use anyhow::{anyhow, Context};
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeScope};
 use aya::programs::UProbe;
 use aya::{Ebpf, EbpfLoader};
@@ -328,6 +328,30 @@ impl Probes {
             .take_map("LOST")
             .ok_or_else(|| anyhow!("LOST map missing"))?;
         Ok(LostCounter(PerCpuArray::try_from(map)?))
+    }
+
+    /// A handle on the per-process counts of calls not recorded.
+    pub fn take_lost_by_pid(&mut self) -> anyhow::Result<LostByPid> {
+        let map = self
+            .ebpf
+            .take_map("LOST_BY_PID")
+            .ok_or_else(|| anyhow!("LOST_BY_PID map missing"))?;
+        Ok(LostByPid(PerCpuHashMap::try_from(map)?))
+    }
+}
+
+/// Calls not recorded (ring full, in-flight map full, unpaired), per process.
+pub struct LostByPid(PerCpuHashMap<MapData, u32, u64>);
+
+impl LostByPid {
+    /// Every process with calls lost, and how many. The map is LRU: a
+    /// process is forgotten only after 4096 others have lost calls since.
+    pub fn read(&self) -> HashMap<u32, u64> {
+        self.0
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(pid, v)| (pid, v.iter().sum()))
+            .collect()
     }
 }
 

@@ -1,0 +1,252 @@
+//! `gputrace top`: a live terminal view of every GPU process's CUDA and NCCL
+//! activity. One task selects over the terminal's events, the ring buffer,
+//! a refresh tick and a maintenance tick; the ring is drained in bounded
+//! bites so a key is answered even at the highest event rate.
+
+pub mod app;
+#[cfg(test)]
+mod frames;
+pub mod gpu;
+pub mod input;
+pub mod model;
+mod terminal;
+pub mod view;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crossterm::event::{Event, EventStream};
+use futures_util::StreamExt;
+use ratatui::backend::Backend;
+use ratatui::Terminal;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::time::MissedTickBehavior;
+
+use self::app::{App, Scope};
+use self::gpu::GpuMonitor;
+use self::terminal::{Screen, StderrCapture};
+use super::session::{preflight, Session, TargetSpec, CHECK_EVERY};
+use crate::aggregate::enrich::Clock;
+use crate::cli::TopArgs;
+use crate::error::{Failure, Result};
+use crate::probes::discover;
+
+/// Records decoded per bite of the ring buffer (about a millisecond of work).
+const DRAIN_BITE: usize = 1024;
+
+pub fn run(args: TopArgs) -> Result<ExitCode> {
+    let spec = TargetSpec {
+        pids: args.pids.clone(),
+        all: args.all || args.pids.is_empty(),
+        ..TargetSpec::default()
+    };
+    if !std::io::stdout().is_terminal() {
+        return Err(Failure::usage(
+            "gputrace top draws on a terminal and stdout is not one; for a log use gputrace --print or --output FILE",
+        ));
+    }
+    preflight(&spec)?;
+    let clock = Clock::measure();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::runtime(format!("starting the event loop: {e}")))?;
+    rt.block_on(async {
+        let mut session = Session::start(&spec, clock)?;
+        let what = if spec.all {
+            "every process".to_string()
+        } else {
+            let pids: Vec<String> = spec.pids.iter().map(u32::to_string).collect();
+            format!("PID {}", pids.join(", "))
+        };
+        let scope = Scope {
+            what,
+            probes: session.state.attacher.probe_count(),
+            lost: 0,
+        };
+        let window = args.interval.as_secs_f64().ceil().max(1.0) as u64;
+        let mut app = App::new(scope, gpu::GpuStatus::Pending, window);
+        let gpus = GpuMonitor::start(args.interval.max(Duration::from_millis(500)));
+        let mut stderr = StderrCapture::start()
+            .map_err(|e| Failure::runtime(format!("capturing stderr: {e}")))?;
+        let mut screen = Screen::enter()
+            .map_err(|e| Failure::runtime(format!("setting up the terminal: {e}")))?;
+        let events = EventStream::new();
+        let sources = Sources {
+            session: &mut session,
+            own_comm: discover::comm(std::process::id()).unwrap_or_default(),
+            clock,
+            gpus: &gpus,
+            stderr: &mut stderr,
+        };
+        let result = event_loop(
+            &mut screen.terminal,
+            events,
+            sources,
+            &mut app,
+            args.interval,
+        )
+        .await;
+        drop(screen);
+        drop(stderr);
+        session.state.detach_all();
+        result
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where the numbers come from.
+struct Sources<'a> {
+    session: &'a mut Session,
+    /// Our own command name: gputrace's calibration helper maps libcuda
+    /// and is not one of the user's processes.
+    own_comm: String,
+    clock: Clock,
+    gpus: &'a GpuMonitor,
+    stderr: &'a mut StderrCapture,
+}
+
+impl Sources<'_> {
+    fn now_ns(&self) -> u64 {
+        self.clock.to_unix_ns(Clock::now_mono_ns())
+    }
+
+    /// Decodes at most one bite of the ring; true when it is empty.
+    fn drain(&mut self, app: &mut App) -> bool {
+        let now = self.now_ns();
+        let ring = self.session.ring.get_mut();
+        let own = self.own_comm.as_str();
+        let n = self
+            .session
+            .state
+            .drain_at_most(ring, DRAIN_BITE, &mut |e| {
+                if &*e.call.comm != own {
+                    app.model.record(e, now)
+                }
+            });
+        n < DRAIN_BITE
+    }
+
+    /// Takes in what changed outside the ring and takes a new snapshot.
+    fn refresh(&mut self, app: &mut App) {
+        let now = self.now_ns();
+        let state = &mut self.session.state;
+        for pid in app.model.advance(now, discover::is_alive) {
+            state.enricher.forget(pid);
+        }
+        let candidates: Vec<u32> = if state.all {
+            state.mapping_pids.clone()
+        } else {
+            state
+                .targets
+                .iter()
+                .filter(|t| !t.exited)
+                .map(|t| t.pid)
+                .collect()
+        };
+        for pid in candidates {
+            if app.model.processes.contains_key(&pid) {
+                continue;
+            }
+            let comm = discover::comm(pid).unwrap_or_default();
+            if comm != self.own_comm {
+                app.model.ensure(pid, || comm, now);
+            }
+        }
+        app.model.set_lost(&state.lost_by_pid());
+        if app.paused {
+            return; // the screen stays as it was; the model keeps counting
+        }
+        app.scope.lost = state.lost().events_lost();
+        app.scope.probes = state.attacher.probe_count();
+        app.gpus = self.gpus.latest();
+        if let Some(m) = self.stderr.latest() {
+            app.message = Some(m);
+        }
+        app.refresh(now, local_clock());
+    }
+}
+
+/// `HH:MM:SS`, local time.
+fn local_clock() -> String {
+    // SAFETY: time(NULL) and localtime_r into a zeroed struct we own.
+    unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
+    }
+}
+
+async fn event_loop<B: Backend>(
+    terminal: &mut Terminal<B>,
+    mut events: impl futures_util::Stream<Item = std::io::Result<Event>> + Unpin,
+    mut src: Sources<'_>,
+    app: &mut App,
+    interval: Duration,
+) -> Result<()>
+where
+    B::Error: std::fmt::Display,
+{
+    let sig = |k| signal(k).map_err(|e| Failure::runtime(e.to_string()));
+    let (mut sigint, mut sigterm, mut sighup) = (
+        sig(SignalKind::interrupt())?,
+        sig(SignalKind::terminate())?,
+        sig(SignalKind::hangup())?,
+    );
+    let mut refresh_tick = tokio::time::interval(interval.max(Duration::from_millis(100)));
+    refresh_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut check_tick = tokio::time::interval(CHECK_EVERY);
+    check_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let draw_failed = |e: B::Error| Failure::runtime(format!("drawing the screen: {e}"));
+    let mut dirty = true;
+    // Records are waiting in the ring (it woke us, or the tick says so).
+    let mut draining = false;
+    while !app.quit {
+        if dirty {
+            terminal.draw(|f| view::draw(f, app)).map_err(draw_failed)?;
+            dirty = false;
+        }
+        // Biased: the user first, then the clock, then the flood of calls.
+        tokio::select! {
+            biased;
+            _ = sigint.recv() => break,
+            _ = sigterm.recv() => break,
+            _ = sighup.recv() => break,
+            ev = events.next() => match ev {
+                Some(Ok(Event::Key(k))) => {
+                    if let Some(a) = input::action_for(&k, app) {
+                        app.apply(a);
+                        dirty = true;
+                    }
+                }
+                Some(Ok(Event::Resize(..))) => {
+                    terminal.autoresize().map_err(draw_failed)?;
+                    dirty = true;
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(Failure::runtime(format!("reading the terminal: {e}"))),
+                None => break,
+            },
+            _ = refresh_tick.tick() => {
+                src.refresh(app);
+                dirty = true;
+            }
+            _ = check_tick.tick() => {
+                src.session.state.maintain()?;
+                draining = true;
+            }
+            guard = src.session.ring.readable_mut(), if !draining => {
+                let mut guard = guard.map_err(|e| Failure::runtime(format!("polling the ring buffer: {e}")))?;
+                guard.clear_ready();
+                draining = true;
+            }
+            // Last: one bite, once everything above had its chance.
+            _ = tokio::task::yield_now(), if draining => {
+                draining = !src.drain(app);
+            }
+        }
+    }
+    Ok(())
+}
