@@ -197,7 +197,10 @@ fn top_shows_a_new_process_with_its_rates_and_gives_the_terminal_back() {
     });
     // Two refreshes later the 1 s window is a whole second of steady work.
     std::thread::sleep(Duration::from_millis(2500));
-    let screen = pane.screen();
+    // A capture can catch a frame half drawn: take the next whole one.
+    let screen = pane.wait_for("the workload's row again", Duration::from_secs(10), |s| {
+        row(s, pid).is_some()
+    });
     let shown = row(&screen, pid).expect("the row");
     eprintln!("{screen}");
 
@@ -212,10 +215,11 @@ fn top_shows_a_new_process_with_its_rates_and_gives_the_terminal_back() {
     pane.send(&["/"]);
     pane.type_text(&pid.to_string());
     pane.send(&["Enter"]);
-    let s = pane.wait_for("the PID filter", Duration::from_secs(10), |s| {
-        s.contains(&format!("filter \"{pid}\""))
-    });
-    assert!(row(&s, pid).is_some(), "{s}");
+    pane.wait_for(
+        "the PID filter, the row still there",
+        Duration::from_secs(10),
+        |s| s.contains(&format!("filter \"{pid}\"")) && row(s, pid).is_some(),
+    );
     pane.send(&["/"]);
     pane.type_text("no-such-command");
     pane.wait_for("no match", Duration::from_secs(10), |s| {
