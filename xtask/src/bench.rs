@@ -438,6 +438,9 @@ pub fn soak(bench: &Bench, secs: u64) -> Result<()> {
             "5",
             "--syncs",
             "1",
+            // Three 10 ms waits a pass keep the rate (and the file) sane for 10 minutes.
+            "--sync-us",
+            "10000",
             "--nccl",
             "2",
         ])
@@ -507,4 +510,59 @@ pub fn default_out(root: &Path) -> PathBuf {
         std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "host".into());
     root.join("bench/results")
         .join(format!("{}-{}.json", host.trim(), date().replace(':', "")))
+}
+
+/// `gputrace stats` on a large file: a synthetic timeline of about `gb`
+/// GiB (the golden input's events repeated with shifted timestamps), read
+/// back; prints MB/s and gputrace's peak RSS.
+pub fn stats_file(bench: &Bench, gb: f64, root: &Path) -> Result<()> {
+    let input = std::fs::read_to_string(root.join("tracer/tests/golden/input.jsonl"))?;
+    let events: Vec<Value> = input
+        .lines()
+        .map(serde_json::from_str::<Value>)
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .filter(|v| v.get("type").is_none())
+        .collect();
+    let path = bench.scratch.join("stats-big.jsonl");
+    let target = (gb * (1u64 << 30) as f64) as u64;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&path)?);
+    let mut written = 0u64;
+    let mut round = 0u64;
+    let start = Instant::now();
+    while written < target {
+        for e in &events {
+            let mut e = e.clone();
+            e["ts_ns"] = Value::from(e["ts_ns"].as_u64().unwrap_or(0) + round * 1_000_000);
+            // A few processes, so per-process tables are exercised.
+            e["pid"] = Value::from(e["pid"].as_u64().unwrap_or(0) + round % 8);
+            let line = serde_json::to_string(&e)?;
+            out.write_all(line.as_bytes())?;
+            out.write_all(b"\n")?;
+            written += line.len() as u64 + 1;
+        }
+        round += 1;
+    }
+    out.flush()?;
+    drop(out);
+    println!("wrote {:.2} GiB ({} events) in {:.1} s", written as f64 / (1u64 << 30) as f64, round * events.len() as u64, start.elapsed().as_secs_f64());
+    let start = Instant::now();
+    let mut child = Command::new(&bench.gputrace)
+        .args(["stats", path.to_str().unwrap(), "--format", "json"])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut stdout = String::new();
+    child.stdout.take().expect("piped").read_to_string(&mut stdout)?;
+    let (code, cpu, rss) = wait_rusage(&mut child)?;
+    let secs = start.elapsed().as_secs_f64();
+    let v: Value = serde_json::from_str(stdout.trim())?;
+    println!(
+        "gputrace stats: exit {code}, {} events in {secs:.1} s = {:.0} MB/s ({:.0} events/s), CPU {cpu:.1} s, peak RSS {:.1} MiB",
+        v["events"],
+        written as f64 / 1e6 / secs,
+        v["events"].as_f64().unwrap_or(0.0) / secs,
+        rss as f64 / 1024.0
+    );
+    let _ = std::fs::remove_file(&path);
+    Ok(())
 }

@@ -49,6 +49,9 @@ enum Task {
         /// Instead: a long trace written to disk, reporting gputrace's RSS.
         #[arg(long)]
         soak: Option<u64>,
+        /// Instead: `gputrace stats` on a synthetic file of this many GiB.
+        #[arg(long)]
+        stats_gib: Option<f64>,
         /// Where to write the JSON results (default bench/results/HOST-DATE.json).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -133,6 +136,7 @@ fn main() -> Result<()> {
             threads,
             throughput,
             soak,
+            stats_gib,
             out,
         } => {
             setup::ensure()?;
@@ -147,6 +151,9 @@ fn main() -> Result<()> {
             };
             if let Some(secs) = soak {
                 return bench::soak(&b, secs);
+            }
+            if let Some(gib) = stats_gib {
+                return bench::stats_file(&b, gib, &root());
             }
             let o = bench::Options {
                 reps,
