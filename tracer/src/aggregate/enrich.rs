@@ -269,6 +269,11 @@ impl Enricher {
         self.procs.get(&pid)
     }
 
+    /// The processes state is held for.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.procs.keys().copied()
+    }
+
     /// Forgets a process that exited.
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);

@@ -22,6 +22,9 @@ use crate::probes::discover::{self, LibraryFile};
 use crate::probes::privileges;
 use crate::probes::spawn::GatedChild;
 
+mod node;
+use node::NodeWatch;
+
 /// How often exits and newly mapped libraries are checked.
 pub const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// How often the ring buffer is drained when the probes did not wake us.
@@ -175,7 +178,7 @@ pub struct SessionState {
     lost: LostCounter,
     /// Records that could not be decoded (never expected; counted, not hidden).
     pub decode_errors: u64,
-    last_scan: std::time::Instant,
+    node: NodeWatch,
 }
 
 /// A running session. The ring buffer is apart from the state so an event
@@ -265,8 +268,9 @@ impl Session {
             targets.push(Target { pid, exited: false });
         }
 
+        let mut node = NodeWatch::new();
         if spec.all {
-            attach_all_scan(&mut attacher, &mut enricher.namer, true)?;
+            node.scan(&mut attacher, &mut enricher.namer, true)?;
         }
 
         let mut child = None;
@@ -308,7 +312,7 @@ impl Session {
             all: spec.all,
             lost,
             decode_errors: 0,
-            last_scan: std::time::Instant::now(),
+            node,
         };
         Ok(Session { ring, state })
     }
@@ -357,11 +361,13 @@ impl SessionState {
     }
 
     /// Marks exited targets and probes libraries mapped since (and, with
-    /// `--all`, new library files). True when every target has exited.
+    /// `--all`, new library files, detaching unmapped ones: see `node`).
+    /// True when every target has exited.
     pub fn maintain(&mut self) -> Result<bool> {
-        if self.all && self.last_scan.elapsed() >= SCAN_EVERY {
-            self.last_scan = std::time::Instant::now();
-            attach_all_scan(&mut self.attacher, &mut self.enricher.namer, false)?;
+        if self.all && self.node.due() {
+            self.node
+                .scan(&mut self.attacher, &mut self.enricher.namer, false)?;
+            self.node.reap(&mut self.enricher);
         }
         if self.targets.is_empty() {
             return Ok(false);
@@ -382,26 +388,6 @@ impl SessionState {
     pub fn detach_all(&mut self) {
         self.attacher.detach_all();
     }
-}
-
-/// Attaches system-wide to every library file any process maps.
-fn attach_all_scan(attacher: &mut Attacher, namer: &mut KernelNamer, first: bool) -> Result<()> {
-    for pid in discover::all_pids() {
-        let Ok(files) = attacher.libraries_of(pid) else {
-            continue;
-        };
-        for f in files {
-            if attacher.is_attached(&f, Scope::All) {
-                continue;
-            }
-            match attacher.attach(&f, Scope::All, namer) {
-                Ok(_) => {}
-                Err(e) if first => return Err(e.into()),
-                Err(e) => eprintln!("gputrace: cannot attach to {}: {e:#}", f.path.display()),
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Marks exited targets, attaches libraries mapped since; true when all are gone.

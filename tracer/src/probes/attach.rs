@@ -172,6 +172,11 @@ impl Probes {
             .collect())
     }
 
+    /// Drops the symbols kept for a file that is no longer probed.
+    pub fn forget_file(&mut self, dev: u64, inode: u64) {
+        self.symbols.remove(&(dev, inode));
+    }
+
     /// Attaches an entry probe (and a return probe unless the family is
     /// `:args`) to every selected symbol of `file`.
     pub fn attach(&mut self, file: &LibraryFile, scope: Scope) -> anyhow::Result<Attachment> {
