@@ -120,9 +120,12 @@ fn escape_into(out: &mut String, v: &str) {
 pub struct TracerGauges {
     pub probes: usize,
     pub library_files: usize,
+    /// Processes whose decoding state (allocations, kernel names) is held.
+    pub process_states: usize,
 }
 
 /// Every metric the daemon serves.
+#[derive(Clone)]
 pub struct Metrics {
     procs: BTreeMap<u32, ProcessSeries>,
     lost: LostCounts,
@@ -348,6 +351,13 @@ impl Metrics {
             "gputrace_library_files_probed {}",
             self.gauges.library_files
         );
+        header(
+            &mut o,
+            "gputrace_process_states",
+            "gauge",
+            "Processes whose decoding state (allocations, kernel names) gputrace holds; freed a few seconds after a process exits.",
+        );
+        let _ = writeln!(o, "gputrace_process_states {}", self.gauges.process_states);
         o
     }
 }

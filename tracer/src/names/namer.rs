@@ -52,6 +52,11 @@ impl KernelNamer {
             return c.clone();
         }
         let result = self.calibrate_uncached(file);
+        if result.is_err() && !file.path.exists() {
+            // The file went with the process it was reached through: not
+            // this file's fault, try again when it is seen next.
+            return result;
+        }
         if let Err(e) = &result {
             eprintln!(
                 "gputrace: kernel names from handles are off for {}: {e} (names still come from calls made while traced)",

@@ -90,12 +90,14 @@ fn respond(req: &Request<Incoming>, metrics: &Mutex<Metrics>) -> Response<Full<B
     }
     match req.uri().path() {
         "/metrics" => {
-            // A panic elsewhere while holding the lock leaves the counters
-            // usable: serve them.
-            let body = metrics
+            // A copy, rendered without the lock: the tracing loop records
+            // calls meanwhile. A panic elsewhere while holding the lock
+            // leaves the counters usable: serve them.
+            let snapshot = metrics
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .render();
+                .clone();
+            let body = snapshot.render();
             text(StatusCode::OK, METRICS_TYPE, body)
         }
         "/healthz" => text(StatusCode::OK, PLAIN, "ok\n"),

@@ -166,6 +166,7 @@ fn update_gauges(session: &Session, metrics: &Mutex<Metrics>) {
     m.set_gauges(TracerGauges {
         probes: session.state.attacher.probe_count(),
         library_files: session.state.probed_files(),
+        process_states: session.state.processes_known(),
     });
     m.set_lost(session.state.lost());
 }
@@ -199,6 +200,7 @@ async fn event_loop(session: &mut Session, sink: &mut Sink<'_>) -> Result<(&'sta
                     last_sweep = Instant::now();
                     lock(sink.metrics).sweep(last_sweep);
                     sink.flush();
+                    release_free_memory();
                 }
             }
             _ = sigint.recv() => break "SIGINT",
@@ -206,4 +208,16 @@ async fn event_loop(session: &mut Session, sink: &mut Sink<'_>) -> Result<(&'sta
         }
     };
     Ok((name, Instant::now()))
+}
+
+/// Hands memory freed since (series of exited processes, large /metrics
+/// bodies built on the HTTP threads) back to the system. glibc keeps freed
+/// memory in its per-thread arenas otherwise, so a burst of short-lived
+/// processes would leave the daemon's RSS at its peak for good.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of the allocator's own heaps.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }

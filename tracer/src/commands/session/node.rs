@@ -10,6 +10,7 @@
 //! is being read, or a `/proc` entry that cannot be read, is skipped.
 
 use std::collections::{HashMap, HashSet};
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,7 @@ use crate::aggregate::enrich::Enricher;
 use crate::error::Result;
 use crate::names::namer::KernelNamer;
 use crate::probes::attach::{detach_many, Scope};
-use crate::probes::discover;
+use crate::probes::discover::{self, LibraryFile};
 
 /// How long the per-process state of a process stays after it was found gone
 /// (its last calls may still be in the ring buffer).
@@ -87,7 +88,24 @@ impl NodeWatch {
                 if attacher.is_attached(&f, Scope::All) {
                     continue;
                 }
-                match attacher.attach(&f, Scope::All, namer) {
+                // Hold the file open and attach through the open file: the
+                // process may exit (taking its /proc/PID/root path along)
+                // while symbols are read, the driver is calibrated and probes
+                // are attached. It cannot have exited yet: skip it if it has.
+                let Ok(held) = std::fs::File::open(&f.path) else {
+                    continue;
+                };
+                let via = LibraryFile {
+                    path: PathBuf::from(format!(
+                        "/proc/{}/fd/{}",
+                        std::process::id(),
+                        held.as_raw_fd()
+                    )),
+                    ..f.clone()
+                };
+                let attached = attacher.attach(&via, Scope::All, namer);
+                drop(held);
+                match attached {
                     Ok(n) => {
                         self.failed.remove(&key);
                         self.paths.insert(key, f.path.clone());
@@ -98,13 +116,10 @@ impl NodeWatch {
                             );
                         }
                     }
-                    // The process exited while we looked: its path is gone
-                    // and the next scan finds the file through another one.
-                    Err(_) if !f.path.exists() => {}
                     Err(e) if first => return Err(e.into()),
                     Err(e) => {
                         if self.failed.insert(key) {
-                            eprintln!("gputrace: cannot attach to {}: {e:#}", f.path.display());
+                            eprintln!("gputrace: cannot attach to {}: {e:#}", shown(&f.path));
                         }
                     }
                 }
@@ -152,7 +167,7 @@ impl NodeWatch {
     /// Frees the state of processes that have exited.
     pub(super) fn reap(&mut self, enricher: &mut Enricher) {
         let now = Instant::now();
-        let known: Vec<u32> = enricher.pids().collect();
+        let known: HashSet<u32> = enricher.pids().collect();
         self.gone_since.retain(|pid, _| known.contains(pid));
         for pid in known {
             if discover::is_alive(pid) {
