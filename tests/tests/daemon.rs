@@ -615,3 +615,93 @@ fn output_dir_holds_rotated_jsonl_timelines() {
     assert!(mine < 16000, "nothing was rotated away");
     assert!(Path::new(&out).is_dir());
 }
+
+/// A cgroup laid out as the kubelet's systemd driver makes it for a
+/// containerd container, in the cgroup v2 hierarchy; removed on drop.
+struct PodCgroup {
+    /// Created directories, outermost first.
+    dirs: Vec<std::path::PathBuf>,
+    uid: String,
+    id: String,
+}
+
+impl PodCgroup {
+    fn create() -> Self {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        let root = mounts
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
+            })
+            .expect("no cgroup2 mount");
+        let nanos = now_ns() as u128;
+        let uid = format!(
+            "{:08x}-7e57-4000-8000-{:012x}",
+            std::process::id(),
+            nanos & 0xffff_ffff_ffff
+        );
+        let id = format!("{:032x}{:032x}", std::process::id(), nanos);
+        let mut dirs = Vec::new();
+        let mut path = root;
+        for part in [
+            "kubepods.slice".to_string(),
+            "kubepods-burstable.slice".to_string(),
+            format!("kubepods-burstable-pod{}.slice", uid.replace('-', "_")),
+            format!("cri-containerd-{id}.scope"),
+        ] {
+            path = path.join(part);
+            if !path.exists() {
+                std::fs::create_dir(&path)
+                    .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
+                dirs.push(path.clone());
+            }
+        }
+        Self { dirs, uid, id }
+    }
+
+    fn add(&self, pid: u32) {
+        let procs = self.dirs.last().unwrap().join("cgroup.procs");
+        std::fs::write(&procs, format!("{pid}\n"))
+            .unwrap_or_else(|e| panic!("{}: {e}", procs.display()));
+    }
+}
+
+impl Drop for PodCgroup {
+    fn drop(&mut self) {
+        for d in self.dirs.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+#[test]
+fn container_and_pod_labels_come_from_the_cgroup() {
+    let cg = PodCgroup::create();
+    let mut w = Workload::start(&["--launches", "2"]);
+    cg.add(w.pid);
+    let list = run_gputrace(&["list"]);
+    assert!(list.status.success());
+    let row = list
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{} ", w.pid)))
+        .unwrap_or_else(|| panic!("{} not listed:\n{}", w.pid, list.stdout))
+        .to_string();
+    assert!(row.contains(&cg.id[..12]) && row.contains(&cg.uid), "{row}");
+
+    let d = Daemon::start(&[], &[]);
+    w.go();
+    let pid = w.pid;
+    assert!(w.finish().0.success());
+    let m = d.wait_metrics(Duration::from_secs(30), |m| launches(m, pid).is_some());
+    // The workload exits at once: its name and container were read while
+    // it waited, when the daemon's scan found it.
+    let labels = format!(
+        "pid=\"{pid}\",comm=\"gputrace-worklo\",container_id=\"{}\",pod_uid=\"{}\"",
+        cg.id, cg.uid
+    );
+    let line = format!("gputrace_api_calls_total{{api=\"cuLaunchKernel\",{labels}}} 2");
+    assert!(m.lines().any(|l| l == line), "no {line} in\n{m}");
+    println!("{line}");
+}

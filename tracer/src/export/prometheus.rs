@@ -115,6 +115,18 @@ fn escape_into(out: &mut String, v: &str) {
     }
 }
 
+/// A process's name and container, read while it was alive: a short-lived
+/// process may be gone from /proc by the time its calls are counted.
+#[derive(Clone, Debug)]
+struct Identity {
+    comm: String,
+    container: Container,
+    exited_at: Option<Instant>,
+}
+
+/// How long the identity of an exited process is kept for its last calls.
+const IDENTITY_AFTER_EXIT: Duration = Duration::from_secs(5);
+
 /// What the tracer itself reports alongside the calls.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TracerGauges {
@@ -128,6 +140,8 @@ pub struct TracerGauges {
 #[derive(Clone)]
 pub struct Metrics {
     procs: BTreeMap<u32, ProcessSeries>,
+    /// Processes seen alive that have no series yet.
+    identities: std::collections::HashMap<u32, Identity>,
     lost: LostCounts,
     gauges: TracerGauges,
     keep_exited: Duration,
@@ -142,6 +156,7 @@ impl Metrics {
     pub fn new(keep_exited: Duration) -> Self {
         Self {
             procs: BTreeMap::new(),
+            identities: std::collections::HashMap::new(),
             lost: LostCounts::default(),
             gauges: TracerGauges::default(),
             keep_exited,
@@ -150,11 +165,37 @@ impl Metrics {
         }
     }
 
+    /// Reads the name and container of processes found mapping libcuda or
+    /// libnccl, while they are alive, for the series their calls will make.
+    pub fn note_alive(&mut self, pids: &[u32]) {
+        for &pid in pids {
+            if self.procs.contains_key(&pid) || self.identities.contains_key(&pid) {
+                continue;
+            }
+            let Some(comm) = discover::comm(pid) else {
+                continue;
+            };
+            let container = (self.container_of)(pid);
+            self.identities.insert(
+                pid,
+                Identity {
+                    comm,
+                    container,
+                    exited_at: None,
+                },
+            );
+        }
+    }
+
     /// Counts one call.
     pub fn record(&mut self, e: &Enriched) {
         let c = &e.call;
         let (alive, container_of) = (self.alive, self.container_of);
-        let fresh = || ProcessSeries::new(c.pid, &c.comm, &container_of(c.pid));
+        let known = self.identities.remove(&c.pid);
+        let fresh = || match &known {
+            Some(id) => ProcessSeries::new(c.pid, &id.comm, &id.container),
+            None => ProcessSeries::new(c.pid, &c.comm, &container_of(c.pid)),
+        };
         let p = match self.procs.entry(c.pid) {
             std::collections::btree_map::Entry::Vacant(v) => v.insert(fresh()),
             std::collections::btree_map::Entry::Occupied(o) => {
@@ -198,6 +239,15 @@ impl Metrics {
     pub fn sweep(&mut self, now: Instant) {
         let alive = self.alive;
         let keep = self.keep_exited;
+        self.identities.retain(|pid, id| match id.exited_at {
+            Some(t) => now.saturating_duration_since(t) < IDENTITY_AFTER_EXIT,
+            None => {
+                if !alive(*pid) {
+                    id.exited_at = Some(now);
+                }
+                true
+            }
+        });
         self.procs.retain(|pid, p| match p.exited_at {
             Some(t) => now.saturating_duration_since(t) < keep,
             None => {
@@ -523,6 +573,21 @@ mod tests {
         m.sweep(t0 + Duration::from_secs(6));
         assert_eq!(m.processes(), 1);
         assert!(!m.render().contains("pid=\"3\""));
+    }
+
+    #[test]
+    fn identities_read_while_alive_label_later_calls() {
+        let mut m = metrics();
+        m.note_alive(&[std::process::id()]);
+        m.container_of = |_| Container::default();
+        m.record(&call(std::process::id(), "cuLaunchKernel", 1, other()));
+        let text = m.render();
+        let me = crate::probes::discover::comm(std::process::id()).unwrap();
+        assert!(
+            text.contains(&format!("pid=\"{}\",comm=\"{me}\"", std::process::id())),
+            "{text}"
+        );
+        assert!(m.identities.is_empty());
     }
 
     #[test]

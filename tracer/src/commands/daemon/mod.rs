@@ -163,6 +163,7 @@ fn lock(m: &Mutex<Metrics>) -> std::sync::MutexGuard<'_, Metrics> {
 
 fn update_gauges(session: &Session, metrics: &Mutex<Metrics>) {
     let mut m = lock(metrics);
+    m.note_alive(session.state.gpu_processes());
     m.set_gauges(TracerGauges {
         probes: session.state.attacher.probe_count(),
         library_files: session.state.probed_files(),

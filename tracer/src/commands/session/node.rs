@@ -48,6 +48,8 @@ pub(super) struct NodeWatch {
     failed: HashSet<FileKey>,
     /// Processes the enricher holds state for that were found gone, since when.
     gone_since: HashMap<u32, Instant>,
+    /// Processes that mapped a probed library at the last scan.
+    gpu_pids: Vec<u32>,
 }
 
 impl NodeWatch {
@@ -59,6 +61,7 @@ impl NodeWatch {
             unmapped_since: HashMap::new(),
             failed: HashSet::new(),
             gone_since: HashMap::new(),
+            gpu_pids: Vec::new(),
         }
     }
 
@@ -77,11 +80,15 @@ impl NodeWatch {
     ) -> Result<()> {
         self.last_scan = Instant::now();
         let mut mapped: HashSet<FileKey> = HashSet::new();
+        self.gpu_pids.clear();
         for pid in discover::all_pids() {
             // Gone, or not readable (a kernel thread has empty maps): skip.
             let Ok(files) = attacher.libraries_of(pid) else {
                 continue;
             };
+            if !files.is_empty() {
+                self.gpu_pids.push(pid);
+            }
             for f in files {
                 let key = (f.dev, f.inode);
                 mapped.insert(key);
@@ -209,6 +216,11 @@ impl SessionState {
     /// Processes whose per-process state is held.
     pub fn processes_known(&self) -> usize {
         self.enricher.pids().count()
+    }
+
+    /// Processes that mapped libcuda/libnccl at the last scan of /proc.
+    pub fn gpu_processes(&self) -> &[u32] {
+        &self.node.gpu_pids
     }
 }
 
