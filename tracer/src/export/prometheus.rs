@@ -137,7 +137,6 @@ pub struct TracerGauges {
 }
 
 /// Every metric the daemon serves.
-#[derive(Clone)]
 pub struct Metrics {
     procs: BTreeMap<u32, ProcessSeries>,
     /// Processes seen alive that have no series yet.
@@ -264,16 +263,138 @@ impl Metrics {
         self.procs.len()
     }
 
-    /// The exposition text.
+    /// The whole exposition text (tests; the daemon sends it in chunks).
     pub fn render(&self) -> String {
-        let mut o = String::with_capacity(4096 + self.procs.len() * 4096);
+        let mut cursor = Cursor::default();
+        let mut out = String::new();
+        while let Some(chunk) = self.render_chunk(&mut cursor, usize::MAX) {
+            out.push_str(&chunk);
+        }
+        out
+    }
+
+    /// The next part of the exposition, of about `target` bytes (whole
+    /// series of a process at least), resuming at `cursor`; `None` at the
+    /// end. A scrape is answered chunk by chunk with the lock taken per
+    /// chunk: thousands of processes make tens of MB of text, which is
+    /// never held whole, and the tracing loop is never held up long.
+    /// Processes that come or go between chunks are simply there or not.
+    pub fn render_chunk(&self, cursor: &mut Cursor, target: usize) -> Option<String> {
+        if cursor.family > FAMILIES.len() {
+            return None;
+        }
+        let mut o = String::with_capacity(target.min(1 << 20));
+        while cursor.family < FAMILIES.len() {
+            let (name, kind, help) = FAMILIES[cursor.family];
+            if !cursor.header_done {
+                header(&mut o, name, kind, help);
+                cursor.header_done = true;
+            }
+            let start = match cursor.after_pid {
+                Some(pid) => std::ops::Bound::Excluded(pid),
+                None => std::ops::Bound::Unbounded,
+            };
+            for (pid, p) in self.procs.range((start, std::ops::Bound::Unbounded)) {
+                write_family(&mut o, cursor.family, p);
+                cursor.after_pid = Some(*pid);
+                if o.len() >= target {
+                    return Some(o);
+                }
+            }
+            cursor.family += 1;
+            cursor.header_done = false;
+            cursor.after_pid = None;
+        }
+        self.write_tracer(&mut o);
+        cursor.family += 1;
+        Some(o)
+    }
+
+    /// The series that are not per process.
+    fn write_tracer(&self, o: &mut String) {
         header(
-            &mut o,
-            "gputrace_api_calls_total",
+            o,
+            "gputrace_events_lost_total",
             "counter",
-            "CUDA driver and NCCL API calls traced, by process and API.",
+            "Calls made but not recorded, by reason: ring_full (the ring buffer was full), inflight_full, unpaired (a return without its entry).",
         );
-        for p in self.procs.values() {
+        for (reason, n) in [
+            ("ring_full", self.lost.ring_full),
+            ("inflight_full", self.lost.inflight_full),
+            ("unpaired", self.lost.unpaired),
+        ] {
+            let _ = writeln!(o, "gputrace_events_lost_total{{reason=\"{reason}\"}} {n}");
+        }
+        for (name, help, value) in [
+            (
+                "gputrace_traced_processes",
+                "Processes with series here (those that exited within the grace period included).",
+                self.procs.len(),
+            ),
+            (
+                "gputrace_probes_attached",
+                "Uprobes and uretprobes attached.",
+                self.gauges.probes,
+            ),
+            (
+                "gputrace_library_files_probed",
+                "Distinct libcuda/libnccl files (device and inode) probed for every process.",
+                self.gauges.library_files,
+            ),
+            (
+                "gputrace_process_states",
+                "Processes whose decoding state (allocations, kernel names) gputrace holds; freed a few seconds after a process exits.",
+                self.gauges.process_states,
+            ),
+        ] {
+            header(o, name, "gauge", help);
+            let _ = writeln!(o, "{name} {value}");
+        }
+    }
+}
+
+/// Where a chunked rendering of the exposition stands.
+#[derive(Clone, Debug, Default)]
+pub struct Cursor {
+    /// Index into [`FAMILIES`]; `FAMILIES.len()` is the tracer's own series.
+    family: usize,
+    header_done: bool,
+    after_pid: Option<u32>,
+}
+
+/// The per-process metric families, in the order they are written.
+const FAMILIES: [(&str, &str, &str); 5] = [
+    (
+        "gputrace_api_calls_total",
+        "counter",
+        "CUDA driver and NCCL API calls traced, by process and API.",
+    ),
+    (
+        "gputrace_api_duration_seconds",
+        "histogram",
+        "Host-side time in each API call (a launch returns once queued; a synchronisation shows the wait for the GPU).",
+    ),
+    (
+        "gputrace_memcpy_bytes_total",
+        "counter",
+        "Bytes copied (and set, direction=\"memset\") by successful copy calls, by direction.",
+    ),
+    (
+        "gputrace_device_memory_bytes",
+        "gauge",
+        "Device memory in use that the trace saw allocated and not freed (allocations made before gputrace attached are not in it).",
+    ),
+    (
+        "gputrace_nccl_bytes_total",
+        "counter",
+        "Bytes passed to successful NCCL collectives and point-to-point calls (count x element size), by operation.",
+    ),
+];
+
+/// One process's samples of family `family` (an index into [`FAMILIES`]).
+fn write_family(o: &mut String, family: usize, p: &ProcessSeries) {
+    match family {
+        0 => {
             for (api, s) in &p.apis {
                 let _ = writeln!(
                     o,
@@ -282,13 +403,7 @@ impl Metrics {
                 );
             }
         }
-        header(
-            &mut o,
-            "gputrace_api_duration_seconds",
-            "histogram",
-            "Host-side time in each API call (a launch returns once queued; a synchronisation shows the wait for the GPU).",
-        );
-        for p in self.procs.values() {
+        1 => {
             for (api, s) in p.apis.iter().filter(|(_, s)| s.timed > 0) {
                 let mut cumulative = 0;
                 for (i, bound) in BUCKETS_NS.iter().enumerate() {
@@ -318,13 +433,7 @@ impl Metrics {
                 );
             }
         }
-        header(
-            &mut o,
-            "gputrace_memcpy_bytes_total",
-            "counter",
-            "Bytes copied (and set, direction=\"memset\") by successful copy calls, by direction.",
-        );
-        for p in self.procs.values() {
+        2 => {
             for (d, b) in &p.memcpy {
                 let _ = writeln!(
                     o,
@@ -334,26 +443,14 @@ impl Metrics {
                 );
             }
         }
-        header(
-            &mut o,
-            "gputrace_device_memory_bytes",
-            "gauge",
-            "Device memory in use that the trace saw allocated and not freed (allocations made before gputrace attached are not in it).",
-        );
-        for p in self.procs.values() {
+        3 => {
             let _ = writeln!(
                 o,
                 "gputrace_device_memory_bytes{{{}}} {}",
                 p.labels, p.device_bytes
             );
         }
-        header(
-            &mut o,
-            "gputrace_nccl_bytes_total",
-            "counter",
-            "Bytes passed to successful NCCL collectives and point-to-point calls (count x element size), by operation.",
-        );
-        for p in self.procs.values() {
+        _ => {
             for (op, b) in &p.nccl {
                 let _ = writeln!(
                     o,
@@ -363,52 +460,6 @@ impl Metrics {
                 );
             }
         }
-        header(
-            &mut o,
-            "gputrace_events_lost_total",
-            "counter",
-            "Calls made but not recorded, by reason: ring_full (the ring buffer was full), inflight_full, unpaired (a return without its entry).",
-        );
-        for (reason, n) in [
-            ("ring_full", self.lost.ring_full),
-            ("inflight_full", self.lost.inflight_full),
-            ("unpaired", self.lost.unpaired),
-        ] {
-            let _ = writeln!(o, "gputrace_events_lost_total{{reason=\"{reason}\"}} {n}");
-        }
-        header(
-            &mut o,
-            "gputrace_traced_processes",
-            "gauge",
-            "Processes with series here (those that exited within the grace period included).",
-        );
-        let _ = writeln!(o, "gputrace_traced_processes {}", self.procs.len());
-        header(
-            &mut o,
-            "gputrace_probes_attached",
-            "gauge",
-            "Uprobes and uretprobes attached.",
-        );
-        let _ = writeln!(o, "gputrace_probes_attached {}", self.gauges.probes);
-        header(
-            &mut o,
-            "gputrace_library_files_probed",
-            "gauge",
-            "Distinct libcuda/libnccl files (device and inode) probed for every process.",
-        );
-        let _ = writeln!(
-            o,
-            "gputrace_library_files_probed {}",
-            self.gauges.library_files
-        );
-        header(
-            &mut o,
-            "gputrace_process_states",
-            "gauge",
-            "Processes whose decoding state (allocations, kernel names) gputrace holds; freed a few seconds after a process exits.",
-        );
-        let _ = writeln!(o, "gputrace_process_states {}", self.gauges.process_states);
-        o
     }
 }
 
@@ -601,6 +652,33 @@ mod tests {
         let text = m.render();
         assert!(!text.contains("cuLaunchKernel"), "{text}");
         assert!(text.contains("cuMemFree_v2"));
+    }
+
+    #[test]
+    fn chunks_add_up_to_the_whole() {
+        let mut m = metrics();
+        for pid in 1..200 {
+            for api in ["cuLaunchKernel", "cuMemAlloc_v2", "ncclAllReduce"] {
+                m.record(&call(pid, api, pid as u64 * 1000, other()));
+            }
+        }
+        let whole = m.render();
+        let mut cursor = Cursor::default();
+        let mut joined = String::new();
+        let mut chunks = 0;
+        while let Some(c) = m.render_chunk(&mut cursor, 4096) {
+            // The target, plus at most one process's series of one family.
+            assert!(c.len() < 4096 + 16384, "{}", c.len());
+            joined.push_str(&c);
+            chunks += 1;
+        }
+        assert_eq!(joined, whole);
+        assert!(chunks > 10);
+        assert_eq!(m.render_chunk(&mut cursor, 4096), None);
+        // Every family's header comes once, before its samples.
+        for (name, kind, _) in FAMILIES {
+            assert_eq!(whole.matches(&format!("# TYPE {name} {kind}\n")).count(), 1);
+        }
     }
 
     #[test]

@@ -168,6 +168,11 @@ impl KernelNamer {
         }
     }
 
+    /// Processes names are cached for.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.procs.keys().copied()
+    }
+
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
         self.stubs.forget(pid);

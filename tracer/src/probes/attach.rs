@@ -67,19 +67,24 @@ pub fn detach_many(attachments: Vec<Attachment>) {
         links.extend(a.links);
         multi.extend(a.multi);
     }
-    drop(multi);
-    if links.is_empty() {
+    if links.is_empty() && multi.len() <= 1 {
         return;
     }
     let threads = links.len().clamp(1, 64);
     let per = links.len().div_ceil(threads);
     let mut links = links.into_iter();
-    std::thread::scope(|s| loop {
-        let chunk: Vec<UProbeLink> = links.by_ref().take(per).collect();
-        if chunk.is_empty() {
-            break;
+    std::thread::scope(|s| {
+        // Each multi-uprobe link waits for its own grace period when closed.
+        for m in multi {
+            s.spawn(move || drop(m));
         }
-        s.spawn(move || drop(chunk));
+        loop {
+            let chunk: Vec<UProbeLink> = links.by_ref().take(per).collect();
+            if chunk.is_empty() {
+                break;
+            }
+            s.spawn(move || drop(chunk));
+        }
     });
 }
 

@@ -5,15 +5,17 @@
 //! the connection is closed; headers must arrive within
 //! [`HEADER_TIMEOUT`]; a connection lives at most [`CONNECTION_LIMIT`]; at
 //! most [`MAX_CONNECTIONS`] are served at once (more are closed at accept);
-//! errors of `accept` (out of file descriptors) are waited out.
+//! errors of `accept` (out of file descriptors) are waited out. `/metrics`
+//! is written in chunks of [`CHUNK`] bytes, each rendered under the lock
+//! when the connection can take it: a body is never held whole.
 
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
+use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -22,14 +24,16 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::export::prometheus::Metrics;
+use crate::export::prometheus::{Cursor, Metrics};
 
 pub const MAX_CONNECTIONS: usize = 64;
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const CONNECTION_LIMIT: Duration = Duration::from_secs(120);
+pub const CHUNK: usize = 64 * 1024;
 
 /// The exposition format's content type.
 const METRICS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+const PLAIN: &str = "text/plain; charset=utf-8";
 
 /// Serves until the task is dropped.
 pub async fn serve(listener: TcpListener, metrics: Arc<Mutex<Metrics>>) {
@@ -55,7 +59,7 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Mutex<Metrics>>) {
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let metrics = metrics.clone();
-                async move { Ok::<_, Infallible>(respond(&req, &metrics)) }
+                async move { Ok::<_, Infallible>(respond(&req, metrics)) }
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -68,44 +72,81 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Mutex<Metrics>>) {
     }
 }
 
-fn text(
-    status: StatusCode,
-    content_type: &'static str,
-    body: impl Into<Bytes>,
-) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(body.into()));
+/// A response body: fixed bytes, or the exposition rendered chunk by chunk.
+pub enum Payload {
+    Fixed(Option<Bytes>),
+    Metrics {
+        metrics: Arc<Mutex<Metrics>>,
+        cursor: Cursor,
+    },
+}
+
+impl Body for Payload {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let next = match self.get_mut() {
+            Payload::Fixed(b) => b.take(),
+            Payload::Metrics { metrics, cursor } => {
+                // A panic elsewhere while holding the lock leaves the
+                // counters usable: serve them.
+                let m = metrics.lock().unwrap_or_else(|p| p.into_inner());
+                m.render_chunk(cursor, CHUNK).map(Bytes::from)
+            }
+        };
+        Poll::Ready(next.map(|b| Ok(Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, Payload::Fixed(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Payload::Fixed(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Payload::Metrics { .. } => SizeHint::default(),
+        }
+    }
+}
+
+fn reply(status: StatusCode, content_type: &'static str, body: Payload) -> Response<Payload> {
+    let mut r = Response::new(body);
     *r.status_mut() = status;
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     r
 }
 
-fn respond(req: &Request<Incoming>, metrics: &Mutex<Metrics>) -> Response<Full<Bytes>> {
-    const PLAIN: &str = "text/plain; charset=utf-8";
+fn text(status: StatusCode, body: &'static str) -> Response<Payload> {
+    reply(
+        status,
+        PLAIN,
+        Payload::Fixed(Some(Bytes::from_static(body.as_bytes()))),
+    )
+}
+
+fn respond(req: &Request<Incoming>, metrics: Arc<Mutex<Metrics>>) -> Response<Payload> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        let mut r = text(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "only GET and HEAD\n");
+        let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
         r.headers_mut()
             .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return r;
     }
     match req.uri().path() {
-        "/metrics" => {
-            // A copy, rendered without the lock: the tracing loop records
-            // calls meanwhile. A panic elsewhere while holding the lock
-            // leaves the counters usable: serve them.
-            let snapshot = metrics
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .clone();
-            let body = snapshot.render();
-            text(StatusCode::OK, METRICS_TYPE, body)
-        }
-        "/healthz" => text(StatusCode::OK, PLAIN, "ok\n"),
-        "/" => text(
+        "/metrics" => reply(
             StatusCode::OK,
-            PLAIN,
-            "gputrace daemon: metrics at /metrics\n",
+            METRICS_TYPE,
+            Payload::Metrics {
+                metrics,
+                cursor: Cursor::default(),
+            },
         ),
-        _ => text(StatusCode::NOT_FOUND, PLAIN, "not found: try /metrics\n"),
+        "/healthz" => text(StatusCode::OK, "ok\n"),
+        "/" => text(StatusCode::OK, "gputrace daemon: metrics at /metrics\n"),
+        _ => text(StatusCode::NOT_FOUND, "not found: try /metrics\n"),
     }
 }

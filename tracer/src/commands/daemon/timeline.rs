@@ -6,9 +6,11 @@
 //! daemon goes on after the highest number it finds); the highest is being
 //! written. A file is closed once it holds the size cap (one event more at
 //! most) and ends, as every `.jsonl` of gputrace does, with a summary line of
-//! the events in it, so `gputrace stats FILE` reads any closed file. Then the
-//! oldest files are deleted until at most `--max-files` remain: the disk used
-//! stays under about max-files × max-file-mb.
+//! the events in it (totals and `process_count`, without the per-process
+//! list: `gputrace stats FILE` gives that), so any closed file reads as a
+//! complete timeline. Then the oldest files are deleted until at most
+//! `--max-files` remain: the disk used stays under about max-files ×
+//! max-file-mb.
 
 use std::path::{Path, PathBuf};
 
@@ -105,7 +107,18 @@ impl RotatingTimeline {
         };
         let mut summary = std::mem::take(&mut self.summary);
         summary.lost = delta(lost, self.lost_at_open);
-        w.finish(&render_json(&summary))
+        let mut line = render_json(&summary);
+        // A file of a busy node may hold thousands of processes: the line
+        // keeps the totals (`gputrace stats FILE` recomputes each process
+        // from the events), so it stays a few KB.
+        if let Some(obj) = line.as_object_mut() {
+            obj.remove("processes");
+            obj.insert(
+                "process_count".into(),
+                serde_json::Value::from(summary.processes.len()),
+            );
+        }
+        w.finish(&line)
     }
 
     /// Deletes the oldest files beyond the limit (the one being written counts).
@@ -187,6 +200,8 @@ mod tests {
             let last: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
             assert_eq!(last["type"], "summary");
             assert_eq!(last["events"], lines.len() as u64 - 1);
+            assert_eq!(last["process_count"], 1);
+            assert!(last.get("processes").is_none());
             let body: usize = lines[..lines.len() - 1].iter().map(|l| l.len() + 1).sum();
             // The cap, plus at most the one event that crossed it.
             assert!(body < 1000 + lines[0].len() + 1, "{body}");

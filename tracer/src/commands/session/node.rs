@@ -213,9 +213,11 @@ impl SessionState {
             .count()
     }
 
-    /// Processes whose per-process state is held.
+    /// Processes whose per-process state (calls' context, kernel names) is held.
     pub fn processes_known(&self) -> usize {
-        self.enricher.pids().count()
+        let mut pids: HashSet<u32> = self.enricher.pids().collect();
+        pids.extend(self.enricher.namer.pids());
+        pids.len()
     }
 
     /// Processes that mapped libcuda/libnccl at the last scan of /proc.
