@@ -521,7 +521,7 @@ fn malformed_requests_do_not_hurt_the_daemon() {
     );
     let r = raw_exchange(
         &addr,
-        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello",
     );
     assert!(r.starts_with("HTTP/1.1 405"), "{r}");
     assert_eq!(http_get(&addr, "/nope").0, 404);
@@ -725,4 +725,19 @@ fn container_and_pod_labels_come_from_the_cgroup() {
     let line = format!("gputrace_api_calls_total{{api=\"cuLaunchKernel\",{labels}}} 2");
     assert!(m.lines().any(|l| l == line), "no {line} in\n{m}");
     println!("{line}");
+}
+
+#[test]
+fn daemon_reports_a_listen_address_in_use() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let f = run_gputrace(&["daemon", "--listen", &addr]);
+    assert_eq!(f.status.code(), Some(1), "{}", f.stderr_text());
+    let err = f.stderr_text();
+    assert!(
+        err.contains(&format!("gputrace: cannot listen on {addr}")) && err.lines().count() == 1,
+        "{err}"
+    );
+    let f = run_gputrace(&["daemon", "--listen", "nowhere"]);
+    assert_eq!(f.status.code(), Some(2), "{}", f.stderr_text());
 }

@@ -3,7 +3,8 @@
 //!
 //! A client cannot hurt the daemon: malformed requests get hyper's 400 and
 //! the connection is closed; headers must arrive within
-//! [`HEADER_TIMEOUT`]; a connection lives at most [`CONNECTION_LIMIT`]; at
+//! [`HEADER_TIMEOUT`]; a connection is closed after [`CONNECTION_LIMIT`]
+//! (once its request in flight is answered); at
 //! most [`MAX_CONNECTIONS`] are served at once (more are closed at accept);
 //! errors of `accept` (out of file descriptors) are waited out. `/metrics`
 //! is written in chunks of [`CHUNK`] bytes, each rendered under the lock
@@ -66,7 +67,17 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Mutex<Metrics>>) {
                 .header_read_timeout(HEADER_TIMEOUT)
                 .max_buf_size(64 * 1024)
                 .serve_connection(TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(CONNECTION_LIMIT, conn).await;
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = tokio::time::sleep(CONNECTION_LIMIT) => {
+                    // Old keep-alive connections (a scraper's) end after the
+                    // request in flight; a client that does not read its
+                    // answer is cut off a little later.
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(HEADER_TIMEOUT, conn).await;
+                }
+            }
             drop(slot);
         });
     }
