@@ -265,12 +265,14 @@ impl Session {
             for f in &files {
                 attacher.attach(f, Scope::Process(pid), &mut enricher.namer)?;
             }
+            enricher.remember(pid);
             targets.push(Target { pid, exited: false });
         }
 
         let mut node = NodeWatch::new();
         if spec.all {
             node.scan(&mut attacher, &mut enricher.namer, true)?;
+            node.reap(&mut enricher);
         }
 
         let mut child = None;

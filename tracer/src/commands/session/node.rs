@@ -171,8 +171,12 @@ impl NodeWatch {
         }
     }
 
-    /// Frees the state of processes that have exited.
+    /// Reads the names of the processes the last scan found, while they are
+    /// alive; frees the state of processes that have exited.
     pub(super) fn reap(&mut self, enricher: &mut Enricher) {
+        for &pid in &self.gpu_pids {
+            enricher.remember(pid);
+        }
         let now = Instant::now();
         let known: HashSet<u32> = enricher.pids().collect();
         self.gone_since.retain(|pid, _| known.contains(pid));
