@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod node;
+
 /// The directory holding the simulated libraries and `gputrace-workload`.
 pub fn sim_dir() -> PathBuf {
     PathBuf::from(env!("GPUTRACE_SIM_DIR"))
@@ -114,7 +116,13 @@ impl Workload {
     }
 
     pub fn start_bin(bin: &Path, args: &[&str]) -> Self {
-        let mut child = Command::new(bin)
+        Self::start_with(Command::new(bin), args)
+    }
+
+    /// `cmd` runs the workload (through a wrapper that execs it, say);
+    /// `--wait-stdin` and `args` are appended.
+    pub fn start_with(mut cmd: Command, args: &[&str]) -> Self {
+        let mut child = cmd
             .arg("--wait-stdin")
             .args(args)
             .stdin(Stdio::piped())

@@ -135,6 +135,15 @@ pub struct DaemonArgs {
     /// Also write rotated JSONL timelines here.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
+    /// With --output-dir: start a new timeline file once one holds this many MB.
+    #[arg(long, value_name = "MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_file_mb: u64,
+    /// With --output-dir: keep at most this many timeline files (the oldest go first).
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_files: u64,
+    /// Keep the series of an exited process this long, then drop them.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "60s")]
+    pub keep_exited: Duration,
 }
 
 /// `10s`, `2m`, `500ms`, `1h`, or plain seconds.

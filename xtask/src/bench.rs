@@ -545,14 +545,23 @@ pub fn stats_file(bench: &Bench, gb: f64, root: &Path) -> Result<()> {
     }
     out.flush()?;
     drop(out);
-    println!("wrote {:.2} GiB ({} events) in {:.1} s", written as f64 / (1u64 << 30) as f64, round * events.len() as u64, start.elapsed().as_secs_f64());
+    println!(
+        "wrote {:.2} GiB ({} events) in {:.1} s",
+        written as f64 / (1u64 << 30) as f64,
+        round * events.len() as u64,
+        start.elapsed().as_secs_f64()
+    );
     let start = Instant::now();
     let mut child = Command::new(&bench.gputrace)
         .args(["stats", path.to_str().unwrap(), "--format", "json"])
         .stdout(Stdio::piped())
         .spawn()?;
     let mut stdout = String::new();
-    child.stdout.take().expect("piped").read_to_string(&mut stdout)?;
+    child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut stdout)?;
     let (code, cpu, rss) = wait_rusage(&mut child)?;
     let secs = start.elapsed().as_secs_f64();
     let v: Value = serde_json::from_str(stdout.trim())?;

@@ -58,8 +58,9 @@ fn cargo_bin(name: &str) -> std::path::PathBuf {
 
 pub fn ensure() -> Result<()> {
     apt_install(APT_PACKAGES)?;
-    // Extra tools the tests use.
-    apt_install(&["make", "gcc", "util-linux", "tmux"])?;
+    // Extra tools the tests use (tmux: top's end-to-end test; prometheus:
+    // the daemon's scrape test).
+    apt_install(&["make", "gcc", "util-linux", "tmux", "prometheus"])?;
 
     let have_linker = output(Command::new(cargo_bin("bpf-linker")).arg("--version"))
         .is_some_and(|v| v.contains(BPF_LINKER_VERSION));

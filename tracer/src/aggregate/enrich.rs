@@ -125,6 +125,10 @@ impl ProcessState {
             let end = thread_comm.iter().position(|b| *b == 0).unwrap_or(16);
             String::from_utf8_lossy(&thread_comm[..end]).into_owned()
         });
+        Self::with_comm(comm)
+    }
+
+    fn with_comm(comm: String) -> Self {
         Self {
             comm: Arc::from(comm),
             memory: MemoryBook::default(),
@@ -267,6 +271,21 @@ impl Enricher {
 
     pub fn process(&self, pid: u32) -> Option<&ProcessState> {
         self.procs.get(&pid)
+    }
+
+    /// The processes state is held for.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.procs.keys().copied()
+    }
+
+    /// Reads what must be read of `pid` while it is alive (its name), so
+    /// that its calls carry it even if they are decoded after it exited.
+    pub fn remember(&mut self, pid: u32) {
+        if let std::collections::hash_map::Entry::Vacant(v) = self.procs.entry(pid) {
+            if let Some(comm) = discover::comm(pid) {
+                v.insert(ProcessState::with_comm(comm));
+            }
+        }
     }
 
     /// Forgets a process that exited.

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use crate::error::Result;
-use crate::probes::discover;
+use crate::probes::{cgroup, discover};
 
 pub fn run() -> Result<ExitCode> {
     let mut files: BTreeMap<(u64, u64), (String, Vec<u32>)> = BTreeMap::new();
@@ -18,7 +18,14 @@ pub fn run() -> Result<ExitCode> {
         }
         let comm = discover::comm(pid).unwrap_or_else(|| "?".into());
         let names: Vec<String> = libs.iter().map(|l| l.lib.label().to_string()).collect();
-        rows.push((pid, comm, names.join(",")));
+        let c = cgroup::container_of(pid);
+        let container = match (&c.container_id, &c.pod_uid) {
+            (Some(id), Some(pod)) => format!("{} (pod {pod})", short(id)),
+            (Some(id), None) => short(id).to_string(),
+            (None, Some(pod)) => format!("pod {pod}"),
+            (None, None) => "-".to_string(),
+        };
+        rows.push((pid, comm, names.join(","), container));
         for l in libs {
             let shown = l
                 .path
@@ -35,13 +42,22 @@ pub fn run() -> Result<ExitCode> {
         println!("no process maps libcuda or libnccl");
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:>8}  {:<16}  LIBRARIES", "PID", "COMMAND");
-    for (pid, comm, libs) in &rows {
-        println!("{pid:>8}  {comm:<16}  {libs}");
+    println!(
+        "{:>8}  {:<16}  {:<26}  CONTAINER",
+        "PID", "COMMAND", "LIBRARIES"
+    );
+    for (pid, comm, libs, container) in &rows {
+        println!("{pid:>8}  {comm:<16}  {libs:<26}  {container}");
     }
-    println!("\n{:<12}  {:>9}  FILE", "DEV:INODE", "PROCESSES");
+    // One line per distinct file: what `--all` and `daemon` attach to once.
+    println!("\n{:<16}  {:>9}  FILE", "DEV:INODE", "PROCESSES");
     for ((dev, ino), (path, pids)) in &files {
-        println!("{:<12}  {:>9}  {path}", format!("{dev}:{ino}"), pids.len());
+        println!("{:<16}  {:>9}  {path}", format!("{dev}:{ino}"), pids.len());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A container id shortened as `docker ps` shows it (ids are hex: ASCII).
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
 }

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bare;
+pub mod daemon;
 pub mod list;
 pub mod pipeline;
 pub mod session;
@@ -11,7 +12,7 @@ pub mod trace;
 use std::process::ExitCode;
 
 use crate::cli::{Cli, Command};
-use crate::error::{Failure, Result};
+use crate::error::Result;
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
@@ -22,8 +23,6 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Command::Calibrate { libcuda }) => Ok(crate::names::calibrate::helper_main(&libcuda)),
         Some(Command::Symbols { library }) => bare::symbols(&library),
         Some(Command::Bare(a)) => bare::run(&a),
-        Some(Command::Daemon(_)) => Err(Failure::runtime(
-            "`gputrace daemon` is not available in this build yet",
-        )),
+        Some(Command::Daemon(a)) => daemon::run(a),
     }
 }

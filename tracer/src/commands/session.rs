@@ -22,6 +22,9 @@ use crate::probes::discover::{self, LibraryFile};
 use crate::probes::privileges;
 use crate::probes::spawn::GatedChild;
 
+mod node;
+use node::NodeWatch;
+
 /// How often exits and newly mapped libraries are checked.
 pub const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// How often the ring buffer is drained when the probes did not wake us.
@@ -179,11 +182,9 @@ pub struct SessionState {
     pub all: bool,
     lost: LostCounter,
     lost_by_pid: LostByPid,
-    /// With `--all`: the processes that mapped libcuda/libnccl at the last scan.
-    pub mapping_pids: Vec<u32>,
     /// Records that could not be decoded (never expected; counted, not hidden).
     pub decode_errors: u64,
-    last_scan: std::time::Instant,
+    node: NodeWatch,
 }
 
 /// A running session. The ring buffer is apart from the state so an event
@@ -271,12 +272,14 @@ impl Session {
             for f in &files {
                 attacher.attach(f, Scope::Process(pid), &mut enricher.namer)?;
             }
+            enricher.remember(pid);
             targets.push(Target { pid, exited: false });
         }
 
-        let mut mapping_pids = Vec::new();
+        let mut node = NodeWatch::new();
         if spec.all {
-            mapping_pids = attach_all_scan(&mut attacher, &mut enricher.namer, true)?;
+            node.scan(&mut attacher, &mut enricher.namer, true)?;
+            node.reap(&mut enricher);
         }
 
         let mut child = None;
@@ -318,9 +321,8 @@ impl Session {
             all: spec.all,
             lost,
             lost_by_pid,
-            mapping_pids,
             decode_errors: 0,
-            last_scan: std::time::Instant::now(),
+            node,
         };
         Ok(Session { ring, state })
     }
@@ -381,12 +383,13 @@ impl SessionState {
     }
 
     /// Marks exited targets and probes libraries mapped since (and, with
-    /// `--all`, new library files). True when every target has exited.
+    /// `--all`, new library files, detaching unmapped ones: see `node`).
+    /// True when every target has exited.
     pub fn maintain(&mut self) -> Result<bool> {
-        if self.all && self.last_scan.elapsed() >= SCAN_EVERY {
-            self.last_scan = std::time::Instant::now();
-            self.mapping_pids =
-                attach_all_scan(&mut self.attacher, &mut self.enricher.namer, false)?;
+        if self.all && self.node.due() {
+            self.node
+                .scan(&mut self.attacher, &mut self.enricher.namer, false)?;
+            self.node.reap(&mut self.enricher);
         }
         if self.targets.is_empty() {
             return Ok(false);
@@ -412,35 +415,6 @@ impl SessionState {
     pub fn detach_all(&mut self) {
         self.attacher.detach_all();
     }
-}
-
-/// Attaches system-wide to every library file any process maps; returns
-/// the processes that map one.
-fn attach_all_scan(
-    attacher: &mut Attacher,
-    namer: &mut KernelNamer,
-    first: bool,
-) -> Result<Vec<u32>> {
-    let mut mapping = Vec::new();
-    for pid in discover::all_pids() {
-        let Ok(files) = attacher.libraries_of(pid) else {
-            continue;
-        };
-        if !files.is_empty() {
-            mapping.push(pid);
-        }
-        for f in files {
-            if attacher.is_attached(&f, Scope::All) {
-                continue;
-            }
-            match attacher.attach(&f, Scope::All, namer) {
-                Ok(_) => {}
-                Err(e) if first => return Err(e.into()),
-                Err(e) => eprintln!("gputrace: cannot attach to {}: {e:#}", f.path.display()),
-            }
-        }
-    }
-    Ok(mapping)
 }
 
 /// Marks exited targets, attaches libraries mapped since; true when all are gone.

@@ -10,6 +10,7 @@ use crate::events::model::Call;
 pub struct JsonlWriter {
     out: BufWriter<File>,
     line: String,
+    written: u64,
 }
 
 impl JsonlWriter {
@@ -17,6 +18,7 @@ impl JsonlWriter {
         Ok(Self {
             out: BufWriter::with_capacity(1 << 20, File::create(path)?),
             line: String::with_capacity(512),
+            written: 0,
         })
     }
 
@@ -24,7 +26,19 @@ impl JsonlWriter {
         self.line.clear();
         write_call(&mut self.line, call);
         self.line.push('\n');
-        self.out.write_all(self.line.as_bytes())
+        self.out.write_all(self.line.as_bytes())?;
+        self.written += self.line.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes of events written so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.written
+    }
+
+    /// Hands what is buffered to the file (readable by others at once).
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
     }
 
     pub fn finish(mut self, summary: &serde_json::Value) -> std::io::Result<()> {

@@ -3,6 +3,7 @@
 pub mod chrome;
 pub mod jsonl;
 pub mod print;
+pub mod prometheus;
 
 use std::path::Path;
 

@@ -52,6 +52,11 @@ impl KernelNamer {
             return c.clone();
         }
         let result = self.calibrate_uncached(file);
+        if result.is_err() && !file.path.exists() {
+            // The file went with the process it was reached through: not
+            // this file's fault, try again when it is seen next.
+            return result;
+        }
         if let Err(e) = &result {
             eprintln!(
                 "gputrace: kernel names from handles are off for {}: {e} (names still come from calls made while traced)",
@@ -161,6 +166,11 @@ impl KernelNamer {
         if let Some(p) = self.procs.get_mut(&pid) {
             p.from_handles.clear();
         }
+    }
+
+    /// Processes names are cached for.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.procs.keys().copied()
     }
 
     pub fn forget(&mut self, pid: u32) {

@@ -84,8 +84,25 @@ pub fn detach_many(attachments: Vec<Attachment>) {
         entry.extend(a.entry);
         ret.extend(a.ret);
     }
-    drop(ret);
-    drop(entry);
+    // Returns first, then entries; within each, links close in parallel:
+    // each multi-uprobe link waits for its own grace period when closed.
+    drop_in_parallel(ret);
+    drop_in_parallel(entry);
+}
+
+fn drop_in_parallel(links: Vec<Link>) {
+    if links.len() <= 1 {
+        return; // dropped here
+    }
+    let per = links.len().div_ceil(64);
+    let mut links = links.into_iter();
+    std::thread::scope(|s| loop {
+        let chunk: Vec<Link> = links.by_ref().take(per).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        s.spawn(move || drop(chunk));
+    });
 }
 
 /// Counts of what the probes could not record, summed over CPUs.
@@ -175,6 +192,11 @@ impl Probes {
             .filter(|s| self.selection.mode(s.api.family).is_some())
             .cloned()
             .collect())
+    }
+
+    /// Drops the symbols kept for a file that is no longer probed.
+    pub fn forget_file(&mut self, dev: u64, inode: u64) {
+        self.symbols.remove(&(dev, inode));
     }
 
     /// Attaches an entry probe (and a return probe unless the family is

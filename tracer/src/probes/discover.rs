@@ -41,6 +41,12 @@ pub fn classify(path: &Path) -> Option<Lib> {
 /// The paths of every file mapped executable by `pid`, as `/proc/PID/maps` shows them.
 pub fn mapped_files(pid: u32) -> std::io::Result<Vec<PathBuf>> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    Ok(parse_maps(&maps))
+}
+
+/// The executable file mappings of a maps text; lines that do not parse
+/// are skipped.
+pub fn parse_maps(maps: &str) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     for line in maps.lines() {
         // address perms offset dev inode path
@@ -67,7 +73,7 @@ pub fn mapped_files(pid: u32) -> std::io::Result<Vec<PathBuf>> {
             out.push(path);
         }
     }
-    Ok(out)
+    out
 }
 
 /// The CUDA/NCCL libraries `pid` maps, opened through `/proc/PID/root` so a
@@ -248,6 +254,36 @@ mod tests {
         );
         assert_eq!(classify(Path::new("/x/libcudart.so.13")), Some(Lib::Cudart));
         assert_eq!(classify(Path::new("/x/libcudnn.so.9")), None);
+    }
+
+    #[test]
+    fn maps_lines_that_do_not_parse_are_skipped() {
+        let maps = "\
+7f00-7f10 r-xp 00000000 fd:00 123 /usr/lib/libcuda.so.1
+garbage
+7f10-7f20 r-xp 00000000
+7f20-7f30 rw-p 00000000 fd:00 123 /usr/lib/libcuda.so.1
+7f30-7f40 r-xp 00000000 00:00 0 [vdso]
+7f40-7f50 r-xp 00000000 fd:00 124 /opt/my libs/libnccl.so.2
+7f50-7f60 r-xp 00000000 fd:00 125 /tmp/libcuda.so.1 (deleted)
+7f60-7f70 r-xp 00000000 fd:00 123 /usr/lib/libcuda.so.1
+\u{0}\u{ff} r-xp
+";
+        assert_eq!(
+            parse_maps(maps),
+            vec![
+                PathBuf::from("/usr/lib/libcuda.so.1"),
+                PathBuf::from("/opt/my libs/libnccl.so.2")
+            ]
+        );
+        assert!(parse_maps("").is_empty());
+    }
+
+    #[test]
+    fn a_process_that_is_gone_gives_an_error_not_a_panic() {
+        assert!(mapped_files(u32::MAX - 1).is_err());
+        assert!(process_libraries(u32::MAX - 1).is_err());
+        assert_eq!(comm(u32::MAX - 1), None);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 pub mod attach;
 pub mod catalogue;
+pub mod cgroup;
 pub mod discover;
 pub mod multi;
 pub mod privileges;

@@ -136,7 +136,7 @@ impl Sources<'_> {
             state.enricher.forget(pid);
         }
         let candidates: Vec<u32> = if state.all {
-            state.mapping_pids.clone()
+            state.gpu_processes().to_vec()
         } else {
             state
                 .targets
