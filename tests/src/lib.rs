@@ -122,6 +122,9 @@ impl Workload {
     /// `cmd` runs the workload (through a wrapper that execs it, say);
     /// `--wait-stdin` and `args` are appended.
     pub fn start_with(mut cmd: Command, args: &[&str]) -> Self {
+        // The simulated libraries, never a real libcuda on LD_LIBRARY_PATH
+        // (NVIDIA's containers set it).
+        cmd.env_remove("LD_LIBRARY_PATH");
         let mut child = cmd
             .arg("--wait-stdin")
             .args(args)
@@ -221,6 +224,7 @@ impl Tracer {
         let mut child = Command::new(gputrace_bin())
             .args(args)
             .env("GPUTRACE_CACHE_DIR", cache)
+            .env_remove("LD_LIBRARY_PATH")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

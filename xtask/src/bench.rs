@@ -120,7 +120,9 @@ impl Bench {
         } else {
             calls
         };
+        // The simulated libraries, never a real libcuda on LD_LIBRARY_PATH.
         let mut wl = Command::new(self.sim.join("gputrace-workload"))
+            .env_remove("LD_LIBRARY_PATH")
             .args([
                 "--wait-stdin",
                 "--bench",
@@ -427,6 +429,7 @@ pub fn soak(bench: &Bench, secs: u64) -> Result<()> {
         .unwrap_or(1)
         .min(2);
     let mut wl = Command::new(bench.sim.join("gputrace-workload"))
+        .env_remove("LD_LIBRARY_PATH")
         .args([
             "--wait-stdin",
             "--loop",

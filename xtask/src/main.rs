@@ -55,6 +55,9 @@ enum Task {
         /// Where to write the JSON results (default bench/results/HOST-DATE.json).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Use this copied build (DIR/gputrace, DIR/sim/) instead of building.
+        #[arg(long, value_name = "DIR")]
+        prebuilt: Option<PathBuf>,
     },
     /// Run every test (unit, and the root eBPF integration tests).
     Test {
@@ -138,15 +141,31 @@ fn main() -> Result<()> {
             soak,
             stats_gib,
             out,
+            prebuilt,
         } => {
-            setup::ensure()?;
-            let sim = build_sim()?;
-            run(cargo().args(["build", "--release", "--package", "tracer"]))?;
-            let scratch = root().join("target/bench");
+            // --prebuilt DIR: a copied build (gputrace and the simulator
+            // beside it), for a machine without cargo.
+            let (sim, gputrace, scratch) = match prebuilt {
+                Some(dir) => (
+                    dir.join("sim"),
+                    dir.join("gputrace"),
+                    std::env::temp_dir().join("gputrace-bench"),
+                ),
+                None => {
+                    setup::ensure()?;
+                    let sim = build_sim()?;
+                    run(cargo().args(["build", "--release", "--package", "tracer"]))?;
+                    (
+                        sim,
+                        root().join("target/release/gputrace"),
+                        root().join("target/bench"),
+                    )
+                }
+            };
             std::fs::create_dir_all(&scratch)?;
             let b = bench::Bench {
                 sim,
-                gputrace: root().join("target/release/gputrace"),
+                gputrace,
                 scratch,
             };
             if let Some(secs) = soak {

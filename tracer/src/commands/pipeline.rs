@@ -5,11 +5,12 @@ use std::io::{BufWriter, Stdout, Write};
 use crate::aggregate::enrich::Enriched;
 use crate::aggregate::summary::Summary;
 use crate::export::print::format_line;
+use crate::export::writer::TimelineWriter;
 use crate::export::Timeline;
 
 pub struct Pipeline {
     pub summary: Summary,
-    timeline: Option<Timeline>,
+    timeline: Option<TimelineWriter>,
     print: Option<BufWriter<Stdout>>,
     line: String,
     /// The first write error; the trace stops when one happens.
@@ -20,7 +21,7 @@ impl Pipeline {
     pub fn new(timeline: Option<Timeline>, print: bool) -> Self {
         Self {
             summary: Summary::default(),
-            timeline,
+            timeline: timeline.map(TimelineWriter::start),
             print: print.then(|| BufWriter::with_capacity(1 << 16, std::io::stdout())),
             line: String::with_capacity(512),
             write_error: None,
@@ -35,10 +36,7 @@ impl Pipeline {
             return;
         }
         if let Some(t) = &mut self.timeline {
-            if let Err(e) = t.write(call, enriched.device_bytes) {
-                self.write_error = Some(e);
-                return;
-            }
+            t.write(call, enriched.device_bytes);
         }
         if let Some(p) = &mut self.print {
             self.line.clear();
@@ -50,8 +48,15 @@ impl Pipeline {
         }
     }
 
-    /// Flushes the printed lines (so they appear promptly).
+    /// Hands the batched calls to the writer and flushes printed lines, so
+    /// both appear promptly; picks up a write error.
     pub fn flush_print(&mut self) {
+        if let Some(t) = &mut self.timeline {
+            t.send();
+            if let Some(e) = t.take_error() {
+                self.write_error.get_or_insert(e);
+            }
+        }
         if let Some(p) = &mut self.print {
             if let Err(e) = p.flush() {
                 self.write_error.get_or_insert(e);

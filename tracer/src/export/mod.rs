@@ -4,6 +4,7 @@ pub mod chrome;
 pub mod jsonl;
 pub mod print;
 pub mod prometheus;
+pub mod writer;
 
 use std::path::Path;
 
