@@ -338,3 +338,50 @@ pub fn now_ns() -> u64 {
         .unwrap()
         .as_nanos() as u64
 }
+
+/// What one traced run of the workload gave.
+pub struct Run {
+    pub events: Vec<Value>,
+    pub summary: Value,
+    pub gputrace: Finished,
+    /// The workload's own `done calls=` count.
+    pub done: u64,
+    pub pid: u32,
+    pub tids: Vec<u32>,
+}
+
+/// Starts the workload at `bin` with `args`, attaches gputrace to it by PID
+/// (with `extra` arguments, writing JSONL), lets it run to its end, and
+/// reads what gputrace wrote. Both must succeed.
+pub fn trace_run(name: &str, bin: &Path, args: &[&str], extra: &[&str]) -> Run {
+    let out = scratch(name).join("t.jsonl");
+    let mut w = Workload::start_bin(bin, args);
+    let (pid, tids) = (w.pid, w.tids.clone());
+    let pid_arg = pid.to_string();
+    let mut a = vec!["--pid", &pid_arg, "--output", out.to_str().unwrap()];
+    a.extend_from_slice(extra);
+    let t = Tracer::attach(&a);
+    w.go();
+    let (status, done) = w.finish();
+    assert!(status.success(), "the workload failed: {status}");
+    let gputrace = t.finish(Duration::from_secs(120));
+    assert!(
+        gputrace.status.success(),
+        "gputrace failed: {}",
+        gputrace.stderr_text()
+    );
+    let (events, summary) = read_jsonl(&out);
+    Run {
+        events,
+        summary,
+        gputrace,
+        done,
+        pid,
+        tids,
+    }
+}
+
+/// [`trace_run`] of the default simulated workload.
+pub fn trace_workload(name: &str, args: &[&str], extra: &[&str]) -> Run {
+    trace_run(name, &workload_bin(), args, extra)
+}

@@ -73,27 +73,20 @@ fn command_is_traced_from_its_first_call() {
 
 #[test]
 fn names_learned_while_attached() {
-    let dir = scratch("names");
-    let out = dir.join("t.jsonl");
-    let mut w = Workload::start(&[
-        "--names-after-wait",
-        "--launches",
-        "3",
-        "--launch-ex",
-        "2",
-        "--coop",
-        "1",
-    ]);
-    let t = Tracer::attach(&[
-        "--pid",
-        &w.pid.to_string(),
-        "--output",
-        out.to_str().unwrap(),
-    ]);
-    w.go();
-    assert!(w.finish().0.success());
-    assert!(t.finish(Duration::from_secs(30)).status.success());
-    let (events, _) = read_jsonl(&out);
+    let r = trace_workload(
+        "names",
+        &[
+            "--names-after-wait",
+            "--launches",
+            "3",
+            "--launch-ex",
+            "2",
+            "--coop",
+            "1",
+        ],
+        &[],
+    );
+    let events = r.events;
     assert_eq!(
         kernels(&events, "cuLaunchKernel"),
         vec![json!(VECTOR_ADD), json!(REDUCE), json!(RELU)]
@@ -120,32 +113,6 @@ fn names_learned_while_attached() {
     assert_eq!(
         of_api(&events, "cuLaunchKernelEx")[0]["args"]["function"],
         kgf["args"]["function"]
-    );
-}
-
-#[test]
-fn kernel_names_unknown_for_handles_made_before_attach_are_null_without_calibration() {
-    // Handles created before gputrace attached, and a libcuda without
-    // cuFuncGetName (no calibration possible): the name cannot be known.
-    let dir = scratch("nonames");
-    let out = dir.join("t.jsonl");
-    let mut w = Workload::start_bin(
-        &sim_dir().join("nofuncname/gputrace-workload"),
-        &["--launches", "2"],
-    );
-    let t = Tracer::attach(&[
-        "--pid",
-        &w.pid.to_string(),
-        "--output",
-        out.to_str().unwrap(),
-    ]);
-    w.go();
-    assert!(w.finish().0.success());
-    assert!(t.finish(Duration::from_secs(30)).status.success());
-    let (events, _) = read_jsonl(&out);
-    assert_eq!(
-        kernels(&events, "cuLaunchKernel"),
-        vec![Value::Null, Value::Null]
     );
 }
 
@@ -204,28 +171,19 @@ fn two_processes_at_once() {
 
 #[test]
 fn threads_have_their_own_tids() {
-    let dir = scratch("threads");
-    let out = dir.join("t.jsonl");
-    let mut w = Workload::start(&["--threads", "3", "--launches", "50", "--syncs", "2"]);
-    let tids = w.tids.clone();
-    let t = Tracer::attach(&[
-        "--pid",
-        &w.pid.to_string(),
-        "--output",
-        out.to_str().unwrap(),
-    ]);
-    w.go();
-    assert!(w.finish().0.success());
-    assert!(t.finish(Duration::from_secs(30)).status.success());
-    let (events, _) = read_jsonl(&out);
+    let r = trace_workload(
+        "threads",
+        &["--threads", "3", "--launches", "50", "--syncs", "2"],
+        &[],
+    );
     let mut per_tid: BTreeMap<u64, u64> = BTreeMap::new();
-    for e in of_api(&events, "cuLaunchKernel") {
+    for e in of_api(&r.events, "cuLaunchKernel") {
         *per_tid.entry(e["tid"].as_u64().unwrap()).or_default() += 1;
     }
-    let expected: BTreeMap<u64, u64> = tids.iter().map(|t| (*t as u64, 50)).collect();
+    let expected: BTreeMap<u64, u64> = r.tids.iter().map(|t| (*t as u64, 50)).collect();
     assert_eq!(per_tid, expected);
     // Each thread synchronises its own stream.
-    let streams: std::collections::BTreeSet<String> = of_api(&events, "cuStreamSynchronize")
+    let streams: std::collections::BTreeSet<String> = of_api(&r.events, "cuStreamSynchronize")
         .iter()
         .map(|e| e["args"]["stream"].as_str().unwrap().to_string())
         .collect();
@@ -234,30 +192,22 @@ fn threads_have_their_own_tids() {
 
 #[test]
 fn per_thread_stream_variants() {
-    let dir = scratch("ptsz");
-    let out = dir.join("t.jsonl");
-    let mut w = Workload::start(&[
-        "--per-thread-stream",
-        "--launches",
-        "2",
-        "--copies",
-        "1",
-        "--syncs",
-        "1",
-        "--allocs",
-        "1",
-    ]);
-    let t = Tracer::attach(&[
-        "--pid",
-        &w.pid.to_string(),
-        "--output",
-        out.to_str().unwrap(),
-    ]);
-    w.go();
-    assert!(w.finish().0.success());
-    assert!(t.finish(Duration::from_secs(30)).status.success());
-    let (events, _) = read_jsonl(&out);
-    let c = counts(&events);
+    let r = trace_workload(
+        "ptsz",
+        &[
+            "--per-thread-stream",
+            "--launches",
+            "2",
+            "--copies",
+            "1",
+            "--syncs",
+            "1",
+            "--allocs",
+            "1",
+        ],
+        &[],
+    );
+    let c = counts(&r.events);
     assert_eq!(c["cuLaunchKernel_ptsz"], 2);
     assert!(!c.contains_key("cuLaunchKernel"));
     for api in [
@@ -275,41 +225,32 @@ fn per_thread_stream_variants() {
         );
     }
     assert_eq!(
-        of_api(&events, "cuMemcpy_ptds")[0]["args"]["direction"],
+        of_api(&r.events, "cuMemcpy_ptds")[0]["args"]["direction"],
         "HtoD"
     );
 }
 
 #[test]
 fn target_exiting_mid_trace_ends_the_trace() {
-    let dir = scratch("exit");
-    let out = dir.join("t.jsonl");
-    let mut w = Workload::start(&["--duration-ms", "400", "--launches", "20", "--syncs", "1"]);
-    let t = Tracer::attach(&[
-        "--pid",
-        &w.pid.to_string(),
-        "--output",
-        out.to_str().unwrap(),
-    ]);
-    w.go();
-    let (st, done) = w.finish();
-    assert!(st.success());
-    let f = t.finish(Duration::from_secs(30));
-    assert!(f.status.success(), "{}", f.stderr_text());
-    assert!(
-        f.stdout.contains("gputrace summary: 1 process"),
-        "{}",
-        f.stdout
+    let r = trace_workload(
+        "exit",
+        &["--duration-ms", "400", "--launches", "20", "--syncs", "1"],
+        &[],
     );
-    let (events, summary) = read_jsonl(&out);
+    assert!(
+        r.gputrace.stdout.contains("gputrace summary: 1 process"),
+        "{}",
+        r.gputrace.stdout
+    );
     // Every call the workload made is in the file (and its two teardown unloads).
-    let counted = events
+    let counted = r
+        .events
         .iter()
         .filter(|e| e["api"] != "cuLibraryUnload" && e["api"] != "cuModuleUnload")
         .count();
-    assert_eq!(counted as u64, done);
-    assert_eq!(summary["events"], json!(events.len()));
-    assert_eq!(summary["lost"], 0);
+    assert_eq!(counted as u64, r.done);
+    assert_eq!(r.summary["events"], json!(r.events.len()));
+    assert_eq!(r.summary["lost"], 0);
 }
 
 #[test]

@@ -109,23 +109,10 @@ fn calibration_helper_reports_the_layout() {
 
 #[test]
 fn without_calibration_names_come_from_interception_or_stay_null() {
-    let dir = scratch("uncalibrated");
-    let out = dir.join("t.jsonl");
-    // Handles made before attach: null. Handles made while attached: named.
-    let mut w = Workload::start_bin(
-        &sim_dir().join("nofuncname/gputrace-workload"),
-        &["--launches", "3"],
-    );
-    let t = Tracer::attach(&[
-        "--pid",
-        &w.pid.to_string(),
-        "--output",
-        out.to_str().unwrap(),
-    ]);
-    w.go();
-    assert!(w.finish().0.success());
-    let f = t.finish(Duration::from_secs(30));
-    let err = f.stderr_text();
+    let nofuncname = sim_dir().join("nofuncname/gputrace-workload");
+    // Handles made before attach: null.
+    let r = trace_run("uncalibrated", &nofuncname, &["--launches", "3"], &[]);
+    let err = r.gputrace.stderr_text();
     assert!(
         err.contains("kernel names from handles are off for")
             && err.contains("it exports no cuFuncGetName"),
@@ -136,26 +123,16 @@ fn without_calibration_names_come_from_interception_or_stay_null() {
         1,
         "said once"
     );
-    let (events, _) = read_jsonl(&out);
-    assert_eq!(kernels(&events, "cuLaunchKernel"), vec![Value::Null; 3]);
-
-    let out2 = dir.join("t2.jsonl");
-    let mut w = Workload::start_bin(
-        &sim_dir().join("nofuncname/gputrace-workload"),
+    assert_eq!(kernels(&r.events, "cuLaunchKernel"), vec![Value::Null; 3]);
+    // Handles made while attached: named.
+    let r = trace_run(
+        "uncalibrated-late",
+        &nofuncname,
         &["--launches", "3", "--names-after-wait"],
+        &[],
     );
-    let t = Tracer::attach(&[
-        "--pid",
-        &w.pid.to_string(),
-        "--output",
-        out2.to_str().unwrap(),
-    ]);
-    w.go();
-    assert!(w.finish().0.success());
-    assert!(t.finish(Duration::from_secs(30)).status.success());
-    let (events, _) = read_jsonl(&out2);
     assert_eq!(
-        kernels(&events, "cuLaunchKernel"),
+        kernels(&r.events, "cuLaunchKernel"),
         vec![json!(VECTOR_ADD), json!(REDUCE), json!(RELU)]
     );
 }
@@ -169,67 +146,48 @@ fn runtime_host_stubs_name_launches_when_handles_cannot() {
     // No cuFuncGetName: no calibration, so the runtime family is probed and
     // each cudaLaunchKernel's host stub names the cuLaunchKernel inside it,
     // from .dynsym (scale_kernel, transpose) and from .symtab only (saxpy).
-    let dir = scratch("runtime");
-    let out = dir.join("t.jsonl");
-    let mut w = Workload::start_bin(
-        &sim_dir().join("nofuncname/gputrace-workload"),
+    let nofuncname = sim_dir().join("nofuncname/gputrace-workload");
+    let r = trace_run(
+        "runtime",
+        &nofuncname,
         &["--runtime", "6", "--launches", "2"],
+        &[],
     );
-    let t = Tracer::attach(&[
-        "--pid",
-        &w.pid.to_string(),
-        "--output",
-        out.to_str().unwrap(),
-    ]);
-    w.go();
-    assert!(w.finish().0.success());
-    assert!(t.finish(Duration::from_secs(30)).status.success());
-    let (events, _) = read_jsonl(&out);
+    let events = r.events;
     let c = counts(&events);
     assert_eq!((c["cudaLaunchKernel"], c["cudaLaunchKernelExC"]), (6, 1));
     assert_eq!(c["cuLaunchKernel"], 8);
     // Launches made inside a runtime call are named by its stub; the two
     // direct launches of module kernels made before attach stay unnamed.
-    let inner: Vec<Value> = of_api(&events, "cuLaunchKernel")
-        .iter()
-        .filter(|e| e["args"]["grid"] == json!([8, 1, 1]))
-        .map(|e| e["args"]["kernel"].clone())
-        .collect();
+    let by_grid = |grid: Value| -> Vec<Value> {
+        of_api(&events, "cuLaunchKernel")
+            .iter()
+            .filter(|e| e["args"]["grid"] == grid)
+            .map(|e| e["args"]["kernel"].clone())
+            .collect()
+    };
     assert_eq!(
-        inner,
+        by_grid(json!([8, 1, 1])),
         [SCALE, SAXPY, TRANSPOSE, SCALE, SAXPY, TRANSPOSE]
             .map(|s| json!(s))
             .to_vec()
     );
-    let direct: Vec<Value> = of_api(&events, "cuLaunchKernel")
-        .iter()
-        .filter(|e| e["args"]["grid"] == json!([64, 2, 1]))
-        .map(|e| e["args"]["kernel"].clone())
-        .collect();
-    assert_eq!(direct, vec![Value::Null, Value::Null]);
+    assert_eq!(by_grid(json!([64, 2, 1])), vec![Value::Null, Value::Null]);
     assert_eq!(kernels(&events, "cuLaunchKernelEx"), vec![json!(SCALE)]);
 }
 
 #[test]
 fn runtime_is_not_probed_where_handles_name_kernels() {
-    let dir = scratch("runtime-calibrated");
-    let out = dir.join("t.jsonl");
-    let mut w = Workload::start(&["--duration-ms", "200", "--runtime", "3"]);
-    let t = Tracer::attach(&[
-        "--pid",
-        &w.pid.to_string(),
-        "--output",
-        out.to_str().unwrap(),
-    ]);
-    w.go();
-    assert!(w.finish().0.success());
-    assert!(t.finish(Duration::from_secs(30)).status.success());
-    let (events, _) = read_jsonl(&out);
+    let r = trace_workload(
+        "runtime-calibrated",
+        &["--duration-ms", "200", "--runtime", "3"],
+        &[],
+    );
     assert!(
-        of_api(&events, "cudaLaunchKernel").is_empty(),
+        of_api(&r.events, "cudaLaunchKernel").is_empty(),
         "the runtime family is a fallback"
     );
-    let names = kernels(&events, "cuLaunchKernel");
+    let names = kernels(&r.events, "cuLaunchKernel");
     assert!(!names.is_empty());
     for n in &names {
         assert!(

@@ -236,6 +236,25 @@ pub fn ring_bytes() -> u32 {
 }
 
 impl Session {
+    /// Waits until the probes wake the reader (the handler then drains with
+    /// [`Session::drain_now`]; records that come after are drained by the
+    /// next wakeup or tick).
+    pub async fn readable(&mut self) -> Result<()> {
+        let mut guard = self
+            .ring
+            .readable_mut()
+            .await
+            .map_err(|e| Failure::runtime(format!("polling the ring buffer: {e}")))?;
+        guard.clear_ready();
+        Ok(())
+    }
+
+    /// Decodes what is in the ring buffer now (the probes wake the reader
+    /// only once a quarter of it is full, so loops also drain on a tick).
+    pub fn drain_now(&mut self, f: &mut dyn FnMut(&Enriched)) -> usize {
+        self.state.drain(self.ring.get_mut(), f)
+    }
+
     /// Loads the probes and attaches them to what `spec` names; a command
     /// given is started and left waiting at its gate (see [`Session::release`]).
     /// Must run inside a tokio runtime.

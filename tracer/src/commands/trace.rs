@@ -84,13 +84,12 @@ async fn event_loop(
     tokio::pin!(sleep);
     let stop = loop {
         tokio::select! {
-            guard = session.ring.readable_mut() => {
-                let mut guard = guard.map_err(|e| Failure::runtime(format!("polling the ring buffer: {e}")))?;
-                session.state.drain(guard.get_inner_mut(), &mut |e| pipeline.handle(e));
-                guard.clear_ready();
+            r = session.readable() => {
+                r?;
+                session.drain_now(&mut |e| pipeline.handle(e));
             }
             _ = drain_tick.tick() => {
-                session.state.drain(session.ring.get_mut(), &mut |e| pipeline.handle(e));
+                session.drain_now(&mut |e| pipeline.handle(e));
             }
             _ = check_tick.tick() => {
                 if session.state.maintain()? {
@@ -108,9 +107,7 @@ async fn event_loop(
     };
     // No new events once detached; then take everything left in the ring.
     session.state.detach_all();
-    session
-        .state
-        .drain(session.ring.get_mut(), &mut |e| pipeline.handle(e));
+    session.drain_now(&mut |e| pipeline.handle(e));
     Ok(stop)
 }
 

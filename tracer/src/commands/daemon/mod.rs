@@ -95,9 +95,7 @@ async fn daemon(
     server.abort();
     session.state.detach_all();
     sink.lost = session.state.lost();
-    session
-        .state
-        .drain(session.ring.get_mut(), &mut |e| sink.handle(e));
+    session.drain_now(&mut |e| sink.handle(e));
     if let Some(t) = sink.timelines.as_mut() {
         if let Err(e) = t.close(sink.lost) {
             eprintln!(
@@ -183,13 +181,12 @@ async fn event_loop(session: &mut Session, sink: &mut Sink<'_>) -> Result<(&'sta
     let mut last_sweep = Instant::now();
     let name = loop {
         tokio::select! {
-            guard = session.ring.readable_mut() => {
-                let mut guard = guard.map_err(|e| Failure::runtime(format!("polling the ring buffer: {e}")))?;
-                session.state.drain(guard.get_inner_mut(), &mut |e| sink.handle(e));
-                guard.clear_ready();
+            r = session.readable() => {
+                r?;
+                session.drain_now(&mut |e| sink.handle(e));
             }
             _ = drain_tick.tick() => {
-                session.state.drain(session.ring.get_mut(), &mut |e| sink.handle(e));
+                session.drain_now(&mut |e| sink.handle(e));
             }
             _ = check_tick.tick() => {
                 if let Err(e) = session.state.maintain() {
