@@ -385,3 +385,18 @@ pub fn trace_run(name: &str, bin: &Path, args: &[&str], extra: &[&str]) -> Run {
 pub fn trace_workload(name: &str, args: &[&str], extra: &[&str]) -> Run {
     trace_run(name, &workload_bin(), args, extra)
 }
+
+/// The simulated workload's kernels, demangled (tests/sim/README.md).
+pub const VECTOR_ADD: &str = "vector_add(float const*, float const*, float*, int)";
+pub const REDUCE: &str = "void sim::detail::reduce_kernel<256>(float const*, float*, int)";
+pub const RELU: &str = "relu(float*, int)";
+pub const GEMM: &str =
+    "void cublas::gemm<float>(float const*, float const*, float*, int, int, int)";
+
+/// The `kernel` of every event of one API, in order.
+pub fn kernels(events: &[Value], api: &str) -> Vec<Value> {
+    of_api(events, api)
+        .iter()
+        .map(|e| e["args"]["kernel"].clone())
+        .collect()
+}

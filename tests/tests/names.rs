@@ -6,18 +6,6 @@ use std::time::Duration;
 use gputrace_tests::*;
 use serde_json::{json, Value};
 
-const VECTOR_ADD: &str = "vector_add(float const*, float const*, float*, int)";
-const REDUCE: &str = "void sim::detail::reduce_kernel<256>(float const*, float*, int)";
-const RELU: &str = "relu(float*, int)";
-const GEMM: &str = "void cublas::gemm<float>(float const*, float const*, float*, int, int, int)";
-
-fn kernels(events: &[Value], api: &str) -> Vec<Value> {
-    of_api(events, api)
-        .iter()
-        .map(|e| e["args"]["kernel"].clone())
-        .collect()
-}
-
 #[test]
 fn handles_created_before_attach_are_named_by_calibration() {
     let dir = scratch("calibrated");
