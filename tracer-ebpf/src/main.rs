@@ -27,9 +27,12 @@ use tracer_common::{
 static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 
 /// Calls between entry and return, keyed by (tid, api). LRU so a thread that
-/// never returns (killed mid-call) cannot leak an entry forever.
+/// never returns (killed mid-call) cannot leak an entry forever; one LRU list
+/// per CPU, so threads on different CPUs do not contend for one lock (its
+/// size is set at load time from the number of CPUs).
 #[map]
-static INFLIGHT: LruHashMap<u64, CallEvent> = LruHashMap::with_max_entries(16384, 0);
+static INFLIGHT: LruHashMap<u64, CallEvent> =
+    LruHashMap::with_max_entries(16384, aya_ebpf::bindings::BPF_F_NO_COMMON_LRU);
 
 /// The host stub of the runtime launch a thread is inside (tid → stub).
 #[map]

@@ -28,23 +28,23 @@ impl Pipeline {
         }
     }
 
-    /// Handles one call.
-    pub fn handle(&mut self, enriched: &Enriched) {
-        let call = &enriched.call;
-        self.summary.record(call);
+    /// Handles one call (taken, so the writer thread gets it without a copy).
+    pub fn handle(&mut self, enriched: Enriched) {
+        self.summary.record(&enriched.call);
         if self.write_error.is_some() {
             return;
         }
-        if let Some(t) = &mut self.timeline {
-            t.write(call, enriched.device_bytes);
-        }
         if let Some(p) = &mut self.print {
+            let call = &enriched.call;
             self.line.clear();
             format_line(&mut self.line, call);
             self.line.push('\n');
             if let Err(e) = p.write_all(self.line.as_bytes()) {
                 self.write_error = Some(e);
             }
+        }
+        if let Some(t) = &mut self.timeline {
+            t.write(enriched.call, enriched.device_bytes);
         }
     }
 

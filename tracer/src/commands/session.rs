@@ -251,7 +251,7 @@ impl Session {
 
     /// Decodes what is in the ring buffer now (the probes wake the reader
     /// only once a quarter of it is full, so loops also drain on a tick).
-    pub fn drain_now(&mut self, f: &mut dyn FnMut(&Enriched)) -> usize {
+    pub fn drain_now(&mut self, f: &mut dyn FnMut(Enriched)) -> usize {
         self.state.drain(self.ring.get_mut(), f)
     }
 
@@ -374,7 +374,7 @@ impl SessionState {
     }
 
     /// Decodes every record waiting in `ring`, in order, into `f`.
-    pub fn drain(&mut self, ring: &mut RingBuf<MapData>, f: &mut dyn FnMut(&Enriched)) -> usize {
+    pub fn drain(&mut self, ring: &mut RingBuf<MapData>, f: &mut dyn FnMut(Enriched)) -> usize {
         self.drain_at_most(ring, usize::MAX, f)
     }
 
@@ -384,7 +384,7 @@ impl SessionState {
         &mut self,
         ring: &mut RingBuf<MapData>,
         max: usize,
-        f: &mut dyn FnMut(&Enriched),
+        f: &mut dyn FnMut(Enriched),
     ) -> usize {
         let mut n = 0;
         while n < max {
@@ -394,7 +394,7 @@ impl SessionState {
                 .map_err(|_| ())
                 .and_then(|raw| self.enricher.enrich(&raw).map_err(|_| ()))
             {
-                Ok(e) => f(&e),
+                Ok(e) => f(e),
                 Err(()) => self.decode_errors += 1,
             }
         }

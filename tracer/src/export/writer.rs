@@ -63,8 +63,8 @@ impl TimelineWriter {
         }
     }
 
-    pub fn write(&mut self, call: &Call, device_bytes: Option<u64>) {
-        self.batch.push((call.clone(), device_bytes));
+    pub fn write(&mut self, call: Call, device_bytes: Option<u64>) {
+        self.batch.push((call, device_bytes));
         if self.batch.len() >= BATCH {
             self.send();
         }

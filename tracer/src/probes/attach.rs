@@ -147,8 +147,13 @@ impl Probes {
     /// Loads and verifies the programs; attaches nothing yet.
     pub fn load(selection: ProbeSelection, ring_bytes: u32) -> anyhow::Result<Self> {
         let wakeup = u64::from(ring_bytes / 4);
+        // The in-flight map keeps an LRU list per CPU (less lock contention
+        // between threads): give each CPU room for 512 calls in flight.
+        let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
+        let inflight = (512 * cpus).max(16384);
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("EVENTS", ring_bytes)
+            .map_max_entries("INFLIGHT", inflight)
             .override_global("WAKEUP_BYTES", &wakeup, true)
             .load(crate::EBPF_OBJECT)
             .context("loading the eBPF object")?;

@@ -95,7 +95,7 @@ async fn daemon(
     server.abort();
     session.state.detach_all();
     sink.lost = session.state.lost();
-    session.drain_now(&mut |e| sink.handle(e));
+    session.drain_now(&mut |e| sink.handle(&e));
     if let Some(t) = sink.timelines.as_mut() {
         if let Err(e) = t.close(sink.lost) {
             eprintln!(
@@ -183,10 +183,10 @@ async fn event_loop(session: &mut Session, sink: &mut Sink<'_>) -> Result<(&'sta
         tokio::select! {
             r = session.readable() => {
                 r?;
-                session.drain_now(&mut |e| sink.handle(e));
+                session.drain_now(&mut |e| sink.handle(&e));
             }
             _ = drain_tick.tick() => {
-                session.drain_now(&mut |e| sink.handle(e));
+                session.drain_now(&mut |e| sink.handle(&e));
             }
             _ = check_tick.tick() => {
                 if let Err(e) = session.state.maintain() {

@@ -122,7 +122,7 @@ impl Sources<'_> {
             .state
             .drain_at_most(ring, DRAIN_BITE, &mut |e| {
                 if &*e.call.comm != own {
-                    app.model.record(e, now)
+                    app.model.record(&e, now)
                 }
             });
         n < DRAIN_BITE
