@@ -341,6 +341,7 @@ pub fn now_ns() -> u64 {
 
 /// What one traced run of the workload gave.
 pub struct Run {
+    /// The events and summary line, when the output was `.jsonl`.
     pub events: Vec<Value>,
     pub summary: Value,
     pub gputrace: Finished,
@@ -348,13 +349,21 @@ pub struct Run {
     pub done: u64,
     pub pid: u32,
     pub tids: Vec<u32>,
+    /// The timeline gputrace wrote.
+    pub out: PathBuf,
 }
 
 /// Starts the workload at `bin` with `args`, attaches gputrace to it by PID
 /// (with `extra` arguments, writing JSONL), lets it run to its end, and
 /// reads what gputrace wrote. Both must succeed.
 pub fn trace_run(name: &str, bin: &Path, args: &[&str], extra: &[&str]) -> Run {
-    let out = scratch(name).join("t.jsonl");
+    trace_run_to(name, "t.jsonl", bin, args, extra)
+}
+
+/// [`trace_run`], writing the timeline to `file` in the test's scratch
+/// directory (`.json` for a Chrome trace, which is not parsed here).
+pub fn trace_run_to(name: &str, file: &str, bin: &Path, args: &[&str], extra: &[&str]) -> Run {
+    let out = scratch(name).join(file);
     let mut w = Workload::start_bin(bin, args);
     let (pid, tids) = (w.pid, w.tids.clone());
     let pid_arg = pid.to_string();
@@ -370,7 +379,11 @@ pub fn trace_run(name: &str, bin: &Path, args: &[&str], extra: &[&str]) -> Run {
         "gputrace failed: {}",
         gputrace.stderr_text()
     );
-    let (events, summary) = read_jsonl(&out);
+    let (events, summary) = if file.ends_with(".jsonl") {
+        read_jsonl(&out)
+    } else {
+        (Vec::new(), Value::Null)
+    };
     Run {
         events,
         summary,
@@ -378,6 +391,7 @@ pub fn trace_run(name: &str, bin: &Path, args: &[&str], extra: &[&str]) -> Run {
         done,
         pid,
         tids,
+        out,
     }
 }
 

@@ -331,20 +331,14 @@ fn interrupt_stops_with_a_summary() {
 
 #[test]
 fn allocations_chart_device_memory() {
-    let dir = scratch("memchart");
-    let out = dir.join("t.json");
-    let mut w = Workload::start(&["--allocs", "3"]);
-    let t = Tracer::attach(&[
-        "--pid",
-        &w.pid.to_string(),
-        "--output",
-        out.to_str().unwrap(),
-        "--summary",
-        "json",
-    ]);
-    w.go();
-    assert!(w.finish().0.success());
-    let f = t.finish(Duration::from_secs(30));
+    let r = trace_run_to(
+        "memchart",
+        "t.json",
+        &workload_bin(),
+        &["--allocs", "3"],
+        &["--summary", "json"],
+    );
+    let (out, f) = (r.out, r.gputrace);
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let counters: Vec<u64> = v["traceEvents"]
         .as_array()

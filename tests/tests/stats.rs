@@ -1,8 +1,6 @@
 //! `gputrace stats FILE`: the same summary the live run printed, from the
 //! file it wrote; unreadable files said so, with the line.
 
-use std::time::Duration;
-
 use gputrace_tests::*;
 
 fn stats(args: &[&str]) -> Finished {
@@ -13,10 +11,8 @@ fn stats(args: &[&str]) -> Finished {
 
 #[test]
 fn stats_of_a_trace_equals_the_live_summary() {
-    let dir = scratch("stats-live");
     for ext in ["jsonl", "json"] {
-        let out = dir.join(format!("t.{ext}"));
-        let mut w = Workload::start(&[
+        let args = [
             "--launches",
             "30",
             "--launch-ex",
@@ -27,25 +23,16 @@ fn stats_of_a_trace_equals_the_live_summary() {
             "2",
             "--syncs",
             "2",
-            "--nccl",
-            "2",
-            "--fail",
-            "1",
-            "--threads",
-            "2",
-        ]);
-        let t = Tracer::attach(&[
-            "--pid",
-            &w.pid.to_string(),
-            "--output",
-            out.to_str().unwrap(),
-            "--summary",
-            "text",
-        ]);
-        w.go();
-        assert!(w.finish().0.success());
-        let live = t.finish(Duration::from_secs(30));
-        assert!(live.status.success());
+        ];
+        let args = [&args[..], &["--nccl", "2", "--fail", "1", "--threads", "2"]].concat();
+        let r = trace_run_to(
+            &format!("stats-live-{ext}"),
+            &format!("t.{ext}"),
+            &workload_bin(),
+            &args,
+            &["--summary", "text"],
+        );
+        let (out, live) = (r.out, r.gputrace);
         let f = stats(&[out.to_str().unwrap()]);
         assert!(f.status.success(), "{}", f.stderr_text());
         assert_eq!(
