@@ -2,61 +2,19 @@
 //! `TestBackend`, compared with the text in `snapshots/`.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
 use super::app::{Action, App, Scope};
+use super::fixtures::{call, copy, launch};
 use super::gpu::{GpuStat, GpuStatus};
 use super::view::draw;
-use crate::aggregate::enrich::Enriched;
-use crate::events::model::{Args, Call, Launch, Memcpy, Nccl};
-use crate::probes::catalogue::{Direction, Family, NcclOp};
+use crate::events::model::{Args, Nccl};
+use crate::probes::catalogue::{Direction, NcclOp};
 
 const NS: u64 = 1_000_000_000;
 const T0: u64 = 1_700_000_000 * NS;
-
-fn call(pid: u32, comm: &str, api: &'static str, ts_ns: u64, dur_ns: u64, args: Args) -> Enriched {
-    Enriched {
-        call: Call {
-            ts_ns,
-            dur_ns: Some(dur_ns),
-            pid,
-            tid: pid,
-            comm: Arc::from(comm),
-            api,
-            family: Some(Family::Launch),
-            ret: Some(0),
-            args,
-        },
-        device_bytes: None,
-    }
-}
-
-fn launch(kernel: &str, grid: u32) -> Args {
-    Args::Launch(Launch {
-        function: 0x10,
-        stub: 0,
-        kernel: Some(Arc::from(kernel)),
-        grid: [grid, 1, 1],
-        block: [256, 1, 1],
-        shared_mem_bytes: 0,
-        stream: 0,
-    })
-}
-
-fn copy(direction: Direction, bytes: u64) -> Args {
-    Args::Memcpy(Memcpy {
-        dst: 1,
-        src: Some(2),
-        bytes,
-        direction,
-        stream: None,
-        value: None,
-        readable: (false, false),
-    })
-}
 
 /// Two busy processes, one idle, one exited, over 10 whole seconds:
 /// "train" (PID 4242) per second: 1000 launches (800 of gemm at 4 us,
@@ -90,7 +48,7 @@ fn busy_app() -> App {
                     "cuLaunchKernel",
                     base + i * 100_000,
                     d,
-                    launch(k, 64),
+                    launch(Some(k), 64),
                 ),
                 T0,
             );
@@ -167,7 +125,7 @@ fn busy_app() -> App {
                     "cuLaunchKernel",
                     base + i * 1_000_000,
                     3_000,
-                    launch("decode", 8),
+                    launch(Some("decode"), 8),
                 ),
                 T0,
             );
@@ -189,7 +147,14 @@ fn busy_app() -> App {
     );
     m.ensure(77, || "idle-python".into(), T0);
     m.record(
-        &call(99, "done", "cuLaunchKernel", T0, 1_000, launch("x", 1)),
+        &call(
+            99,
+            "done",
+            "cuLaunchKernel",
+            T0,
+            1_000,
+            launch(Some("x"), 1),
+        ),
         T0,
     );
     let now = T0 + 10 * NS + SETTLE;

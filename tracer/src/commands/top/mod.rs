@@ -5,6 +5,8 @@
 
 pub mod app;
 #[cfg(test)]
+mod fixtures;
+#[cfg(test)]
 mod frames;
 pub mod gpu;
 pub mod input;

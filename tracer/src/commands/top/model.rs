@@ -342,57 +342,12 @@ impl Model {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
+    use super::super::fixtures::{copy, launch};
     use super::*;
-    use crate::events::model::{Args, Launch, Memcpy};
-    use crate::probes::catalogue::Family;
+    use crate::events::model::Args;
 
-    pub(crate) fn call(
-        pid: u32,
-        api: &'static str,
-        ts_ns: u64,
-        dur_ns: u64,
-        args: Args,
-    ) -> Enriched {
-        Enriched {
-            call: Call {
-                ts_ns,
-                dur_ns: Some(dur_ns),
-                pid,
-                tid: pid,
-                comm: Arc::from("train"),
-                api,
-                family: Some(Family::Launch),
-                ret: Some(0),
-                args,
-            },
-            device_bytes: None,
-        }
-    }
-
-    pub(crate) fn launch(kernel: Option<&str>) -> Args {
-        Args::Launch(Launch {
-            function: 0x10,
-            stub: 0,
-            kernel: kernel.map(Arc::from),
-            grid: [64, 1, 1],
-            block: [256, 1, 1],
-            shared_mem_bytes: 0,
-            stream: 0,
-        })
-    }
-
-    pub(crate) fn copy(direction: Direction, bytes: u64) -> Args {
-        Args::Memcpy(Memcpy {
-            dst: 1,
-            src: Some(2),
-            bytes,
-            direction,
-            stream: None,
-            value: None,
-            readable: (false, false),
-        })
+    fn call(pid: u32, api: &'static str, ts_ns: u64, dur_ns: u64, args: Args) -> Enriched {
+        super::super::fixtures::call(pid, "train", api, ts_ns, dur_ns, args)
     }
 
     const T0: u64 = 1_700_000_000 * NS;
@@ -405,7 +360,10 @@ mod tests {
         for s in 0..3 {
             for i in 0..100 {
                 let ts = T0 + s * NS + i * 1_000_000;
-                m.record(&call(7, "cuLaunchKernel", ts, 1_000, launch(Some("k"))), T0);
+                m.record(
+                    &call(7, "cuLaunchKernel", ts, 1_000, launch(Some("k"), 64)),
+                    T0,
+                );
             }
             for i in 0..10 {
                 let ts = T0 + s * NS + 500_000_000 + i;
@@ -450,10 +408,13 @@ mod tests {
         let mut m = Model::default();
         // Second 0: 99 calls of 1 us; second 1: 1 call of 1 ms.
         for i in 0..99 {
-            m.record(&call(1, "cuLaunchKernel", T0 + i, 1_000, launch(None)), T0);
+            m.record(
+                &call(1, "cuLaunchKernel", T0 + i, 1_000, launch(None, 64)),
+                T0,
+            );
         }
         m.record(
-            &call(1, "cuLaunchKernel", T0 + NS, 1_000_000, launch(None)),
+            &call(1, "cuLaunchKernel", T0 + NS, 1_000_000, launch(None, 64)),
             T0,
         );
         m.advance(T0 + 2 * NS + SETTLE_NS, |_| true);
@@ -476,7 +437,7 @@ mod tests {
     #[test]
     fn exited_processes_go_after_the_grace_period() {
         let mut m = Model::default();
-        m.record(&call(5, "cuLaunchKernel", T0, 1_000, launch(None)), T0);
+        m.record(&call(5, "cuLaunchKernel", T0, 1_000, launch(None, 64)), T0);
         m.ensure(6, || "idle".into(), T0);
         assert!(m.advance(T0 + NS, |_| true).is_empty());
         assert_eq!(m.processes.len(), 2);
@@ -496,7 +457,7 @@ mod tests {
         m.advance(T0 + 20 * NS, |_| false);
         assert!(m.processes[&6].exited_at_ns.is_some());
         m.record(
-            &call(6, "cuLaunchKernel", T0 + 21 * NS, 1_000, launch(None)),
+            &call(6, "cuLaunchKernel", T0 + 21 * NS, 1_000, launch(None, 64)),
             T0 + 21 * NS,
         );
         assert_eq!(m.processes[&6].exited_at_ns, None);
