@@ -89,22 +89,10 @@ impl HostMaps {
 
 fn read_writable_maps(pid: u32) -> std::io::Result<Vec<(u64, u64)>> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-    let mut out = Vec::new();
-    for line in maps.lines() {
-        let mut f = line.split(' ');
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
-            continue;
-        };
-        if !perms.starts_with("rw") {
-            continue;
-        }
-        let Some((a, b)) = range.split_once('-') else {
-            continue;
-        };
-        if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
-            out.push((a, b));
-        }
-    }
+    let mut out: Vec<(u64, u64)> = discover::Mapping::all(&maps)
+        .filter(|m| m.perms.starts_with("rw"))
+        .map(|m| (m.start, m.end))
+        .collect();
     out.sort_unstable();
     Ok(out)
 }

@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
+use crate::probes::discover::Mapping;
+
 /// Function symbols of one ELF file, by virtual address.
 struct SymbolTable {
     /// (address, size, name), sorted by address.
@@ -92,23 +94,8 @@ impl StubSymbols {
             Ok(m) if !m.is_empty() => (m, true),
             _ => (self.maps.get(&pid)?.clone(), false),
         };
-        for line in maps.lines() {
-            let mut f = line.split_whitespace();
-            let (Some(range), Some(_perms), Some(off), Some(_dev), Some(_inode), Some(path)) =
-                (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
-            else {
-                continue;
-            };
-            let Some((start, end)) = range.split_once('-') else {
-                continue;
-            };
-            let (Ok(start), Ok(end), Ok(off)) = (
-                u64::from_str_radix(start, 16),
-                u64::from_str_radix(end, 16),
-                u64::from_str_radix(off, 16),
-            ) else {
-                continue;
-            };
+        for m in Mapping::all(&maps) {
+            let (start, end, off, path) = (m.start, m.end, m.offset, m.path);
             if addr < start || addr >= end || !path.starts_with('/') {
                 continue;
             }

@@ -44,31 +44,53 @@ pub fn mapped_files(pid: u32) -> std::io::Result<Vec<PathBuf>> {
     Ok(parse_maps(&maps))
 }
 
+/// One line of `/proc/PID/maps`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mapping<'a> {
+    pub start: u64,
+    pub end: u64,
+    pub perms: &'a str,
+    /// Offset of `start` in the mapped file.
+    pub offset: u64,
+    pub inode: &'a str,
+    /// The file (or `[heap]`, …), empty for anonymous memory; may contain spaces.
+    pub path: &'a str,
+}
+
+impl<'a> Mapping<'a> {
+    /// Parses `start-end perms offset dev inode path`; `None` if malformed.
+    pub fn parse(line: &'a str) -> Option<Self> {
+        let mut f = line.splitn(6, ' ');
+        let (range, perms, offset, _dev, inode) =
+            (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+        let (start, end) = range.split_once('-')?;
+        Some(Self {
+            start: u64::from_str_radix(start, 16).ok()?,
+            end: u64::from_str_radix(end, 16).ok()?,
+            perms,
+            offset: u64::from_str_radix(offset, 16).ok()?,
+            inode,
+            path: f.next().unwrap_or("").trim_start(),
+        })
+    }
+
+    /// Every well-formed line of a maps text.
+    pub fn all(maps: &'a str) -> impl Iterator<Item = Mapping<'a>> {
+        maps.lines().filter_map(Mapping::parse)
+    }
+
+    /// A file still on disk (not anonymous, not a pseudo-file, not deleted).
+    pub fn is_file(&self) -> bool {
+        self.inode != "0" && self.path.starts_with('/') && !self.path.ends_with(" (deleted)")
+    }
+}
+
 /// The executable file mappings of a maps text; lines that do not parse
 /// are skipped.
 pub fn parse_maps(maps: &str) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
-    for line in maps.lines() {
-        // address perms offset dev inode path
-        let mut fields = line.splitn(6, ' ');
-        let (Some(_), Some(perms), Some(_), Some(_), Some(inode), Some(rest)) = (
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-        ) else {
-            continue;
-        };
-        if !perms.contains('x') || inode == "0" {
-            continue;
-        }
-        let path = rest.trim_start();
-        if !path.starts_with('/') || path.ends_with(" (deleted)") {
-            continue;
-        }
-        let path = PathBuf::from(path);
+    for m in Mapping::all(maps).filter(|m| m.perms.contains('x') && m.is_file()) {
+        let path = PathBuf::from(m.path);
         if !out.contains(&path) {
             out.push(path);
         }
@@ -277,6 +299,25 @@ garbage
             ]
         );
         assert!(parse_maps("").is_empty());
+        let m = Mapping::parse(
+            "7f00-7f80 r-xp 00003000 fe:00 5333101                    /opt/my lib/libcuda.so.1",
+        )
+        .unwrap();
+        assert_eq!(
+            (m.start, m.end, m.perms, m.offset, m.inode, m.path),
+            (
+                0x7f00,
+                0x7f80,
+                "r-xp",
+                0x3000,
+                "5333101",
+                "/opt/my lib/libcuda.so.1"
+            )
+        );
+        assert!(m.is_file());
+        let anon = Mapping::parse("1000-2000 rw-p 00000000 00:00 0 ").unwrap();
+        assert_eq!((anon.path, anon.is_file()), ("", false));
+        assert_eq!(Mapping::parse("garbage"), None);
     }
 
     #[test]
