@@ -206,6 +206,14 @@ impl Finished {
 
 impl Tracer {
     /// Starts gputrace and waits for its `gputrace: attached` line.
+    /// Attaches to workload `w`, writing the timeline to `out`, with `extra` arguments.
+    pub fn attach_to(w: &Workload, out: &Path, extra: &[&str]) -> Self {
+        let pid = w.pid.to_string();
+        let mut args = vec!["--pid", &pid, "--output", out.to_str().expect("UTF-8 path")];
+        args.extend_from_slice(extra);
+        Self::attach(&args)
+    }
+
     pub fn attach(args: &[&str]) -> Self {
         let mut t = Self::spawn(args);
         t.stderr
@@ -366,10 +374,7 @@ pub fn trace_run_to(name: &str, file: &str, bin: &Path, args: &[&str], extra: &[
     let out = scratch(name).join(file);
     let mut w = Workload::start_bin(bin, args);
     let (pid, tids) = (w.pid, w.tids.clone());
-    let pid_arg = pid.to_string();
-    let mut a = vec!["--pid", &pid_arg, "--output", out.to_str().unwrap()];
-    a.extend_from_slice(extra);
-    let t = Tracer::attach(&a);
+    let t = Tracer::attach_to(&w, &out, extra);
     w.go();
     let (status, done) = w.finish();
     assert!(status.success(), "the workload failed: {status}");

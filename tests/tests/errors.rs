@@ -202,12 +202,7 @@ fn full_disk_mid_trace() {
     let _guard = Unmount(dir.clone());
     let out = dir.join("t.jsonl");
     let mut w = Workload::start(&["--loop", "--launches", "100"]);
-    let t = Tracer::attach(&[
-        "--pid",
-        &w.pid.to_string(),
-        "--output",
-        out.to_str().unwrap(),
-    ]);
+    let t = Tracer::attach_to(&w, &out, &[]);
     w.go();
     let f = t.finish(Duration::from_secs(30));
     runtime_error(&f, "No space left on device");

@@ -254,14 +254,7 @@ fn duration_stops_while_the_target_runs_on() {
         "--sync-us",
         "1000",
     ]);
-    let t = Tracer::attach(&[
-        "--pid",
-        &w.pid.to_string(),
-        "--duration",
-        "700ms",
-        "--output",
-        out.to_str().unwrap(),
-    ]);
+    let t = Tracer::attach_to(&w, &out, &["--duration", "700ms"]);
     let start = Instant::now();
     w.go();
     let f = t.finish(Duration::from_secs(30));
@@ -311,12 +304,7 @@ fn interrupt_stops_with_a_summary() {
         "--syncs",
         "1",
     ]);
-    let t = Tracer::attach(&[
-        "--pid",
-        &w.pid.to_string(),
-        "--output",
-        out.to_str().unwrap(),
-    ]);
+    let t = Tracer::attach_to(&w, &out, &[]);
     w.go();
     std::thread::sleep(Duration::from_millis(500));
     t.signal(libc::SIGINT);
@@ -370,14 +358,7 @@ fn args_only_mode_attaches_no_return_probes() {
     let dir = scratch("argsonly");
     let out = dir.join("t.jsonl");
     let mut w = Workload::start(&["--launches", "6", "--launch-ex", "1", "--syncs", "1"]);
-    let t = Tracer::attach(&[
-        "--pid",
-        &w.pid.to_string(),
-        "--probes",
-        "launch:args,sync",
-        "--output",
-        out.to_str().unwrap(),
-    ]);
+    let t = Tracer::attach_to(&w, &out, &["--probes", "launch:args,sync"]);
     // launch: 8 entry points, entry probes only; sync: 8 entry points, both.
     let attached = t
         .stderr
@@ -473,12 +454,7 @@ fn busy_threads_on_few_cores_keep_every_record_intact() {
         "2",
     ]);
     let tids: Vec<u64> = w.tids.iter().map(|t| *t as u64).collect();
-    let t = Tracer::attach(&[
-        "--pid",
-        &w.pid.to_string(),
-        "--output",
-        out.to_str().unwrap(),
-    ]);
+    let t = Tracer::attach_to(&w, &out, &[]);
     w.go();
     let (st, done) = w.finish();
     assert!(st.success());
