@@ -415,6 +415,43 @@ static CUresult add_memset(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, 
     return rc;
 }
 
+/* The parameters as set (func is NULL for a node made from a CUkernel). */
+static CUresult get_kernel(CUgraphNode n, CUDA_KERNEL_NODE_PARAMS_v2 *p)
+{
+    if (p == NULL) return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&g_graph_lock);
+    if (!sim_node_ok(n) || n->type != CU_GRAPH_NODE_TYPE_KERNEL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        const struct sim_captured_kernel *k = &n->u.kernel;
+        memset(p, 0, sizeof(*p));
+        p->func = k->func;
+        p->kern = k->kern;
+        p->gridDimX = k->grid[0], p->gridDimY = k->grid[1], p->gridDimZ = k->grid[2];
+        p->blockDimX = k->block[0], p->blockDimY = k->block[1], p->blockDimZ = k->block[2];
+        p->sharedMemBytes = k->shmem;
+        p->kernelParams = k->params;
+    }
+    pthread_mutex_unlock(&g_graph_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
+{
+    REQUIRE_INIT();
+    CUDA_KERNEL_NODE_PARAMS_v2 v2;
+    CUresult rc = nodeParams ? get_kernel(hNode, &v2) : CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS) memcpy(nodeParams, &v2, sizeof(*nodeParams));
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)
+{
+    REQUIRE_INIT();
+    return get_kernel(hNode, nodeParams);
+}
+
 CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                       size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
