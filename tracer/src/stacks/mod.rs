@@ -4,6 +4,8 @@
 //!   the probe, through `.eh_frame`/`.debug_frame` (framehop), and
 //!   symbolizing from ELF symbols ([`elf`], [`symbols`]); files cached per
 //!   build id.
+//! - [`python`]: CPython frames (3.10 to 3.13): the walk the probe will do,
+//!   and the resolution of code objects to function, file and line.
 //! - [`memory`]: reading a live process or a copied window.
 //!
 //! Nothing here is wired to the probes yet: these are the userspace halves,
@@ -12,4 +14,5 @@
 pub mod elf;
 pub mod memory;
 pub mod native;
+pub mod python;
 pub mod symbols;

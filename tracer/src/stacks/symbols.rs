@@ -146,7 +146,7 @@ mod tests {
     fn demangles_cpp_rust_and_keeps_c() {
         assert_eq!(demangle("cuLaunchKernel"), "cuLaunchKernel");
         assert_eq!(
-            demangle("_ZN2at6native12_GLOBAL__N_114launch_kernelEPKvi"),
+            demangle("_ZN2at6native12_GLOBAL__N_113launch_kernelEPKvi"),
             "at::native::(anonymous namespace)::launch_kernel"
         );
         assert_eq!(

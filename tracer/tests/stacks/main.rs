@@ -4,4 +4,5 @@
 //! its children; root is not needed.
 
 mod native;
+mod python;
 mod support;
