@@ -6,6 +6,7 @@
 //!   build id.
 //! - [`python`]: CPython frames (3.10 to 3.13): the walk the probe will do,
 //!   and the resolution of code objects to function, file and line.
+//! - [`merge`]: native and Python frames in one stack, in call order.
 //! - [`memory`]: reading a live process or a copied window.
 //!
 //! Nothing here is wired to the probes yet: these are the userspace halves,
@@ -13,6 +14,7 @@
 
 pub mod elf;
 pub mod memory;
+pub mod merge;
 pub mod native;
 pub mod python;
 pub mod symbols;

@@ -1,10 +1,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gputrace::stacks::memory::ProcessMemory;
-use gputrace::stacks::native::{ElfCache, ProcessUnwinder};
+use gputrace::stacks::memory::{ProcessMemory, Window};
+use gputrace::stacks::merge::{merge, EVAL_FUNCTION};
+use gputrace::stacks::native::{ElfCache, ProcessUnwinder, Regs, StackEnd};
 use gputrace::stacks::python::linetable::addr2line;
-use gputrace::stacks::python::{Layout, PythonProcess};
+use gputrace::stacks::python::{Layout, PyFrame, PythonProcess};
 
 use crate::support::{fixture, run, scratch, stop_and_copy, Fixture};
 
@@ -72,7 +73,7 @@ fn reads_the_frames_of_each_thread_of_live_interpreters() {
         let pid = child.pid();
         let mem = ProcessMemory::new(pid);
         let mut cache = ElfCache::new();
-        let modules = ProcessUnwinder::for_pid(pid, &mut cache).unwrap();
+        let mut modules = ProcessUnwinder::for_pid(pid, &mut cache).unwrap();
         let mut py = PythonProcess::detect(modules.modules(), &mem)
             .unwrap_or_else(|e| panic!("{}: {e}", python.display()))
             .unwrap_or_else(|| panic!("{}: no _PyRuntime found", python.display()));
@@ -97,10 +98,14 @@ fn reads_the_frames_of_each_thread_of_live_interpreters() {
         let main_blocks = format!("{file}:{})", marked_line(&source, "main-blocks"));
         let worker_blocks = format!("{file}:{})", marked_line(&source, "worker-blocks"));
         let mut stacks: Vec<(u32, Vec<String>)> = Vec::new();
+        let mut main_native = None;
+        let mut main_raw = Vec::new();
         for _ in 0..250 {
             stacks.clear();
             for &tid in &tids {
-                let fsbase = stop_and_copy(pid, tid, 0, |_| true).regs.fs_base;
+                let stopped =
+                    stop_and_copy(pid, tid, if tid == pid { 1 << 20 } else { 0 }, |_| true);
+                let fsbase = stopped.regs.fs_base;
                 let t = py.thread_by_fsbase(&mem, fsbase).unwrap_or_else(|| {
                     panic!(
                         "{}: no thread state has fs base {fsbase:#x}",
@@ -123,6 +128,12 @@ fn reads_the_frames_of_each_thread_of_live_interpreters() {
                             .unwrap_or_default()
                     })
                     .collect();
+                if tid == pid {
+                    // Python frames and native stack of one stop.
+                    main_native = Some((stopped.regs, stopped.stack.clone()));
+                    main_raw = raw;
+                }
+                drop(stopped);
                 stacks.push((tid, frames));
             }
             let blocked = |tid_is_main: bool, end: &str| {
@@ -188,6 +199,70 @@ fn reads_the_frames_of_each_thread_of_live_interpreters() {
             worker[3..].iter().all(|f| f.contains("threading.py:")),
             "{worker:#?}"
         );
+
+        // The main thread's native stack (unwound through the interpreter's
+        // .eh_frame) merged with its Python frames: the Python frames
+        // replace the interpreter's evaluation frames, in call order.
+        let (stopped_regs, stack) = main_native.expect("main thread stopped");
+        let regs = Regs {
+            ip: stopped_regs.rip,
+            sp: stopped_regs.rsp,
+            bp: stopped_regs.rbp,
+        };
+        let window = Window {
+            base: regs.sp,
+            bytes: &stack,
+        };
+        let (native, end) = modules.stack(regs, &window);
+        assert_eq!(end, StackEnd::Complete, "{}: {native:#?}", python.display());
+        let evals = native
+            .iter()
+            .filter(|f| f.function.as_deref() == Some(EVAL_FUNCTION))
+            .count();
+        // 3.10: one evaluation per Python frame; 3.11+: these three Python
+        // frames call each other directly, one evaluation.
+        assert_eq!(
+            evals,
+            if minor == 10 { 3 } else { 1 },
+            "{}: {native:#?}",
+            python.display()
+        );
+        let py_frames: Vec<(PyFrame, bool)> = main_raw
+            .iter()
+            .map(|r| (py.resolve(&mem, *r).unwrap(), r.entry))
+            .collect();
+        let merged: Vec<String> = merge(&native, &py_frames)
+            .iter()
+            .map(|f| f.to_string())
+            .collect();
+        let at = |s: &str| {
+            merged
+                .iter()
+                .position(|f| f == s)
+                .unwrap_or_else(|| panic!("{s} not in {merged:#?}"))
+        };
+        let (b, o, m) = (at(&main[0]), at(&main[1]), at(&main[2]));
+        assert!(b > 0 && b < o && o < m, "{}: {merged:#?}", python.display());
+        if minor >= 11 {
+            assert_eq!(
+                (o, m),
+                (b + 1, b + 2),
+                "{}: one evaluation: {merged:#?}",
+                python.display()
+            );
+        }
+        assert!(
+            !merged.iter().any(|f| f.starts_with(EVAL_FUNCTION)),
+            "{merged:#?}"
+        );
+        assert!(
+            merged[m + 1..]
+                .iter()
+                .any(|f| f.starts_with("Py_RunMain ") || f.starts_with("Py_BytesMain ")),
+            "the interpreter's own outer frames: {merged:#?}"
+        );
+        assert!(merged.last().unwrap().starts_with("_start "), "{merged:#?}");
+        eprintln!("{} main thread: {}", python.display(), merged.join(" <- "));
         covered.push(format!("{} (3.{minor})", python.display()));
     }
     eprintln!("Python frames read from: {}", covered.join(", "));

@@ -66,8 +66,9 @@ impl Fixture {
     }
 }
 
-/// The registers and stack of one stopped thread.
+/// The registers and stack of one thread, stopped until this is dropped.
 pub struct Stopped {
+    tid: u32,
     pub regs: libc::user_regs_struct,
     /// Bytes from `regs.rsp` up to the end of the stack mapping (at most
     /// `max`).
@@ -75,7 +76,8 @@ pub struct Stopped {
 }
 
 /// Stops thread `tid` of process `pid` with ptrace, reads its registers and
-/// up to `max` bytes of stack from its stack pointer, and lets it go.
+/// up to `max` bytes of stack from its stack pointer; the thread stays
+/// stopped until the result is dropped.
 /// `ready(regs)` may refuse a stop (the thread was not where the test wants
 /// it yet): then it runs a little and is stopped again, up to 100 times.
 pub fn stop_and_copy(
@@ -126,9 +128,14 @@ pub fn stop_and_copy(
     let f = std::fs::File::open(format!("/proc/{pid}/mem")).expect("opening /proc/PID/mem");
     f.read_exact_at(&mut stack, regs.rsp)
         .expect("reading the stack");
-    // SAFETY: detaches; the thread resumes as if never stopped.
-    unsafe { libc::ptrace(libc::PTRACE_DETACH, t, 0usize, 0usize) };
-    Stopped { regs, stack }
+    Stopped { tid, regs, stack }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: detaches; the thread resumes as if never stopped.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid as libc::pid_t, 0usize, 0usize) };
+    }
 }
 
 /// The end of the mapping holding `addr`.
