@@ -1245,6 +1245,20 @@ CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return event_record_impl(hEvent, hStream);
 }
 
+/* CU_EVENT_RECORD_DEFAULT 0 or CU_EVENT_RECORD_EXTERNAL 1 (PyTorch records
+ * its events with this entry point). */
+CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+    if (flags > 1) return CUDA_ERROR_INVALID_VALUE;
+    return event_record_impl(hEvent, hStream);
+}
+
+CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+    if (flags > 1) return CUDA_ERROR_INVALID_VALUE;
+    return event_record_impl(hEvent, hStream);
+}
+
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
 {
     REQUIRE_INIT();

@@ -106,11 +106,11 @@ static CUgraph capture(struct worker *w, int counted, unsigned first_grid_x)
     else GC(cuLaunchKernel(g_funcs[1], 16, 1, 1, 512, 1, 1, 0, s, params, NULL));
     if (pt) {
         GC(cuMemcpyHtoDAsync_v2_ptsz(gs->dev, gs->pinned, 4096, s));
-        GC(cuEventRecord_ptsz(gs->ev_join, s2));
+        GC(cuEventRecordWithFlags_ptsz(gs->ev_join, s2, 0));
         GC(cuStreamWaitEvent_ptsz(s, gs->ev_join, 0));
     } else {
         GC(cuMemcpyHtoDAsync_v2(gs->dev, gs->pinned, 4096, s));
-        GC(cuEventRecord(gs->ev_join, s2));
+        GC(cuEventRecordWithFlags(gs->ev_join, s2, 0));
         GC(cuStreamWaitEvent(s, gs->ev_join, 0));
     }
     if (lpt) GC(cuLaunchKernel_ptsz(g_funcs[2], 8, 1, 1, 128, 1, 1, 0, s, params, NULL));

@@ -5,6 +5,7 @@ use tracer_common::{
     READABLE_SLOT, RUNTIME_SLOT,
 };
 
+use super::graph::{self, GraphLaunch};
 use super::model::{Alloc, Args, HandleKind, Launch, Memcpy, Nccl};
 use crate::probes::catalogue::{Api, Direction, Shape};
 
@@ -149,6 +150,7 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             block: [u32_of(a(4)), u32_of(a(5)), u32_of(a(6))],
             shared_mem_bytes: u32_of(a(7)),
             stream: a(8),
+            captured: None,
         }),
         Shape::LaunchEx => {
             // CUlaunchConfig: 7 × u32 (grid, block, shared), pad, hStream.
@@ -161,12 +163,15 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
                 block: [(x[1] >> 32) as u32, x[2] as u32, (x[2] >> 32) as u32],
                 shared_mem_bytes: x[3] as u32,
                 stream: x[4],
+                captured: None,
             })
         }
-        Shape::GraphLaunch => Args::Graph {
-            graph: a(0),
+        Shape::GraphLaunch => Args::Graph(GraphLaunch {
+            exec: a(0),
             stream: a(1),
-        },
+            contents: None,
+        }),
+        Shape::Graph(op) => Args::GraphApi(graph::decode(op, raw, out)),
         Shape::Alloc { kind, stream } => Args::Alloc(Alloc {
             dptr: out(0),
             bytes: a(1),
@@ -219,6 +224,7 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
                 e.extra[READABLE_SLOT] & 1 != 0,
                 e.extra[READABLE_SLOT] & 2 != 0,
             ),
+            captured: None,
         }),
         Shape::Memset { elem, stream } => Args::Memcpy(Memcpy {
             dst: a(0),
@@ -232,6 +238,7 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
                 _ => a(1) & 0xffff_ffff,
             }),
             readable: (false, false),
+            captured: None,
         }),
         Shape::Sync { stream, event } => Args::Sync {
             stream: stream.map(a),

@@ -10,7 +10,7 @@ use crate::probes::catalogue::{api_by_name, AllocKind, Direction, NcclOp};
 
 /// Appends `"0x…"` (lowercase, no leading zeros), without `core::fmt`:
 /// this is the hot path of every event.
-fn hex(out: &mut String, v: u64) {
+pub(super) fn hex(out: &mut String, v: u64) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut buf = [0u8; 16];
     let mut i = buf.len();
@@ -30,7 +30,7 @@ fn hex(out: &mut String, v: u64) {
 }
 
 /// Appends `[x,y,z]`.
-fn dims(out: &mut String, d: [u32; 3]) {
+pub(super) fn dims(out: &mut String, d: [u32; 3]) {
     out.push('[');
     num(out, d[0]);
     out.push(',');
@@ -41,18 +41,18 @@ fn dims(out: &mut String, d: [u32; 3]) {
 }
 
 /// Appends a decimal integer without `core::fmt`.
-fn num<I: itoa::Integer>(out: &mut String, v: I) {
+pub(super) fn num<I: itoa::Integer>(out: &mut String, v: I) {
     out.push_str(itoa::Buffer::new().format(v));
 }
 
-fn opt_hex(out: &mut String, v: Option<u64>) {
+pub(super) fn opt_hex(out: &mut String, v: Option<u64>) {
     match v {
         Some(v) => hex(out, v),
         None => out.push_str("null"),
     }
 }
 
-fn opt_int(out: &mut String, v: Option<i64>) {
+pub(super) fn opt_int(out: &mut String, v: Option<i64>) {
     match v {
         Some(v) => num(out, v),
         None => out.push_str("null"),
@@ -84,10 +84,27 @@ pub fn string(out: &mut String, s: &str) {
     out.push('"');
 }
 
-fn opt_string(out: &mut String, s: Option<&str>) {
+pub(super) fn opt_string(out: &mut String, s: Option<&str>) {
     match s {
         Some(s) => string(out, s),
         None => out.push_str("null"),
+    }
+}
+
+/// Appends `,"captured":true,"capture":N` for work recorded by a capture.
+fn captured(out: &mut String, capture: Option<u64>) {
+    if let Some(n) = capture {
+        out.push_str(",\"captured\":true,\"capture\":");
+        num(out, n);
+    }
+}
+
+/// `captured` and `capture` of a launch or copy read back.
+fn parse_captured(a: &Map<String, Value>) -> Result<Option<u64>, ParseError> {
+    match a.get("captured") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(None),
+        Some(Value::Bool(true)) => get_u64(a, "capture").map(Some),
+        Some(_) => Err(ParseError::Field("captured")),
     }
 }
 
@@ -128,15 +145,11 @@ pub fn write_args(out: &mut String, args: &Args) {
             num(out, l.shared_mem_bytes);
             out.push_str(",\"stream\":");
             hex(out, l.stream);
+            captured(out, l.captured);
             out.push('}');
         }
-        Args::Graph { graph, stream } => {
-            out.push_str("{\"graph\":");
-            hex(out, *graph);
-            out.push_str(",\"stream\":");
-            hex(out, *stream);
-            out.push('}');
-        }
+        Args::Graph(g) => super::graph_json::write_launch(out, g),
+        Args::GraphApi(g) => super::graph_json::write_call(out, g),
         Args::Alloc(a) => {
             out.push_str("{\"dptr\":");
             opt_hex(out, a.dptr);
@@ -196,6 +209,7 @@ pub fn write_args(out: &mut String, args: &Args) {
             if let Some(v) = m.value {
                 let _ = write!(out, ",\"value\":{v}");
             }
+            captured(out, m.captured);
             out.push('}');
         }
         Args::Sync { stream, event } => {
@@ -326,22 +340,31 @@ pub enum ParseError {
     Field(&'static str),
 }
 
-fn field<'a>(m: &'a Map<String, Value>, k: &'static str) -> Result<&'a Value, ParseError> {
+pub(super) fn field<'a>(
+    m: &'a Map<String, Value>,
+    k: &'static str,
+) -> Result<&'a Value, ParseError> {
     m.get(k).ok_or(ParseError::Field(k))
 }
 
-fn get_u64(m: &Map<String, Value>, k: &'static str) -> Result<u64, ParseError> {
+pub(super) fn get_u64(m: &Map<String, Value>, k: &'static str) -> Result<u64, ParseError> {
     field(m, k)?.as_u64().ok_or(ParseError::Field(k))
 }
 
-fn get_opt_u64(m: &Map<String, Value>, k: &'static str) -> Result<Option<u64>, ParseError> {
+pub(super) fn get_opt_u64(
+    m: &Map<String, Value>,
+    k: &'static str,
+) -> Result<Option<u64>, ParseError> {
     match m.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v.as_u64().map(Some).ok_or(ParseError::Field(k)),
     }
 }
 
-fn get_opt_i64(m: &Map<String, Value>, k: &'static str) -> Result<Option<i64>, ParseError> {
+pub(super) fn get_opt_i64(
+    m: &Map<String, Value>,
+    k: &'static str,
+) -> Result<Option<i64>, ParseError> {
     match m.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v.as_i64().map(Some).ok_or(ParseError::Field(k)),
@@ -353,21 +376,24 @@ fn parse_hex(v: &Value) -> Option<u64> {
     u64::from_str_radix(s.strip_prefix("0x")?, 16).ok()
 }
 
-fn get_hex(m: &Map<String, Value>, k: &'static str) -> Result<u64, ParseError> {
+pub(super) fn get_hex(m: &Map<String, Value>, k: &'static str) -> Result<u64, ParseError> {
     field(m, k)
         .ok()
         .and_then(parse_hex)
         .ok_or(ParseError::Field(k))
 }
 
-fn get_opt_hex(m: &Map<String, Value>, k: &'static str) -> Result<Option<u64>, ParseError> {
+pub(super) fn get_opt_hex(
+    m: &Map<String, Value>,
+    k: &'static str,
+) -> Result<Option<u64>, ParseError> {
     match m.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => parse_hex(v).map(Some).ok_or(ParseError::Field(k)),
     }
 }
 
-fn get_dim(m: &Map<String, Value>, k: &'static str) -> Result<[u32; 3], ParseError> {
+pub(super) fn get_dim(m: &Map<String, Value>, k: &'static str) -> Result<[u32; 3], ParseError> {
     let arr = field(m, k)?.as_array().ok_or(ParseError::Field(k))?;
     let mut out = [0u32; 3];
     if arr.len() != 3 {
@@ -448,11 +474,10 @@ fn parse_args(
             shared_mem_bytes: u32::try_from(get_u64(a, "shared_mem_bytes")?)
                 .map_err(|_| ParseError::Field("shared_mem_bytes"))?,
             stream: get_hex(a, "stream")?,
+            captured: parse_captured(a)?,
         }),
-        Shape::GraphLaunch => Args::Graph {
-            graph: get_hex(a, "graph")?,
-            stream: get_hex(a, "stream")?,
-        },
+        Shape::GraphLaunch => Args::Graph(super::graph_json::parse_launch(a)?),
+        Shape::Graph(op) => Args::GraphApi(super::graph_json::parse_call(op, a)?),
         Shape::Alloc { .. } | Shape::AllocPitch => Args::Alloc(Alloc {
             dptr: get_opt_hex(a, "dptr")?,
             bytes: get_u64(a, "bytes")?,
@@ -496,6 +521,7 @@ fn parse_args(
             stream: get_opt_hex(a, "stream")?,
             value: get_opt_u64(a, "value")?,
             readable: (false, false),
+            captured: parse_captured(a)?,
         }),
         Shape::Sync { .. } => Args::Sync {
             stream: get_opt_hex(a, "stream")?,
@@ -574,7 +600,7 @@ fn parse_args(
 
 /// `"00ff…"` → bytes.
 fn parse_hex_bytes(s: &str) -> Option<Box<[u8]>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::graph::{GraphCall, GraphLaunch};
 use crate::probes::catalogue::{AllocKind, Direction, Family, NcclOp};
 
 /// One traced call.
@@ -34,10 +35,10 @@ impl Call {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Args {
     Launch(Launch),
-    Graph {
-        graph: u64,
-        stream: u64,
-    },
+    /// cuGraphLaunch: an executable graph, and what it runs when known.
+    Graph(GraphLaunch),
+    /// Stream capture, graph construction, instantiation, updates.
+    GraphApi(GraphCall),
     Alloc(Alloc),
     Free {
         dptr: u64,
@@ -118,6 +119,9 @@ pub struct Launch {
     pub block: [u32; 3],
     pub shared_mem_bytes: u32,
     pub stream: u64,
+    /// Made on a stream under capture: recorded into a graph (the
+    /// capture's number in its process), not run.
+    pub captured: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -143,6 +147,8 @@ pub struct Memcpy {
     pub value: Option<u64>,
     /// Whether the probe could read (dst, src) as host memory at the call.
     pub readable: (bool, bool),
+    /// Made on a stream under capture: recorded into a graph, not run.
+    pub captured: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -545,6 +545,7 @@ mod tests {
                 stream: None,
                 value: None,
                 readable: (false, true),
+                captured: None,
             }),
         ));
         m.record(&call(

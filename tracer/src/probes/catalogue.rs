@@ -10,6 +10,8 @@ use std::sync::OnceLock;
 
 use tracer_common::ProbeCookie;
 
+use super::graph_apis::{self, GraphOp, GraphRow};
+
 /// Which shared library exports the API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Lib {
@@ -58,10 +60,11 @@ pub enum Family {
     Names,
     Runtime,
     Nccl,
+    Graphs,
 }
 
 impl Family {
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 8] = [
         Family::Launch,
         Family::Memory,
         Family::Memcpy,
@@ -69,6 +72,7 @@ impl Family {
         Family::Names,
         Family::Runtime,
         Family::Nccl,
+        Family::Graphs,
     ];
 
     pub fn name(self) -> &'static str {
@@ -80,6 +84,7 @@ impl Family {
             Family::Names => "names",
             Family::Runtime => "runtime",
             Family::Nccl => "nccl",
+            Family::Graphs => "graphs",
         }
     }
 
@@ -269,6 +274,8 @@ pub enum Shape {
     RuntimeLaunch,
     /// cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void* func, void**).
     RuntimeLaunchEx,
+    /// Stream capture, graph construction and executable graphs (`graph_apis`).
+    Graph(GraphOp),
 }
 
 impl Shape {
@@ -287,6 +294,7 @@ impl Shape {
             Shape::ModuleGetFunction | Shape::LibraryGetKernel => c.with_out(0, 0).with_str(2),
             Shape::KernelGetFunction => c.with_out(0, 0),
             Shape::Nccl { stream, .. } if stream >= 6 => c.with_stack(),
+            Shape::Graph(op) => op.cookie(c),
             Shape::Memcpy { dir: None, .. } => c.with_readable(),
             Shape::Memcpy { .. }
             | Shape::Memset { .. }
@@ -648,6 +656,16 @@ fn entries() -> Vec<Entry> {
                 event: Some(0),
             },
         ),
+        Entry(
+            "cuEventRecordWithFlags",
+            PTSZ,
+            Cuda,
+            Sync,
+            Shape::Sync {
+                stream: Some(1),
+                event: Some(0),
+            },
+        ),
         // names
         Entry(
             "cuModuleGetFunction",
@@ -795,7 +813,12 @@ pub fn catalogue() -> &'static [Api] {
     static CATALOGUE: OnceLock<Vec<Api>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut out = Vec::new();
-        for Entry(base, suffixes, lib, family, shape) in entries() {
+        let graphs = graph_apis::rows()
+            .into_iter()
+            .map(|GraphRow(base, suffixes, op)| {
+                Entry(base, suffixes, Lib::Cuda, Family::Graphs, Shape::Graph(op))
+            });
+        for Entry(base, suffixes, lib, family, shape) in entries().into_iter().chain(graphs) {
             for suffix in suffixes {
                 let name: &'static str = if suffix.is_empty() {
                     base

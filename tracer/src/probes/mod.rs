@@ -4,6 +4,7 @@ pub mod attach;
 pub mod catalogue;
 pub mod cgroup;
 pub mod discover;
+pub mod graph_apis;
 pub mod multi;
 pub mod privileges;
 pub mod spawn;

@@ -563,6 +563,7 @@ mod tests {
                             block: [1; 3],
                             shared_mem_bytes: 0,
                             stream: 0,
+                            captured: None,
                         }),
                     },
                     device_bytes: None,

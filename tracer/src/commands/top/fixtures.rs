@@ -39,6 +39,7 @@ pub(crate) fn launch(kernel: Option<&str>, grid: u32) -> Args {
         block: [256, 1, 1],
         shared_mem_bytes: 0,
         stream: 0,
+        captured: None,
     })
 }
 
@@ -51,5 +52,6 @@ pub(crate) fn copy(direction: Direction, bytes: u64) -> Args {
         stream: None,
         value: None,
         readable: (false, false),
+        captured: None,
     })
 }
