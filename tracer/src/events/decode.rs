@@ -170,6 +170,7 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             exec: a(0),
             stream: a(1),
             contents: None,
+            captured: None,
         }),
         Shape::Graph(op) => Args::GraphApi(graph::decode(op, raw, out)),
         Shape::Alloc { kind, stream } => Args::Alloc(Alloc {

@@ -250,6 +250,8 @@ pub struct GraphLaunch {
     pub stream: u64,
     /// `None`: not known (built before gputrace attached, and not readable).
     pub contents: Option<Arc<ExecContents>>,
+    /// Launched into a stream under capture: recorded, not run.
+    pub captured: Option<u64>,
 }
 
 fn u32_at(b: &[u8], off: usize) -> Option<u32> {

@@ -127,6 +127,10 @@ pub fn write_launch(out: &mut String, g: &GraphLaunch) {
         Some(c) => num(out, c.nodes.len()),
         None => out.push_str("null"),
     }
+    if let Some(n) = g.captured {
+        out.push_str(",\"captured\":true,\"capture\":");
+        num(out, n);
+    }
     out.push('}');
 }
 
@@ -141,6 +145,7 @@ pub fn parse_launch(a: &Map<String, Value>) -> Result<GraphLaunch, ParseError> {
         exec,
         stream: get_hex(a, "stream")?,
         contents: None,
+        captured: super::json::parse_captured(a)?,
     })
 }
 
@@ -479,6 +484,7 @@ mod tests {
                 nodes: vec![Node::Empty, Node::Empty],
                 from_memory: false,
             })),
+            captured: None,
         };
         let mut s = String::new();
         write_launch(&mut s, &g);

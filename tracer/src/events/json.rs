@@ -100,7 +100,7 @@ fn captured(out: &mut String, capture: Option<u64>) {
 }
 
 /// `captured` and `capture` of a launch or copy read back.
-fn parse_captured(a: &Map<String, Value>) -> Result<Option<u64>, ParseError> {
+pub(super) fn parse_captured(a: &Map<String, Value>) -> Result<Option<u64>, ParseError> {
     match a.get("captured") {
         None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(None),
         Some(Value::Bool(true)) => get_u64(a, "capture").map(Some),
