@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::exec_layout::ExecLayout;
 use super::memory::{read_cstr, read_u64};
 
 /// Offsets to follow from the handle to the name: `[8]` is `*(h + 8)`,
@@ -100,8 +101,19 @@ type CuModuleGetFunction =
     unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> i32;
 type CuFuncGetName = unsafe extern "C" fn(*mut *const c_char, *mut c_void) -> i32;
 
-/// Runs in the helper process: loads `libcuda` here and finds the layout.
-pub fn calibrate_here(libcuda: &Path) -> Result<Layout, String> {
+/// What one calibration found: the name layout, and where executable
+/// graphs keep their kernel nodes (or why that is not known).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub names: Layout,
+    pub exec: Result<ExecLayout, String>,
+}
+
+/// How long the executable-graph search may take in the helper.
+const EXEC_SEARCH: Duration = Duration::from_secs(30);
+
+/// Runs in the helper process: loads `libcuda` here and finds the layouts.
+pub fn calibrate_here(libcuda: &Path) -> Result<Found, String> {
     let path = CString::new(libcuda.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
     // SAFETY: loading a shared library by path; its initialisers run here,
     // in this helper process, which exists for that.
@@ -176,10 +188,12 @@ pub fn calibrate_here(libcuda: &Path) -> Result<Layout, String> {
             handles.push(f as u64);
         }
         let candidates = find_layouts(me, handles[0], KERNELS[0].as_bytes());
-        candidates
+        let names = candidates
             .into_iter()
             .find(|l| l.read(me, handles[1]).as_deref() == Some(KERNELS[1].as_bytes()))
-            .ok_or_else(|| "no pointer to the kernel name in the first 512 bytes of the CUfunction, directly or one pointer deep".into())
+            .ok_or_else(|| "no pointer to the kernel name in the first 512 bytes of the CUfunction, directly or one pointer deep".to_string())?;
+        let exec = super::exec_known::calibrate(lib, ctx, EXEC_SEARCH);
+        Ok(Found { names, exec })
     }
 }
 
@@ -188,18 +202,26 @@ pub fn calibrate_here(libcuda: &Path) -> Result<Layout, String> {
 struct HelperAnswer {
     layout: Option<Layout>,
     error: Option<String>,
+    #[serde(default)]
+    exec_layout: Option<ExecLayout>,
+    #[serde(default)]
+    exec_error: Option<String>,
 }
 
 /// The hidden `__calibrate PATH` subcommand.
 pub fn helper_main(libcuda: &Path) -> std::process::ExitCode {
     let answer = match calibrate_here(libcuda) {
-        Ok(l) => HelperAnswer {
-            layout: Some(l),
+        Ok(found) => HelperAnswer {
+            layout: Some(found.names),
             error: None,
+            exec_error: found.exec.as_ref().err().cloned(),
+            exec_layout: found.exec.ok(),
         },
         Err(e) => HelperAnswer {
             layout: None,
             error: Some(e),
+            exec_layout: None,
+            exec_error: None,
         },
     };
     println!("{}", serde_json::to_string(&answer).expect("serialisable"));
@@ -207,7 +229,7 @@ pub fn helper_main(libcuda: &Path) -> std::process::ExitCode {
 }
 
 /// Runs the helper on `libcuda` (at most `timeout`).
-pub fn run_helper(libcuda: &Path, timeout: Duration) -> Result<Layout, String> {
+pub fn run_helper(libcuda: &Path, timeout: Duration) -> Result<Found, String> {
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find gputrace's own binary: {e}"))?;
     let mut child = Command::new(exe)
@@ -241,8 +263,15 @@ pub fn run_helper(libcuda: &Path, timeout: Duration) -> Result<Layout, String> {
     let out = reader.join().unwrap_or_default();
     let answer: HelperAnswer = serde_json::from_str(out.trim())
         .map_err(|_| format!("the calibration helper crashed or printed {:?}", out.trim()))?;
+    let exec = match (answer.exec_layout, answer.exec_error) {
+        // Checked like any input from outside: the helper ran a library.
+        (Some(l), _) if l.is_plausible() => Ok(l),
+        (Some(l), _) => Err(format!("an implausible layout: {}", l.describe())),
+        (None, Some(e)) => Err(e),
+        (None, None) => Err("the calibration helper said nothing of graphs".into()),
+    };
     match (answer.layout, answer.error) {
-        (Some(l), _) => Ok(l),
+        (Some(names), _) => Ok(Found { names, exec }),
         (None, Some(e)) => Err(e),
         (None, None) => Err("the calibration helper gave no answer".into()),
     }
@@ -269,6 +298,48 @@ pub fn file_key(path: &Path) -> std::io::Result<String> {
 pub struct CalibrationCache {
     path: Option<PathBuf>,
     known: BTreeMap<String, Layout>,
+    /// Executable-graph layouts (or why there is none) by the same keys.
+    exec_path: Option<PathBuf>,
+    exec: BTreeMap<String, ExecEntry>,
+}
+
+/// What the cache keeps of an executable-graph calibration: a failure is
+/// kept too (the names calibration of the same run succeeded, so the GPU
+/// was there: it is this driver's answer).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecEntry {
+    pub layout: Option<ExecLayout>,
+    pub error: Option<String>,
+}
+
+impl ExecEntry {
+    pub fn of(r: &Result<ExecLayout, String>) -> Self {
+        Self {
+            layout: r.as_ref().ok().cloned(),
+            error: r.as_ref().err().cloned(),
+        }
+    }
+
+    pub fn result(&self) -> Result<ExecLayout, String> {
+        match (&self.layout, &self.error) {
+            (Some(l), _) if l.is_plausible() => Ok(l.clone()),
+            (_, Some(e)) => Err(e.clone()),
+            _ => Err("no layout".into()),
+        }
+    }
+}
+
+fn write_json<T: Serialize>(path: &Path, value: &T) {
+    // Best effort: a read-only cache only costs a calibration next time.
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let tmp = path.with_extension("tmp");
+    if let Ok(bytes) = serde_json::to_vec_pretty(value) {
+        if std::fs::write(&tmp, bytes).is_ok() {
+            let _ = std::fs::rename(&tmp, path);
+        }
+    }
 }
 
 impl CalibrationCache {
@@ -284,9 +355,16 @@ impl CalibrationCache {
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
+        let exec_path = dir.join("exec-layouts-v1.json");
+        let exec: BTreeMap<String, ExecEntry> = std::fs::read(&exec_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
         Self {
             path: Some(path),
             known,
+            exec_path: Some(exec_path),
+            exec,
         }
     }
 
@@ -294,7 +372,25 @@ impl CalibrationCache {
         Self {
             path: None,
             known: BTreeMap::new(),
+            exec_path: None,
+            exec: BTreeMap::new(),
         }
+    }
+
+    /// Both layouts of a library, when both are known.
+    pub fn get_found(&self, key: &str) -> Option<Found> {
+        Some(Found {
+            names: self.known.get(key)?.clone(),
+            exec: self.exec.get(key)?.result(),
+        })
+    }
+
+    pub fn insert_found(&mut self, key: String, found: &Found) {
+        self.exec.insert(key.clone(), ExecEntry::of(&found.exec));
+        if let Some(path) = &self.exec_path {
+            write_json(path, &self.exec);
+        }
+        self.insert(key, found.names.clone());
     }
 
     pub fn get(&self, key: &str) -> Option<&Layout> {
@@ -304,16 +400,7 @@ impl CalibrationCache {
     pub fn insert(&mut self, key: String, layout: Layout) {
         self.known.insert(key, layout);
         if let Some(path) = &self.path {
-            // Best effort: a read-only cache only costs a calibration next time.
-            if let Some(dir) = path.parent() {
-                let _ = std::fs::create_dir_all(dir);
-            }
-            let tmp = path.with_extension("tmp");
-            if let Ok(bytes) = serde_json::to_vec_pretty(&self.known) {
-                if std::fs::write(&tmp, bytes).is_ok() {
-                    let _ = std::fs::rename(&tmp, path);
-                }
-            }
+            write_json(path, &self.known);
         }
     }
 }

@@ -3,6 +3,9 @@
 //! from the runtime's host stubs.
 
 pub mod calibrate;
+pub mod exec_known;
+pub mod exec_layout;
+pub mod exec_search;
 pub mod memory;
 pub mod namer;
 pub mod stubs;

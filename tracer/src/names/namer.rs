@@ -4,7 +4,8 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::calibrate::{file_key, run_helper, CalibrationCache, Layout};
+use super::calibrate::{file_key, run_helper, CalibrationCache, Found, Layout};
+use super::exec_layout::{ExecLayout, ProcessMem, RawKernel};
 use super::memory::plausible_name;
 use super::stubs::StubSymbols;
 use crate::aggregate::enrich::demangle;
@@ -18,6 +19,8 @@ pub type Calibration = Result<Layout, String>;
 struct ProcessNames {
     /// The layout of this process's libcuda, once known.
     layout: Option<Option<Layout>>,
+    /// Where its executable graphs keep their kernel nodes, once known.
+    exec_layout: Option<Option<ExecLayout>>,
     /// handle → name read from the handle (None: unreadable, not retried).
     from_handles: HashMap<u64, Option<Arc<str>>>,
     /// stub → name.
@@ -26,7 +29,7 @@ struct ProcessNames {
 
 pub struct KernelNamer {
     cache: CalibrationCache,
-    by_file: HashMap<(u64, u64), Calibration>,
+    by_file: HashMap<(u64, u64), Result<Found, String>>,
     procs: HashMap<u32, ProcessNames>,
     stubs: StubSymbols,
     enabled: bool,
@@ -47,6 +50,12 @@ impl KernelNamer {
     /// The layout for a libcuda file: from memory, the disk cache, or a
     /// calibration run now. Says once on stderr when it cannot be had.
     pub fn calibrate(&mut self, file: &LibraryFile) -> Calibration {
+        self.calibrate_all(file).map(|f| f.names)
+    }
+
+    /// Both layouts of a libcuda file. Says once on stderr when they cannot
+    /// be had.
+    fn calibrate_all(&mut self, file: &LibraryFile) -> Result<Found, String> {
         let id = (file.dev, file.inode);
         if let Some(c) = self.by_file.get(&id) {
             return c.clone();
@@ -57,27 +66,32 @@ impl KernelNamer {
             // this file's fault, try again when it is seen next.
             return result;
         }
-        if let Err(e) = &result {
-            eprintln!(
+        match &result {
+            Err(e) => eprintln!(
                 "gputrace: kernel names from handles are off for {}: {e} (names still come from calls made while traced)",
                 file.path.display()
-            );
+            ),
+            Ok(Found { exec: Err(e), .. }) => eprintln!(
+                "gputrace: CUDA graphs built before gputrace attached will be opaque for {}: {e} (graphs built while traced are followed from their calls)",
+                file.path.display()
+            ),
+            Ok(_) => {}
         }
         self.by_file.insert(id, result.clone());
         result
     }
 
-    fn calibrate_uncached(&mut self, file: &LibraryFile) -> Calibration {
+    fn calibrate_uncached(&mut self, file: &LibraryFile) -> Result<Found, String> {
         if !self.enabled {
             return Err("disabled by GPUTRACE_NO_CALIBRATION".into());
         }
         let key = file_key(&file.path).map_err(|e| e.to_string())?;
-        if let Some(l) = self.cache.get(&key) {
-            return Ok(l.clone());
+        if let Some(found) = self.cache.get_found(&key) {
+            return Ok(found);
         }
-        let layout = run_helper(&file.path, Duration::from_secs(60))?;
-        self.cache.insert(key, layout.clone());
-        Ok(layout)
+        let found = run_helper(&file.path, Duration::from_secs(90))?;
+        self.cache.insert_found(key, &found);
+        Ok(found)
     }
 
     /// Whether every libcuda calibrated so far has a layout.
@@ -92,8 +106,10 @@ impl KernelNamer {
 
     /// Records which libcuda `pid` uses.
     pub fn bind(&mut self, pid: u32, file: &LibraryFile) {
-        let layout = self.calibrate(file).ok();
-        self.procs.entry(pid).or_default().layout = Some(layout);
+        let found = self.calibrate_all(file).ok();
+        let p = self.procs.entry(pid).or_default();
+        p.exec_layout = Some(found.as_ref().and_then(|f| f.exec.clone().ok()));
+        p.layout = Some(found.map(|f| f.names));
     }
 
     /// Keeps `pid`'s mappings, to name host stubs after it exits.
@@ -110,9 +126,30 @@ impl KernelNamer {
             .ok()?
             .into_iter()
             .find(|f| f.lib == Lib::Cuda);
-        let layout = file.and_then(|f| self.calibrate(&f).ok());
-        self.procs.entry(pid).or_default().layout = Some(layout.clone());
+        let found = file.and_then(|f| self.calibrate_all(&f).ok());
+        let layout = found.as_ref().map(|f| f.names.clone());
+        let p = self.procs.entry(pid).or_default();
+        p.exec_layout = Some(found.and_then(|f| f.exec.ok()));
+        p.layout = Some(layout.clone());
         layout
+    }
+
+    fn exec_layout(&mut self, pid: u32) -> Option<ExecLayout> {
+        if self
+            .procs
+            .get(&pid)
+            .and_then(|p| p.exec_layout.as_ref())
+            .is_none()
+        {
+            self.layout(pid);
+        }
+        self.procs.get(&pid)?.exec_layout.clone()?
+    }
+
+    /// The kernel nodes of executable graph `exec` of `pid`, read from its
+    /// memory with its libcuda's layout; `None` where that cannot be done.
+    pub fn read_exec(&mut self, pid: u32, exec: u64) -> Option<Vec<RawKernel>> {
+        self.exec_layout(pid)?.read(&ProcessMem(pid), exec)
     }
 
     /// The kernel name a CUfunction handle points to in `pid`.
