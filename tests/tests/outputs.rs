@@ -34,7 +34,10 @@ fn wait(mut child: Child, stderr: Lines, timeout: Duration) -> (Option<i32>, Vec
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("gputrace did not exit within {timeout:?}: {:?}", stderr.seen);
+            panic!(
+                "gputrace did not exit within {timeout:?}: {:?}",
+                stderr.seen
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -56,7 +59,9 @@ fn children(pid: u32) -> Vec<u32> {
 fn running(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
-            let state = stat.rsplit_once(')').map(|(_, r)| r.trim_start().as_bytes()[0]);
+            let state = stat
+                .rsplit_once(')')
+                .map(|(_, r)| r.trim_start().as_bytes()[0]);
             !matches!(state, Some(b'Z') | Some(b'X') | None)
         }
         Err(_) => false,
@@ -244,4 +249,47 @@ fn a_panic_is_one_line_and_exit_1() {
         stderr[0].starts_with("gputrace: internal error: "),
         "{stderr:?}"
     );
+}
+
+#[test]
+fn the_summary_file_is_parseable_next_to_the_commands_output() {
+    let dir = scratch("summary-file");
+    let path = dir.join("s.json");
+    let w = workload_bin();
+    let f = run_gputrace(&[
+        "--summary",
+        "json",
+        "--summary-file",
+        path.to_str().unwrap(),
+        "--",
+        w.to_str().unwrap(),
+        "--launches",
+        "5",
+    ]);
+    assert!(f.status.success(), "{}", f.stderr_text());
+    // stdout is the command's own, and nothing of gputrace's.
+    assert!(f.stdout.contains("done calls="), "{}", f.stdout);
+    assert!(!f.stdout.contains("\"summary\""), "{}", f.stdout);
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(s["type"], "summary");
+    let launches = s["total"]["apis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "cuLaunchKernel")
+        .unwrap();
+    assert_eq!(launches["calls"], 5);
+
+    // Without a summary to write, the file is refused at once.
+    let f = run_gputrace(&[
+        "--summary",
+        "none",
+        "--summary-file",
+        path.to_str().unwrap(),
+        "--",
+        w.to_str().unwrap(),
+    ]);
+    assert_eq!(f.status.code(), Some(2), "{}", f.stderr_text());
+    assert!(f.stderr_text().contains("--summary-file needs a summary"));
 }

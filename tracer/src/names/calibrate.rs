@@ -272,12 +272,6 @@ pub struct CalibrationCache {
 }
 
 impl CalibrationCache {
-    pub fn default_dir() -> PathBuf {
-        std::env::var_os("GPUTRACE_CACHE_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/var/cache/gputrace"))
-    }
-
     pub fn open(dir: &Path) -> Self {
         let path = dir.join("calibration-v1.json");
         let known = std::fs::read(&path)

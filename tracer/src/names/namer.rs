@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::calibrate::{file_key, run_helper, CalibrationCache, Layout};
+use super::demangle::demangle;
 use super::memory::plausible_name;
 use super::stubs::StubSymbols;
-use crate::aggregate::enrich::demangle;
 use crate::probes::catalogue::Lib;
 use crate::probes::discover::{self, LibraryFile};
 
@@ -33,8 +33,9 @@ pub struct KernelNamer {
 }
 
 impl KernelNamer {
-    pub fn new(cache: CalibrationCache) -> Self {
-        let enabled = std::env::var("GPUTRACE_NO_CALIBRATION").is_err();
+    /// `enabled`: whether libcuda builds are calibrated at all
+    /// (`GPUTRACE_NO_CALIBRATION` turns it off, see `Config`).
+    pub fn new(cache: CalibrationCache, enabled: bool) -> Self {
         Self {
             cache,
             by_file: HashMap::default(),

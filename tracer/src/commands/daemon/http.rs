@@ -25,7 +25,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::export::prometheus::{Cursor, Metrics};
+use crate::sinks::metrics::{Cursor, Metrics};
 
 pub const MAX_CONNECTIONS: usize = 64;
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
