@@ -55,6 +55,21 @@ fn children(pid: u32) -> Vec<u32> {
     out
 }
 
+/// Kills the processes a test found (should it fail before they end), so
+/// a failed run leaves nothing behind.
+struct Reap(Vec<u32>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            if running(*pid) {
+                // SAFETY: a signal to a process this test started (through gputrace).
+                unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
 /// Whether `pid` is running (a zombie is not).
 fn running(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -105,6 +120,7 @@ fn print_into_a_closed_pipe_ends_the_trace_quietly() {
     stderr.wait_for("gputrace: attached", Duration::from_secs(60));
     let pid = child.id();
     let workload = children(pid);
+    let _reap = Reap(workload.clone());
     assert_eq!(workload.len(), 1, "one command started: {workload:?}");
     // What `| head -2` does: two lines read, then the pipe closed.
     let mut reader = BufReader::new(child.stdout.take().unwrap());
@@ -216,6 +232,7 @@ fn a_duration_too_long_for_the_clock_is_no_deadline() {
     let mut stderr = Lines::new(child.stderr.take().unwrap());
     stderr.wait_for("gputrace: attached", Duration::from_secs(60));
     let workload = children(child.id());
+    let _reap = Reap(workload.clone());
     assert_eq!(workload.len(), 1, "one command started: {workload:?}");
     std::thread::sleep(Duration::from_millis(500));
     assert!(

@@ -60,9 +60,8 @@ pub fn say(line: &str) {
 static PANIC: Mutex<Option<String>> = Mutex::new(None);
 
 /// Makes every panic one line: `gputrace: internal error: MESSAGE at
-/// FILE:LINE`. On the main thread it is said after unwinding (see
-/// [`say_panic`]); on another thread at once. With `RUST_BACKTRACE` set, a
-/// backtrace follows, for whoever debugs it.
+/// FILE:LINE` (the place is what a bug report needs). On the main thread
+/// it is said after unwinding (see [`say_panic`]); on another thread at once.
 pub fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
         let what = info
@@ -75,10 +74,7 @@ pub fn install_panic_hook() {
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        let mut line = format!("internal error: {}{at}", what.replace('\n', " "));
-        if std::env::var_os("RUST_BACKTRACE").is_some() {
-            line.push_str(&format!("\n{}", std::backtrace::Backtrace::force_capture()));
-        }
+        let line = format!("internal error: {}{at}", what.replace('\n', " "));
         if std::thread::current().name() == Some("main") {
             *PANIC.lock().unwrap_or_else(|p| p.into_inner()) = Some(line);
         } else {

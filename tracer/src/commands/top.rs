@@ -61,6 +61,7 @@ pub fn run(args: TopArgs, config: &Config) -> Result<ExitCode> {
         };
         let window = args.interval.as_secs_f64().ceil().max(1.0) as u64;
         let mut app = App::new(scope, gpu::GpuStatus::Pending, window);
+        app.model.probes = session.probe_count();
         let gpus = GpuMonitor::start(args.interval.max(Duration::from_millis(500)));
         let mut stderr = StderrCapture::start()
             .map_err(|e| Failure::runtime(format!("capturing stderr: {e}")))?;
