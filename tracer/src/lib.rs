@@ -5,7 +5,8 @@
 //! decoding into calls, the event model), `names` (kernel names),
 //! `session` (the engine: probes, ring buffer, processes, the loop),
 //! `aggregate` (the summary), `sinks` (every output), `tui` (`top`'s
-//! screen), `commands` (one per subcommand). docs/architecture.md has the map.
+//! screen), `commands` (one per subcommand); `stacks` (call stacks, native
+//! and Python; not wired into the probes yet). docs/architecture.md has the map.
 
 pub mod aggregate;
 pub mod cli;
@@ -17,6 +18,7 @@ pub mod names;
 pub mod probes;
 pub mod session;
 pub mod sinks;
+pub mod stacks;
 pub mod tui;
 
 /// The eBPF object built from `tracer-ebpf` by build.rs.
