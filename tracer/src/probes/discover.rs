@@ -16,6 +16,10 @@ pub struct LibraryFile {
     pub path: PathBuf,
     pub dev: u64,
     pub inode: u64,
+    /// Where it was found: `/proc/PID/root/...` for a process's mapping, or
+    /// the path given. Stays when `path` is replaced by a held descriptor's
+    /// `/proc/self/fd/N` (what `probes::trust` judges the file by).
+    pub found_at: PathBuf,
 }
 
 impl LibraryFile {
@@ -23,10 +27,17 @@ impl LibraryFile {
         let meta = std::fs::metadata(&path)?;
         Ok(Self {
             lib,
+            found_at: path.clone(),
             path,
             dev: meta.dev(),
             inode: meta.ino(),
         })
+    }
+
+    /// Opens the file to read it: never blocks (a FIFO put in its place is
+    /// refused), and it must still be this file.
+    pub fn open_checked(&self) -> std::io::Result<std::fs::File> {
+        super::trust::open_regular(&self.path, Some((self.dev, self.inode)))
     }
 }
 

@@ -98,8 +98,9 @@ impl NodeWatch {
                 // Hold the file open and attach through the open file: the
                 // process may exit (taking its /proc/PID/root path along)
                 // while symbols are read, the driver is calibrated and probes
-                // are attached. It cannot have exited yet: skip it if it has.
-                let Ok(held) = std::fs::File::open(&f.path) else {
+                // are attached. It cannot have exited yet: skip it if it has
+                // (or if something else now stands at that path).
+                let Ok(held) = f.open_checked() else {
                     continue;
                 };
                 let via = LibraryFile {
