@@ -118,10 +118,7 @@ fn daemonset_is_privileged_host_pid_and_consistent() {
         .find(|e| e["name"].as_str() == Some("GPUTRACE_CACHE_DIR"))
         .and_then(|e| e["value"].as_str())
         .expect("GPUTRACE_CACHE_DIR set");
-    assert!(
-        cache_dir.starts_with("/var/cache/gputrace/"),
-        "{cache_dir}"
-    );
+    assert!(cache_dir.starts_with("/var/cache/gputrace/"), "{cache_dir}");
 
     // Resources are stated; memory is capped.
     assert!(c["resources"]["requests"]["memory"].as_str().is_some());

@@ -72,8 +72,9 @@ impl KernelNamer {
         }
         if let Err(e) = &result {
             eprintln!(
-                "gputrace: kernel names from handles are off for {}: {e} (names still come from calls made while traced)",
-                file.found_at.display()
+                "gputrace: kernel names from handles are off for {}: {} (names still come from calls made while traced)",
+                discover::printable_path(&file.found_at),
+                discover::printable(e)
             );
         }
         self.by_file.insert(id, result.clone());
@@ -87,8 +88,9 @@ impl KernelNamer {
         let (lib, trusted) = match trust::judge(file) {
             Trust::Trusted(f) => (f, true),
             Trust::Untrusted(why) => {
+                let why = discover::printable(&why).into_owned();
                 let f = file.open_checked().map_err(|e| e.to_string())?;
-                let shown = file.found_at.display();
+                let shown = discover::printable_path(&file.found_at);
                 if self.sandboxed >= MAX_SANDBOXED {
                     return Err(format!(
                         "it is not trusted ({why}) and {MAX_SANDBOXED} untrusted libcuda files were calibrated already"
@@ -189,7 +191,7 @@ impl KernelNamer {
             .stubs
             .name(pid, stub)
             .filter(|n| n.starts_with("_Z"))
-            .map(|n| demangle(&n));
+            .map(|n| demangle(&discover::printable(&n)));
         self.procs
             .entry(pid)
             .or_default()

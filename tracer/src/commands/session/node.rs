@@ -195,9 +195,9 @@ impl NodeWatch {
     }
 }
 
-/// A path without the `/proc/PID/root` it was reached through.
+/// A path without the `/proc/PID/root` it was reached through, printable.
 fn shown(path: &std::path::Path) -> String {
-    let s = path.to_string_lossy();
+    let s = discover::printable_path(path);
     if let Some(rest) = s.strip_prefix("/proc/") {
         if let Some((pid, tail)) = rest.split_once("/root/") {
             if pid.bytes().all(|b| b.is_ascii_digit()) {
@@ -205,7 +205,7 @@ fn shown(path: &std::path::Path) -> String {
             }
         }
     }
-    s.into_owned()
+    s
 }
 
 impl SessionState {
