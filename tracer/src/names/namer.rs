@@ -85,23 +85,20 @@ impl KernelNamer {
         if !self.enabled {
             return Err("disabled by GPUTRACE_NO_CALIBRATION".into());
         }
-        let (lib, trusted) = match trust::judge(file) {
-            Trust::Trusted(f) => (f, true),
+        let (lib, untrusted) = match trust::judge(file) {
+            Trust::Trusted(f) => (f, None),
             Trust::Untrusted(why) => {
                 let why = discover::printable(&why).into_owned();
-                let f = file.open_checked().map_err(|e| e.to_string())?;
-                let shown = discover::printable_path(&file.found_at);
+                // Counted before the file is even hashed: a local user can
+                // make as many files as they like, each as large as allowed.
                 if self.sandboxed >= MAX_SANDBOXED {
                     return Err(format!(
                         "it is not trusted ({why}) and {MAX_SANDBOXED} untrusted libcuda files were calibrated already"
                     ));
                 }
                 self.sandboxed += 1;
-                eprintln!(
-                    "gputrace: {shown} is not trusted ({why}): calibrating it in a sandbox (uid {}, no capabilities; its result is not cached)",
-                    super::sandbox::NOBODY
-                );
-                (f, false)
+                let f = file.open_checked().map_err(|e| e.to_string())?;
+                (f, Some(why))
             }
         };
         // Identical bytes are the identical build: a trusted file's layout
@@ -110,12 +107,20 @@ impl KernelNamer {
         if let Some(l) = self.cache.get(&key) {
             return Ok(l);
         }
-        if trusted {
-            let layout = run_helper(&lib, Helper::Privileged, TRUSTED_TIMEOUT)?;
-            self.cache.insert(key, layout.clone());
-            Ok(layout)
-        } else {
-            run_helper(&lib, Helper::Sandboxed, SANDBOXED_TIMEOUT)
+        match untrusted {
+            None => {
+                let layout = run_helper(&lib, Helper::Privileged, TRUSTED_TIMEOUT)?;
+                self.cache.insert(key, layout.clone());
+                Ok(layout)
+            }
+            Some(why) => {
+                eprintln!(
+                    "gputrace: {} is not trusted ({why}): calibrating it in a sandbox (uid {}, no capabilities; its result is not cached)",
+                    discover::printable_path(&file.found_at),
+                    super::sandbox::NOBODY
+                );
+                run_helper(&lib, Helper::Sandboxed, SANDBOXED_TIMEOUT)
+            }
         }
     }
 
