@@ -7,7 +7,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gputrace_tests::node::{sample, Daemon};
+use gputrace_tests::node::{kernel_probes_under, sample, Daemon};
 use gputrace_tests::trap::VICTIM_UID;
 use gputrace_tests::*;
 
@@ -50,7 +50,14 @@ fn daemon_timelines_never_go_through_a_planted_symlink() {
         plant_symlink(&precious, &shared.join(format!("gputrace-{n:06}.jsonl")));
     }
     let mut w = Workload::start(&["--launches", "50"]);
-    d.wait_probed(&sim_dir());
+    // libcuda's probes, not only the first file's (libnccl's come first,
+    // libcuda's after its calibration).
+    let libcuda = sim_dir().join("libcuda.so.1");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while kernel_probes_under(d.pid(), &libcuda) == 0 {
+        assert!(Instant::now() < deadline, "libcuda was never probed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     w.go();
     let pid = w.pid;
     assert!(w.finish().0.success());
@@ -114,7 +121,8 @@ fn daemon_timelines_never_go_through_a_planted_symlink() {
     }
     assert!(
         names.iter().any(|n| n == "gputrace-000004.jsonl"),
-        "{names:?}"
+        "{names:?} counted {last:?}; the daemon said {}",
+        f.stderr_text()
     );
     assert_eq!(Some(mine as f64), last.or(Some(0.0)), "{names:?}");
 }
