@@ -21,7 +21,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Command::List) => list::run(),
         Some(Command::Top(a)) => top::run(a, &Config::from_env()?),
         Some(Command::Daemon(a)) => daemon::run(a, &Config::from_env()?),
-        Some(Command::Calibrate { libcuda }) => Ok(crate::names::calibrate::helper_main(&libcuda)),
+        Some(Command::Calibrate { libcuda, sandbox }) => {
+            Ok(crate::names::calibrate::helper_main(&libcuda, sandbox))
+        }
         Some(Command::Symbols { library }) => bare::symbols(&library),
         Some(Command::Bare(a)) => bare::run(&a),
         Some(Command::Panic) => panic!("__panic: a panic on purpose (tests)"),

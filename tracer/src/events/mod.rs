@@ -54,12 +54,12 @@ pub struct ProcessInfo {
 
 impl ProcessInfo {
     /// A process that had exited before it could be read: its name is the
-    /// one its calls carried.
+    /// one its calls carried (made printable: another user chose it).
     pub fn exited(pid: u32, comm: &str) -> Self {
         Self {
             pid,
             start_ticks: None,
-            comm: Arc::from(comm),
+            comm: Arc::from(crate::probes::discover::printable(comm)),
             container: Container::default(),
         }
     }

@@ -61,7 +61,8 @@ impl SummaryOutput {
                 ))
             }
             Some(path) => {
-                let f = File::create(path).map_err(|e| {
+                // As --output: never through a planted link (it runs as root).
+                let f = super::files::create_output(path).map_err(|e| {
                     Failure::runtime(format!("cannot write {}: {e}", path.display()))
                 })?;
                 Some((path.to_path_buf(), f))

@@ -5,6 +5,7 @@
 //! written on their own thread. Runs until SIGTERM or SIGINT, then
 //! detaches everything and exits 0.
 
+mod admission;
 mod http;
 
 use std::process::ExitCode;
@@ -80,6 +81,7 @@ async fn daemon(
     let addr = listener
         .local_addr()
         .map_err(|e| Failure::runtime(format!("the metrics socket: {e}")))?;
+    http::warn_if_exposed(addr);
     let metrics = Arc::new(Mutex::new(Metrics::new(args.keep_exited)));
     let mut session = Session::start(config, &spec, Clock::measure())?;
     let mut sink = MetricsSink::new(metrics.clone());

@@ -59,17 +59,19 @@ impl TimelineFormat {
 
 impl Timeline {
     /// `origin_ns`: when tracing began (Unix ns), the Chrome trace's zero.
+    /// The file is opened as `sinks::files::create_output` allows.
     pub fn create(path: &Path, origin_ns: u64) -> std::io::Result<Self> {
-        match TimelineFormat::from_path(path) {
-            Some(TimelineFormat::Jsonl) => Ok(Self::Jsonl(jsonl::JsonlWriter::create(path)?)),
-            Some(TimelineFormat::Chrome) => {
-                Ok(Self::Chrome(chrome::ChromeWriter::create(path, origin_ns)?))
-            }
-            None => Err(std::io::Error::new(
+        let Some(format) = TimelineFormat::from_path(path) else {
+            return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "the output must end in .jsonl or .json",
-            )),
-        }
+            ));
+        };
+        let file = super::files::create_output(path)?;
+        Ok(match format {
+            TimelineFormat::Jsonl => Self::Jsonl(jsonl::JsonlWriter::new(file)),
+            TimelineFormat::Chrome => Self::Chrome(chrome::ChromeWriter::new(file, origin_ns)?),
+        })
     }
 }
 
