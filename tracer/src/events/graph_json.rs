@@ -11,7 +11,7 @@ use super::json::{
     dims, field, get_dim, get_hex, get_opt_hex, get_opt_u64, get_u64, hex, num, opt_hex,
     opt_string, string, ParseError,
 };
-use crate::probes::catalogue::Direction;
+use crate::events::types::Direction;
 use crate::probes::graph_apis::GraphOp;
 
 /// Appends a node as a JSON object.

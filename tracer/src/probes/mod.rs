@@ -9,3 +9,4 @@ pub mod multi;
 pub mod privileges;
 pub mod spawn;
 pub mod symbols;
+pub mod trust;
