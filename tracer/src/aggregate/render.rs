@@ -154,17 +154,17 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
 
     let kernels = p.kernel_rows();
     if !kernels.is_empty() {
-        let launches: u64 = kernels.iter().map(|k| k.1.launches).sum();
+        let runs: u64 = kernels.iter().map(|k| k.1.runs()).sum();
         let _ = writeln!(out, "\nKernel launches:");
         let _ = writeln!(
             out,
-            " {:>9}  {:>9}  {:>12}  {:>12}  Name",
-            "Launches", "Share (%)", "Grid", "Block"
+            " {:>9}  {:>9}  {:>9}  {:>12}  {:>12}  Name",
+            "Launches", "Graph", "Share (%)", "Grid", "Block"
         );
         let _ = writeln!(
             out,
-            " {:->9}  {:->9}  {:->12}  {:->12}  {:->4}",
-            "", "", "", "", ""
+            " {:->9}  {:->9}  {:->9}  {:->12}  {:->12}  {:->4}",
+            "", "", "", "", "", ""
         );
         for (name, k) in kernels {
             let (grid, block) = k
@@ -172,14 +172,38 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
                 .map_or(("-".into(), "-".into()), |(g, b)| (dims(g), dims(b)));
             let _ = writeln!(
                 out,
-                " {:>9}  {:>9.1}  {:>12}  {:>12}  {}",
+                " {:>9}  {:>9}  {:>9.1}  {:>12}  {:>12}  {}",
                 k.launches,
-                k.launches as f64 * 100.0 / launches.max(1) as f64,
+                k.graph_launches,
+                k.runs() as f64 * 100.0 / runs.max(1) as f64,
                 grid,
                 block,
                 name.as_deref().unwrap_or("(unknown)")
             );
         }
+    }
+    let g = &p.graphs;
+    if g.launches > 0 || g.captured > 0 {
+        let _ = write!(
+            out,
+            "\nCUDA graphs: {} graph launches ran {} kernels",
+            g.launches, g.kernels
+        );
+        if g.opaque > 0 {
+            let _ = write!(
+                out,
+                "; {} launches of graphs whose nodes are not known (built before gputrace attached)",
+                g.opaque
+            );
+        }
+        if g.captured > 0 {
+            let _ = write!(
+                out,
+                "; {} calls recorded by stream capture (not run, not counted)",
+                g.captured
+            );
+        }
+        out.push('\n');
     }
 
     if !p.copies.is_empty() {
@@ -274,7 +298,7 @@ fn process_json(p: &ProcessSummary) -> Value {
         })
         .collect();
     let kernels = p.kernel_rows();
-    let launches: u64 = kernels.iter().map(|k| k.1.launches).sum();
+    let runs: u64 = kernels.iter().map(|k| k.1.runs()).sum();
     let kernels: Vec<Value> = kernels
         .iter()
         .map(|(name, k)| {
@@ -282,7 +306,8 @@ fn process_json(p: &ProcessSummary) -> Value {
             json!({
                 "name": name.as_deref(),
                 "launches": k.launches,
-                "share_pct": k.launches as f64 * 100.0 / launches.max(1) as f64,
+                "graph_launches": k.graph_launches,
+                "share_pct": k.runs() as f64 * 100.0 / runs.max(1) as f64,
                 "grid": cfg.map(|c| c.0),
                 "block": cfg.map(|c| c.1),
             })
@@ -317,6 +342,12 @@ fn process_json(p: &ProcessSummary) -> Value {
         "apis": apis,
         "kernels": kernels,
         "copies": copies,
+        "graphs": {
+            "launches": p.graphs.launches,
+            "opaque_launches": p.graphs.opaque,
+            "kernels": p.graphs.kernels,
+            "captured": p.graphs.captured,
+        },
         "memory": {
             "allocations": p.memory.allocations,
             "allocated_bytes": p.memory.allocated_bytes,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::histogram::Histogram;
 use crate::events::memory::MemoryBook;
+use crate::events::graph::Node;
 use crate::events::model::{Args, Call};
 use crate::events::types::LostCounts;
 use crate::events::types::{Direction, NcclOp};
@@ -133,11 +134,19 @@ impl ApiStats {
 
 #[derive(Clone, Debug, Default)]
 pub struct KernelStats {
+    /// Direct launches (captured ones excluded: they did not run).
     pub launches: u64,
+    /// Runs as a node of an executable graph (one per graph launch).
+    pub graph_launches: u64,
     configs: HashMap<([u32; 3], [u32; 3]), u64>,
 }
 
 impl KernelStats {
+    /// Runs in all: direct and through graphs.
+    pub fn runs(&self) -> u64 {
+        self.launches + self.graph_launches
+    }
+
     /// The most frequent (grid, block); ties go to the smallest.
     pub fn top_config(&self) -> Option<([u32; 3], [u32; 3])> {
         self.configs
@@ -152,6 +161,27 @@ pub struct CopyStats {
     pub count: u64,
     pub bytes: u64,
     pub total_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GraphStats {
+    /// `cuGraphLaunch` calls that ran (not launched into a capture).
+    pub launches: u64,
+    /// Of those, launches of executable graphs whose nodes are not known.
+    pub opaque: u64,
+    /// Kernel nodes run through graph launches.
+    pub kernels: u64,
+    /// Launches, copies and graph launches recorded by a stream capture.
+    pub captured: u64,
+}
+
+impl GraphStats {
+    fn merge(&mut self, o: &GraphStats) {
+        self.launches += o.launches;
+        self.opaque += o.opaque;
+        self.kernels += o.kernels;
+        self.captured += o.captured;
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -173,6 +203,9 @@ pub struct ProcessSummary {
     pub copies: BTreeMap<Direction, CopyStats>,
     pub memory: MemoryBook,
     pub nccl: BTreeMap<(NcclOp, u64), NcclStats>,
+    /// Graphs: launches (run, not captured), launches whose contents are
+    /// not known, and work recorded by captures (not run, not counted).
+    pub graphs: GraphStats,
     /// Communicator → (nranks, rank) from comm init.
     pub comms: HashMap<u64, (i64, Option<i64>)>,
     pub first_ts: u64,
@@ -208,10 +241,33 @@ impl ProcessSummary {
             .record(c.dur_ns, c.failed());
         let ok = !c.failed();
         match &c.args {
+            Args::Launch(l) if ok && l.captured.is_some() => self.graphs.captured += 1,
+            Args::Memcpy(m) if ok && m.captured.is_some() => self.graphs.captured += 1,
+            Args::Graph(g) if ok && g.captured.is_some() => self.graphs.captured += 1,
             Args::Launch(l) if ok => {
                 let k = self.kernels.entry(l.kernel.clone()).or_default();
                 k.launches += 1;
                 *k.configs.entry((l.grid, l.block)).or_default() += 1;
+            }
+            Args::Graph(g) if ok => {
+                self.graphs.launches += 1;
+                let Some(contents) = &g.contents else {
+                    self.graphs.opaque += 1;
+                    return;
+                };
+                for node in &contents.nodes {
+                    match node {
+                        Node::Kernel(n) => {
+                            self.graphs.kernels += 1;
+                            let k = self.kernels.entry(n.kernel.clone()).or_default();
+                            k.graph_launches += 1;
+                            *k.configs.entry((n.grid, n.block)).or_default() += 1;
+                        }
+                        Node::Memcpy { bytes, direction } => self.graph_copy(*direction, *bytes),
+                        Node::Memset { bytes } => self.graph_copy(Direction::Memset, *bytes),
+                        _ => {}
+                    }
+                }
             }
             Args::Memcpy(m) if ok => {
                 let s = self.copies.entry(m.direction).or_default();
@@ -239,6 +295,13 @@ impl ProcessSummary {
         }
     }
 
+    /// A copy or memset run as a node of a graph (no host time of its own).
+    fn graph_copy(&mut self, direction: Direction, bytes: u64) {
+        let s = self.copies.entry(direction).or_default();
+        s.count += 1;
+        s.bytes = s.bytes.saturating_add(bytes);
+    }
+
     /// Adds another summary's calls; memory in use is not merged (it is a
     /// state, not a count).
     pub fn merge(&mut self, o: &ProcessSummary) {
@@ -253,6 +316,7 @@ impl ProcessSummary {
         for (name, k) in &o.kernels {
             let mine = self.kernels.entry(name.clone()).or_default();
             mine.launches += k.launches;
+            mine.graph_launches += k.graph_launches;
             for (cfg, n) in &k.configs {
                 *mine.configs.entry(*cfg).or_default() += n;
             }
@@ -270,6 +334,7 @@ impl ProcessSummary {
             mine.total_ns += s.total_ns;
         }
         self.comms.extend(o.comms.iter().map(|(k, v)| (*k, *v)));
+        self.graphs.merge(&o.graphs);
     }
 
     /// APIs sorted by total time, then calls, then name.
@@ -286,7 +351,7 @@ impl ProcessSummary {
 
     pub fn kernel_rows(&self) -> Vec<(&Option<Arc<str>>, &KernelStats)> {
         let mut rows: Vec<_> = self.kernels.iter().collect();
-        rows.sort_by(|a, b| b.1.launches.cmp(&a.1.launches).then(a.0.cmp(b.0)));
+        rows.sort_by(|a, b| b.1.runs().cmp(&a.1.runs()).then(a.0.cmp(b.0)));
         rows
     }
 }

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::decode::{decode_args, ret_of, DecodeError, RawCall};
+use super::graph::{GraphRecord, KernelNode, Node};
+use super::graph_book::{GraphBook, GraphEnv, GraphNote};
 use super::memory::{MemoryBook, Place};
 use super::model::{Args, Call};
 use super::types::Direction;
@@ -107,6 +109,46 @@ pub struct ProcessState {
     /// library it came from), learned from intercepted calls.
     names: HashMap<u64, (Arc<str>, u64)>,
     host_maps: HostMaps,
+    /// Its CUDA graphs and stream captures.
+    pub graphs: GraphBook,
+    /// Notes said already (once per process each: opaque graphs, a capture
+    /// under way at attach).
+    said_opaque: bool,
+    said_mid_capture: bool,
+}
+
+/// What the graph book asks of the rest of the tracer, for one process.
+struct Env<'a> {
+    pid: u32,
+    names: &'a HashMap<u64, (Arc<str>, u64)>,
+    namer: &'a mut KernelNamer,
+}
+
+impl GraphEnv for Env<'_> {
+    fn kernel_name(&mut self, handle: u64) -> Option<Arc<str>> {
+        match self.names.get(&handle) {
+            Some((name, _)) => Some(name.clone()),
+            None => self.namer.from_handle(self.pid, handle),
+        }
+    }
+
+    fn read_exec(&mut self, exec: u64) -> Option<Vec<Node>> {
+        let raw = self.namer.read_exec(self.pid, exec)?;
+        Some(
+            raw.into_iter()
+                .map(|k| {
+                    Node::Kernel(KernelNode {
+                        function: k.function,
+                        cukernel: 0,
+                        kernel: self.kernel_name(k.function),
+                        grid: k.grid,
+                        block: k.block,
+                        shared_mem_bytes: k.shared_mem_bytes,
+                    })
+                })
+                .collect(),
+        )
+    }
 }
 
 impl ProcessState {
@@ -116,6 +158,9 @@ impl ProcessState {
             memory: MemoryBook::default(),
             names: HashMap::default(),
             host_maps: HostMaps::default(),
+            graphs: GraphBook::default(),
+            said_opaque: false,
+            said_mid_capture: false,
         }
     }
 
@@ -195,6 +240,9 @@ pub struct Enricher {
 pub struct Enriched {
     pub call: Call,
     pub device_bytes: Option<u64>,
+    /// What the executable graph this call launches runs, when that became
+    /// known or changed: to say before the call.
+    pub graph: Option<GraphRecord>,
 }
 
 impl Enricher {
@@ -240,8 +288,45 @@ impl Enricher {
         let ret = ret_of(raw);
         let ok = ret.is_none_or(|r| r == 0);
         let changed = state.observe(e.pid, &mut args, ok, &mut self.namer);
+        let news = {
+            let mut env = Env {
+                pid: e.pid,
+                names: &state.names,
+                namer: &mut self.namer,
+            };
+            state.graphs.observe(api.name, &mut args, ret, &mut env)
+        };
+        for note in state.graphs.take_notes() {
+            match note {
+                GraphNote::Opaque { exec } if !state.said_opaque => {
+                    state.said_opaque = true;
+                    eprintln!(
+                        "gputrace: process {} ({}) launches CUDA graphs built before gputrace attached (first {exec:#x}) whose nodes cannot be read: their launches are counted, their kernels are not (\"nodes\":null)",
+                        e.pid,
+                        discover::printable(&state.comm)
+                    );
+                }
+                GraphNote::MidCapture { stream } if !state.said_mid_capture => {
+                    state.said_mid_capture = true;
+                    eprintln!(
+                        "gputrace: process {} ({}) was capturing stream {stream:#x} into a CUDA graph when gputrace attached: work issued to it before that was seen may have been counted as run",
+                        e.pid,
+                        discover::printable(&state.comm)
+                    );
+                }
+                _ => {}
+            }
+        }
+        let ts_ns = self.clock.to_unix_ns(e.start_ns);
+        let graph = news.map(|n| GraphRecord {
+            ts_ns,
+            pid: e.pid,
+            comm: state.comm.clone(),
+            exec: n.exec,
+            contents: n.contents,
+        });
         let call = Call {
-            ts_ns: self.clock.to_unix_ns(e.start_ns),
+            ts_ns,
             dur_ns: raw.has_return().then_some(e.dur_ns),
             pid: e.pid,
             tid: e.tid,
@@ -254,6 +339,7 @@ impl Enricher {
         Ok(Enriched {
             call,
             device_bytes: changed.then_some(state.memory.in_use()),
+            graph,
         })
     }
 }

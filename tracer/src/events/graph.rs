@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::decode::RawCall;
-use crate::probes::catalogue::Direction;
+use crate::events::types::Direction;
 use crate::probes::graph_apis::{GraphOp, OpaqueNode, Params};
 
 /// `CUgraphNodeType` values (cuda.h).

@@ -41,6 +41,9 @@ pub enum Event {
     /// What the probes could not record so far (counts since the start),
     /// sent when it changes and once more at the end.
     Lost(LostReport),
+    /// What an executable CUDA graph runs: said right before the first
+    /// `cuGraphLaunch` of it that the trace sees, and again after it changed.
+    Graph(graph::GraphRecord),
 }
 
 /// Who a process is, read once while it is alive.

@@ -266,10 +266,15 @@ impl Session {
                 r => r,
             };
             match enriched {
-                Ok(e) => sink.take(Event::Call {
-                    call: e.call,
-                    device_bytes: e.device_bytes,
-                }),
+                Ok(e) => {
+                    if let Some(record) = e.graph {
+                        sink.take(Event::Graph(record));
+                    }
+                    sink.take(Event::Call {
+                        call: e.call,
+                        device_bytes: e.device_bytes,
+                    })
+                }
                 Err(_) => self.undecodable += 1,
             }
         }

@@ -53,6 +53,7 @@ impl Sink for PrintSink {
             Event::Call { .. }
             | Event::ProcessSeen(_)
             | Event::ProcessGone { .. }
+            | Event::Graph(_)
             | Event::Lost(_) => {}
         }
     }

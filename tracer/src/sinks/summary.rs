@@ -39,7 +39,8 @@ impl Sink for SummarySink {
                 self.summary.lost = report.total;
                 self.undecodable = report.undecodable;
             }
-            Event::ProcessSeen(_) | Event::ProcessGone { .. } => {}
+            // The launch that follows carries what the graph runs.
+            Event::ProcessSeen(_) | Event::ProcessGone { .. } | Event::Graph(_) => {}
         }
     }
 }

@@ -43,6 +43,8 @@ impl Sink for ModelSink<'_> {
                 }
             }
             Event::ProcessGone { pid, exited_ns } => self.model.gone(*pid, *exited_ns),
+            // The launch that follows carries what the graph runs.
+            Event::Graph(_) => {}
             Event::Lost(report) => {
                 self.model.set_lost(&report.by_pid);
                 self.model.lost = report.total.events_lost();

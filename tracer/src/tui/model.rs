@@ -37,7 +37,9 @@ pub fn waits_for_gpu(api: &str) -> bool {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Totals {
     pub calls: u64,
-    /// Kernel launches (any cuLaunchKernel*) and graph launches.
+    /// Kernels run: launched directly (any cuLaunchKernel*, captured ones
+    /// excluded) or as nodes of graph launches; a launch of a graph whose
+    /// nodes are not known counts as one.
     pub launches: u64,
     /// Copies and memsets.
     pub copies: u64,
@@ -54,13 +56,10 @@ impl Totals {
     pub fn of(s: &ProcessSummary) -> Totals {
         let mut t = Totals {
             calls: s.events,
-            launches: s.kernels.values().map(|k| k.launches).sum(),
+            launches: s.kernels.values().map(|k| k.runs()).sum::<u64>() + s.graphs.opaque,
             ..Totals::default()
         };
         for (api, a) in &s.apis {
-            if api.starts_with("cuGraphLaunch") {
-                t.launches += a.calls - a.failed;
-            }
             if waits_for_gpu(api) {
                 t.sync_wait_ns += a.total_ns;
             }

@@ -35,7 +35,10 @@ pub struct ApiRow {
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelRow {
     pub name: Option<Arc<str>>,
+    /// Runs per second, direct and through graphs.
     pub per_s: f64,
+    /// Of those, runs as nodes of graph launches.
+    pub graph_per_s: f64,
     pub share: f64,
     pub grid: Option<[u32; 3]>,
     pub block: Option<[u32; 3]>,
@@ -118,7 +121,7 @@ pub fn detail(p: &ProcessActivity, end: u64) -> Detail {
             }
         })
         .collect();
-    let launches: u64 = w.kernels.values().map(|k| k.launches).sum();
+    let launches: u64 = w.kernels.values().map(|k| k.runs()).sum();
     let kernels = w
         .kernel_rows()
         .into_iter()
@@ -126,8 +129,9 @@ pub fn detail(p: &ProcessActivity, end: u64) -> Detail {
             let cfg = k.top_config();
             KernelRow {
                 name: name.clone(),
-                per_s: k.launches as f64 / secs,
-                share: k.launches as f64 / launches.max(1) as f64,
+                per_s: k.runs() as f64 / secs,
+                graph_per_s: k.graph_launches as f64 / secs,
+                share: k.runs() as f64 / launches.max(1) as f64,
                 grid: cfg.map(|c| c.0),
                 block: cfg.map(|c| c.1),
             }

@@ -274,7 +274,12 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
                     num(format!("{:.1}%", k.share * 100.0), 6),
                     num(dims(k.grid), 11),
                     num(dims(k.block), 11),
-                    Cell::from(k.name.as_deref().unwrap_or("(name unknown)").to_string()),
+                    Cell::from(format!(
+                        "{}{}",
+                        // Run through CUDA graphs (all or some of its runs).
+                        if k.graph_per_s > 0.0 { "(graph) " } else { "" },
+                        k.name.as_deref().unwrap_or("(name unknown)")
+                    )),
                 ])
             });
             let widths = [

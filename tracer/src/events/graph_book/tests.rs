@@ -1,7 +1,7 @@
 use super::*;
 use crate::events::graph::GraphLaunch;
 use crate::events::model::{Launch, Memcpy};
-use crate::probes::catalogue::Direction;
+use crate::events::types::Direction;
 
 const S: u64 = 0x5100;
 const S2: u64 = 0x5200;

@@ -46,6 +46,12 @@ const FAMILIES: &[Family] = &[
         help: "Bytes passed to successful NCCL collectives and point-to-point calls (count x element size), by operation.",
         write: nccl_bytes,
     },
+    Family {
+        name: "gputrace_graph_kernels_total",
+        kind: "counter",
+        help: "Kernels run as nodes of CUDA graph launches (launches of graphs whose nodes are not known add none), for processes that launched graphs.",
+        write: graph_kernels,
+    },
 ];
 
 /// Where a chunked rendering of the exposition stands: the family being
@@ -236,6 +242,12 @@ fn nccl_bytes(o: &mut String, p: &ProcessSeries) {
             op.name(),
             p.labels
         );
+    }
+}
+
+fn graph_kernels(o: &mut String, p: &ProcessSeries) {
+    if let Some(n) = p.graph_kernels {
+        let _ = writeln!(o, "gputrace_graph_kernels_total{{{}}} {n}", p.labels);
     }
 }
 

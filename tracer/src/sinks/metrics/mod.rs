@@ -63,6 +63,9 @@ struct ProcessSeries {
     memcpy: BTreeMap<Direction, u64>,
     nccl: BTreeMap<NcclOp, u64>,
     device_bytes: u64,
+    /// Kernels run as nodes of graph launches; `None` until it launched a
+    /// graph (so processes without graphs have no such series).
+    graph_kernels: Option<u64>,
     /// When the session said the process is gone.
     gone_at: Option<Instant>,
 }
@@ -88,6 +91,7 @@ impl ProcessSeries {
             memcpy: BTreeMap::new(),
             nccl: BTreeMap::new(),
             device_bytes: 0,
+            graph_kernels: None,
             gone_at: None,
         }
     }
@@ -170,6 +174,13 @@ impl Metrics {
             return;
         }
         match &c.args {
+            // Recorded by a stream capture: it did not run.
+            Args::Memcpy(m) if m.captured.is_some() => {}
+            Args::Graph(g) if g.captured.is_none() => {
+                let n = g.contents.as_ref().map_or(0, |c| c.kernels().count() as u64);
+                let k = p.graph_kernels.get_or_insert(0);
+                *k = k.saturating_add(n);
+            }
             Args::Memcpy(m) => {
                 let b = p.memcpy.entry(m.direction).or_default();
                 *b = b.saturating_add(m.bytes);
@@ -251,6 +262,8 @@ impl Sink for MetricsSink {
                 lock(&self.metrics).record(call, *device_bytes);
             }
             Event::ProcessSeen(info) => lock(&self.metrics).seen(info),
+            // The launch that follows carries what the graph runs.
+            Event::Graph(_) => {}
             Event::ProcessGone { pid, .. } => lock(&self.metrics).gone(*pid, Instant::now()),
             Event::Lost(report) => {
                 self.lost = report.total;

@@ -65,6 +65,7 @@ fn renders_counters_histograms_and_labels() {
             stream: None,
             value: None,
             readable: (false, true),
+            captured: None,
         }),
     ));
     m.record_call(&call(

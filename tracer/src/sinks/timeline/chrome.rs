@@ -12,7 +12,8 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 
 use crate::events::json::{string, write_args};
-use crate::events::model::Call;
+use crate::events::graph::GraphLaunch;
+use crate::events::model::{Args, Call};
 
 pub struct ChromeWriter {
     out: BufWriter<File>,
@@ -103,6 +104,25 @@ impl ChromeWriter {
             self.line.pop();
             if self.line.len() > start + 1 {
                 self.line.push(',');
+            }
+            if let Args::Graph(GraphLaunch {
+                contents: Some(contents),
+                captured: None,
+                ..
+            }) = &c.args
+            {
+                // What the graph launch runs, for whoever reads the slice.
+                self.line.push_str("\"kernels\":[");
+                for (i, k) in contents.kernels().enumerate() {
+                    if i > 0 {
+                        self.line.push(',');
+                    }
+                    match &k.kernel {
+                        Some(name) => string(&mut self.line, name),
+                        None => self.line.push_str("null"),
+                    }
+                }
+                self.line.push_str("],");
             }
             match c.ret {
                 Some(r) => {

@@ -3,6 +3,8 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 
+use crate::events::graph::GraphRecord;
+use crate::events::graph_json::write_record;
 use crate::events::json::write_call;
 use crate::events::model::Call;
 
@@ -25,6 +27,16 @@ impl JsonlWriter {
     pub fn write(&mut self, call: &Call) -> std::io::Result<()> {
         self.line.clear();
         write_call(&mut self.line, call);
+        self.line.push('\n');
+        self.out.write_all(self.line.as_bytes())?;
+        self.written += self.line.len() as u64;
+        Ok(())
+    }
+
+    /// Writes a `{"type":"graph"}` record.
+    pub fn graph(&mut self, record: &GraphRecord) -> std::io::Result<()> {
+        self.line.clear();
+        write_record(&mut self.line, record);
         self.line.push('\n');
         self.out.write_all(self.line.as_bytes())?;
         self.written += self.line.len() as u64;

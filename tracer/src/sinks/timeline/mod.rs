@@ -15,6 +15,7 @@ pub mod writer;
 
 use std::path::Path;
 
+use crate::events::graph::GraphRecord;
 use crate::events::model::Call;
 use crate::events::types::LostCounts;
 
@@ -22,6 +23,9 @@ use crate::events::types::LostCounts;
 pub trait TimelineFile: Send + 'static {
     /// Writes one call (and device memory in use after it, if it changed).
     fn write(&mut self, call: &Call, device_bytes: Option<u64>) -> std::io::Result<()>;
+
+    /// What an executable graph runs (before the launch that uses it).
+    fn graph(&mut self, record: &GraphRecord) -> std::io::Result<()>;
 
     /// What the probes could not record so far (counts since the start).
     fn lost(&mut self, _lost: LostCounts) {}
@@ -80,6 +84,14 @@ impl TimelineFile for Timeline {
         match self {
             Self::Jsonl(w) => w.write(call),
             Self::Chrome(w) => w.write(call, device_bytes),
+        }
+    }
+
+    fn graph(&mut self, record: &GraphRecord) -> std::io::Result<()> {
+        match self {
+            Self::Jsonl(w) => w.graph(record),
+            // Each graph launch's slice lists its kernels in its args.
+            Self::Chrome(_) => Ok(()),
         }
     }
 

@@ -7,12 +7,19 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
 use crate::aggregate::summary::Summary;
+use crate::events::graph::ExecContents;
+use crate::events::graph_json::parse_record;
 use crate::events::json::parse_call;
+use crate::events::model::Args;
 use crate::events::types::LostCounts;
+
+/// Executable graphs remembered while reading, at most.
+const MAX_GRAPHS: usize = 1 << 16;
 
 /// Longest line accepted; longer ones are reported as corrupt, not buffered.
 const MAX_LINE: usize = 16 << 20;
@@ -102,6 +109,8 @@ pub fn read_timeline<R: Read>(input: R) -> std::io::Result<StatsInput> {
     let mut format: Option<Format> = None;
     let mut buf = Vec::with_capacity(4096);
     let mut lineno = 0u64;
+    // What each executable graph runs, by (pid, exec), from graph records.
+    let mut graphs: HashMap<(u32, u64), Option<Arc<ExecContents>>> = HashMap::new();
     while let Some(whole) = read_line(&mut r, &mut buf)? {
         lineno += 1;
         if !whole {
@@ -151,8 +160,25 @@ pub fn read_timeline<R: Read>(input: R) -> std::io::Result<StatsInput> {
                         summary.lost = l;
                     }
                 }
+                Ok(v) if v.get("type").and_then(Value::as_str) == Some("graph") => {
+                    match parse_record(&v) {
+                        Ok(r) => {
+                            if graphs.len() >= MAX_GRAPHS {
+                                graphs.clear();
+                            }
+                            graphs.insert((r.pid, r.exec), r.contents);
+                        }
+                        Err(e) => problems.add(lineno, e.to_string()),
+                    }
+                }
                 Ok(v) => match parse_call(&v) {
-                    Ok(c) => summary.record(&c),
+                    Ok(mut c) => {
+                        // What a graph launch runs: from the record before it.
+                        if let Args::Graph(g) = &mut c.args {
+                            g.contents = graphs.get(&(c.pid, g.exec)).cloned().flatten();
+                        }
+                        summary.record(&c)
+                    }
                     Err(e) => problems.add(lineno, e.to_string()),
                 },
                 Err(e) => problems.add(lineno, describe_json_error(&e)),

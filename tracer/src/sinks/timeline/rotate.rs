@@ -19,13 +19,15 @@
 //! a directory anyone may write without the sticky bit is refused
 //! (`sinks::files::OutputDir`).
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use super::jsonl::JsonlWriter;
 use super::TimelineFile;
 use crate::aggregate::render::render_json;
 use crate::aggregate::summary::Summary;
-use crate::events::model::Call;
+use crate::events::graph::GraphRecord;
+use crate::events::model::{Args, Call};
 use crate::events::types::LostCounts;
 use crate::sinks::files::OutputDir;
 
@@ -46,7 +48,15 @@ pub struct RotatingTimeline {
     lost_at_open: LostCounts,
     lost: LostCounts,
     next_seq: u64,
+    /// The latest graph record of each executable graph, by (pid, exec),
+    /// and whether the current file has it: each file says what its graph
+    /// launches run before the first of them, so it reads back on its own.
+    graphs: HashMap<(u32, u64), (GraphRecord, bool)>,
 }
+
+/// Graph records kept for later files, at most (past it they are
+/// forgotten: a later file then reads those launches as opaque).
+const MAX_GRAPH_RECORDS: usize = 1 << 16;
 
 /// The sequence number of a timeline file name.
 fn seq_of(name: &str) -> Option<u64> {
@@ -75,6 +85,7 @@ impl RotatingTimeline {
             lost_at_open: LostCounts::default(),
             lost: LostCounts::default(),
             next_seq,
+            graphs: HashMap::new(),
         })
     }
 
@@ -105,6 +116,14 @@ impl RotatingTimeline {
             self.prune()?;
         }
         let w = self.current.as_mut().expect("opened above");
+        if let Args::Graph(g) = &call.args {
+            if let Some((record, said)) = self.graphs.get_mut(&(call.pid, g.exec)) {
+                if !*said {
+                    w.graph(record)?;
+                    *said = true;
+                }
+            }
+        }
         w.write(call)?;
         self.summary.record(call);
         if w.bytes_written() >= self.max_bytes {
@@ -118,6 +137,9 @@ impl RotatingTimeline {
         let Some(w) = self.current.take() else {
             return Ok(());
         };
+        for (_, said) in self.graphs.values_mut() {
+            *said = false;
+        }
         let mut summary = std::mem::take(&mut self.summary);
         summary.lost = lost.since(self.lost_at_open);
         let mut line = render_json(&summary);
@@ -152,6 +174,16 @@ impl RotatingTimeline {
 impl TimelineFile for RotatingTimeline {
     fn write(&mut self, call: &Call, _device_bytes: Option<u64>) -> std::io::Result<()> {
         self.write_call(call)
+    }
+
+    fn graph(&mut self, record: &GraphRecord) -> std::io::Result<()> {
+        if self.graphs.len() >= MAX_GRAPH_RECORDS {
+            self.graphs.clear();
+        }
+        // Written with the launch that follows (into whichever file that goes).
+        self.graphs
+            .insert((record.pid, record.exec), (record.clone(), false));
+        Ok(())
     }
 
     fn lost(&mut self, lost: LostCounts) {

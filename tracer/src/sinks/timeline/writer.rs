@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::TimelineFile;
 use crate::error::Failure;
+use crate::events::graph::GraphRecord;
 use crate::events::model::Call;
 use crate::events::Event;
 use crate::sinks::{Halt, Sink, Status};
@@ -19,7 +20,14 @@ use crate::sinks::{Halt, Sink, Status};
 const BATCH: usize = 1024;
 const QUEUED_BATCHES: usize = 64;
 
-type Batch = Vec<(Call, Option<u64>)>;
+/// A call (with device memory in use after it, when that changed), or what
+/// an executable graph runs (written before the launch that follows it).
+enum Item {
+    Call(Call, Option<u64>),
+    Graph(GraphRecord),
+}
+
+type Batch = Vec<Item>;
 
 enum Message {
     Calls(Batch),
@@ -61,9 +69,10 @@ fn write_messages<T: TimelineFile>(
             continue; // keep receiving, so the sender never blocks
         }
         let result = match message {
-            Message::Calls(batch) => batch
-                .iter()
-                .try_for_each(|(call, device_bytes)| file.write(call, *device_bytes)),
+            Message::Calls(batch) => batch.iter().try_for_each(|item| match item {
+                Item::Call(call, device_bytes) => file.write(call, *device_bytes),
+                Item::Graph(record) => file.graph(record),
+            }),
             Message::Lost(lost) => {
                 file.lost(lost);
                 Ok(())
@@ -120,7 +129,14 @@ impl<T: TimelineFile> TimelineSink<T> {
         if self.tx.is_none() {
             return; // disabled after an error
         }
-        self.batch.push((call, device_bytes));
+        self.push_item(Item::Call(call, device_bytes));
+    }
+
+    fn push_item(&mut self, item: Item) {
+        if self.tx.is_none() {
+            return; // disabled after an error
+        }
+        self.batch.push(item);
         if self.batch.len() >= BATCH {
             self.send_batch();
         }
@@ -166,6 +182,7 @@ impl<T: TimelineFile> Sink for TimelineSink<T> {
     fn event(&mut self, event: &Event) {
         match event {
             Event::Call { call, device_bytes } => self.push(call.clone(), *device_bytes),
+            Event::Graph(record) => self.push_item(Item::Graph(record.clone())),
             Event::Lost(report) => {
                 self.send_batch();
                 self.send(Message::Lost(report.total));
@@ -177,6 +194,7 @@ impl<T: TimelineFile> Sink for TimelineSink<T> {
     fn take(&mut self, event: Event) {
         match event {
             Event::Call { call, device_bytes } => self.push(call, device_bytes),
+            Event::Graph(record) => self.push_item(Item::Graph(record)),
             other => self.event(&other),
         }
     }
