@@ -165,6 +165,15 @@ impl Workload {
         stdin.write_all(b"go\n").unwrap();
     }
 
+    /// Waits for the workload to end; returns its status and the lines it
+    /// printed after the ready lines.
+    pub fn finish_lines(mut self) -> (ExitStatus, Vec<String>) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        let lines = std::mem::replace(&mut self.stdout, Lines::new(std::io::empty())).rest();
+        (status, lines)
+    }
+
     /// Waits for the workload to end; returns its status and the `done calls=` count.
     pub fn finish(mut self) -> (ExitStatus, u64) {
         drop(self.stdin.take());

@@ -228,20 +228,21 @@ fn derive(
 ) -> Vec<Path> {
     let mut out: Vec<Path> = Vec::new();
     let nk = a.kernels.len();
-    // Each hit: the offsets from the handle, the function offset, the node.
-    let paths: Vec<(Vec<i32>, i32, usize)> = hits
+    // Each hit that still reads as one of A's functions: the offsets from
+    // the handle, the function offset, the node, the block.
+    let paths: Vec<(Vec<i32>, i32, usize, usize)> = hits
         .iter()
         .filter_map(|h| {
             let f = mem.u64_at(add(blocks[h.block].addr, h.off)?)?;
             let node = a.kernels.iter().position(|k| k.func == f)?;
-            Some((path_of(blocks, h.block), h.off, node))
+            Some((path_of(blocks, h.block), h.off, node, h.block))
         })
         .collect();
     // Arrays: the paths of every node, equal but in one offset. Grouped by
     // the path with that offset left out.
     type Group = (HashSet<usize>, i64, i32);
     let mut groups: HashMap<(Vec<i32>, usize), Group> = HashMap::new();
-    for (pa, fa, node) in &paths {
+    for (pa, fa, node, _) in &paths {
         let full: Vec<i32> = pa.iter().copied().chain([*fa]).collect();
         for diff in 0..full.len() {
             let mut key = full.clone();
@@ -281,9 +282,9 @@ fn derive(
     // Lists: an element on a hit's path whose link reaches every node.
     let mut elems: Vec<(u64, Vec<i32>, Vec<i32>, i32)> = Vec::new();
     let mut seen = HashSet::new();
-    for (h, (pa, fa, _)) in hits.iter().zip(&paths) {
+    for (pa, fa, _, block) in &paths {
         for level in 1..=pa.len() {
-            let mut b = h.block;
+            let mut b = *block;
             for _ in level..pa.len() {
                 b = blocks[b].parent.expect("deep enough");
             }
