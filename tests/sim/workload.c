@@ -202,7 +202,7 @@ static struct timespec g_start;      /* written before g_go, read after */
 static const char *usage_text =
     "usage: gputrace-workload [--threads T] [--launches N] [--launch-ex N] [--coop N] [--graphs N] "
     "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--fail N] [--nccl N] [--nccl-config] [--ptsz] "
-    "[--graph-replays R] [--graph-update] [--graphs-before-wait] "
+    "[--graph-replays R] [--graph-update] [--graphs-before-wait] [--graph-linger-ms N] "
     "[--per-thread-stream] [--wait-stdin] [--delay-ms N] [--names-after-wait] [--loop] "
     "[--duration-ms N] [--sync-us US] [--print-handles] "
     "[--bench launch|launch-ex|memcpy|nccl|alloc [--calls N]]";
@@ -285,7 +285,7 @@ static uint64_t ts_diff_ns(const struct timespec *a, const struct timespec *b)
     return (uint64_t)(b->tv_sec - a->tv_sec) * 1000000000ULL + (uint64_t)b->tv_nsec - (uint64_t)a->tv_nsec;
 }
 
-static void sleep_ms(uint64_t ms)
+void sleep_ms(uint64_t ms)
 {
     struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
     while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
@@ -842,6 +842,7 @@ static void parse_args(int argc, char **argv)
         else if (!strcmp(a, "--graph-replays")) { opt.graph_replays = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--graph-update")) { NO_VALUE(); opt.graph_update = 1; }
         else if (!strcmp(a, "--graphs-before-wait")) { NO_VALUE(); opt.graphs_before_wait = 1; }
+        else if (!strcmp(a, "--graph-linger-ms")) { opt.graph_linger_ms = parse_u64(a, TAKE_VALUE()); }
         else if (!strcmp(a, "--nccl-config")) { NO_VALUE(); opt.nccl_config = 1; }
         else if (!strcmp(a, "--ptsz")) { NO_VALUE(); opt.ptsz = 1; }
         else if (!strcmp(a, "--per-thread-stream")) { NO_VALUE(); opt.per_thread = 1; }

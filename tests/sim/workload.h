@@ -20,6 +20,7 @@ struct options {
     uint64_t graph_replays; /* --graph-replays: the graph section, each executable graph R times */
     int graph_update;       /* --graph-update */
     int graphs_before_wait; /* --graphs-before-wait */
+    uint64_t graph_linger_ms; /* --graph-linger-ms */
     int nccl_config;
     int ptsz;            /* --ptsz: cuLaunchKernel_ptsz instead of cuLaunchKernel */
     int per_thread;      /* --per-thread-stream: every per-thread variant */
@@ -94,6 +95,7 @@ extern struct worker *g_workers;
 void die_cu(int thread, const char *what, int rc);
 void die_msg(int thread, const char *what);
 void print_handle(const char *name, const void *p);
+void sleep_ms(uint64_t ms);
 
 /* Setup / teardown call of the main thread (not counted). */
 #define SETUP(call)                                                     \

@@ -275,9 +275,11 @@ void graphs_pass(struct worker *w)
 {
     if (!opt.graphs_before_wait) build(w, 1);
     replay_all(w);
+    if (opt.graph_linger_ms) sleep_ms(opt.graph_linger_ms);
     if (opt.graph_update) {
         update(w);
         replay_all(w);
+        if (opt.graph_linger_ms) sleep_ms(opt.graph_linger_ms);
     }
     if (!opt.graphs_before_wait) destroy(w, 1);
 }

@@ -336,7 +336,8 @@ pub fn of_api<'a>(events: &'a [Value], api: &str) -> Vec<&'a Value> {
 /// Counts per API.
 pub fn counts(events: &[Value]) -> std::collections::BTreeMap<String, u64> {
     let mut m = std::collections::BTreeMap::new();
-    for e in events {
+    // Calls only: not the `{"type":"graph"}` records.
+    for e in events.iter().filter(|e| e.get("type").is_none()) {
         *m.entry(e["api"].as_str().unwrap().to_string()).or_default() += 1;
     }
     m

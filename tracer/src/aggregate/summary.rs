@@ -9,8 +9,8 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use super::histogram::Histogram;
-use crate::events::memory::MemoryBook;
 use crate::events::graph::Node;
+use crate::events::memory::MemoryBook;
 use crate::events::model::{Args, Call};
 use crate::events::types::LostCounts;
 use crate::events::types::{Direction, NcclOp};

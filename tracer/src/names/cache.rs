@@ -216,7 +216,10 @@ impl CalibrationCache {
             return cache;
         }
         match read_file(&fd, dir).and_then(|known| {
-            Ok((known, read_map(&fd, dir, EXEC_FILE, ExecEntry::is_plausible)?))
+            Ok((
+                known,
+                read_map(&fd, dir, EXEC_FILE, ExecEntry::is_plausible)?,
+            ))
         }) {
             Ok((known, exec)) => {
                 cache.known = known;
@@ -287,7 +290,8 @@ impl CalibrationCache {
         if let Place::Dir(fd) = &self.place {
             // Best effort: a cache that cannot be written only costs a
             // calibration next time.
-            if let Err(e) = write_map(fd, &self.shown, FILE, &mut self.known, Layout::is_plausible) {
+            if let Err(e) = write_map(fd, &self.shown, FILE, &mut self.known, Layout::is_plausible)
+            {
                 if !self.said {
                     self.said = true;
                     eprintln!(

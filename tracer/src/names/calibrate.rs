@@ -129,8 +129,10 @@ pub struct Found {
     pub exec: Result<ExecLayout, String>,
 }
 
-/// How long the executable-graph search may take in the helper.
-const EXEC_SEARCH: Duration = Duration::from_secs(30);
+/// How long the executable-graph search may take in the helper (it takes
+/// about a second on the real driver; the helper's own timeout, 20 s in the
+/// sandbox, covers the names calibration too).
+const EXEC_SEARCH: Duration = Duration::from_secs(10);
 
 /// Runs in the helper process: loads `libcuda` here and finds the layouts.
 pub fn calibrate_here(libcuda: &Path) -> Result<Found, String> {

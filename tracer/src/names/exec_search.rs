@@ -389,7 +389,9 @@ fn fields(mem: &dyn Mem, p: &Path, a: &KnownGraph) -> Option<(i32, i32, Option<i
             by_node[n].get_or_insert(s);
         }
     }
-    if std::env::var_os("GT_DEBUG").is_some() && matches!(p.walk, Walk::List{..}) { eprintln!("fields {p:?} by_node {by_node:x?}"); }
+    if std::env::var_os("GT_DEBUG").is_some() && matches!(p.walk, Walk::List { .. }) {
+        eprintln!("fields {p:?} by_node {by_node:x?}");
+    }
     let by_node: Vec<u64> = by_node.into_iter().collect::<Option<_>>()?;
     let all = |f: &dyn Fn(u64, &KnownKernel) -> bool| {
         by_node.iter().zip(&a.kernels).all(|(s, k)| f(*s, k))
@@ -517,15 +519,54 @@ pub fn search(
     }
     let mut paths = derive(mem, a, &blocks, &hits, deadline);
     if std::env::var_os("GT_DEBUG").is_some() {
-        eprintln!("blocks {} hits {} derived {}", blocks.len(), hits.len(), paths.len());
-        for p in paths.iter().filter(|p| matches!(p.walk, Walk::List{..})).take(30) { eprintln!("  {p:?} fields {:?}", fields(mem, p, a)); }
+        eprintln!(
+            "blocks {} hits {} derived {}",
+            blocks.len(),
+            hits.len(),
+            paths.len()
+        );
+        for p in paths
+            .iter()
+            .filter(|p| matches!(p.walk, Walk::List { .. }))
+            .take(30)
+        {
+            eprintln!("  {p:?} fields {:?}", fields(mem, p, a));
+        }
         let plan = mem.u64_at(a.exec + 32).unwrap_or(0);
         let r0 = mem.u64_at(plan + 24).unwrap_or(0);
-        eprintln!("exec {:#x} plan {:#x} (rel {}) r0 {:#x} (rel {})", a.exec, plan, plan as i64 - a.exec as i64, r0, r0 as i64 - a.exec as i64);
-        for (i, b) in blocks.iter().enumerate() { if b.addr == plan || b.addr == r0 { eprintln!("  block {i} {:#x} depth {} path {:?}", b.addr, b.depth, path_of(&blocks, i)); } }
-        for k in &a.kernels { eprintln!("  func {:#x}", k.func); }
-        eprintln!("  r0+48 = {:?}", mem.u64_at(r0 + 48).map(|v| format!("{v:#x}")));
-        for h in hits.iter().take(40) { eprintln!("  hit {:?} @{} depth {}", path_of(&blocks, h.block), h.off, blocks[h.block].depth); }
+        eprintln!(
+            "exec {:#x} plan {:#x} (rel {}) r0 {:#x} (rel {})",
+            a.exec,
+            plan,
+            plan as i64 - a.exec as i64,
+            r0,
+            r0 as i64 - a.exec as i64
+        );
+        for (i, b) in blocks.iter().enumerate() {
+            if b.addr == plan || b.addr == r0 {
+                eprintln!(
+                    "  block {i} {:#x} depth {} path {:?}",
+                    b.addr,
+                    b.depth,
+                    path_of(&blocks, i)
+                );
+            }
+        }
+        for k in &a.kernels {
+            eprintln!("  func {:#x}", k.func);
+        }
+        eprintln!(
+            "  r0+48 = {:?}",
+            mem.u64_at(r0 + 48).map(|v| format!("{v:#x}"))
+        );
+        for h in hits.iter().take(40) {
+            eprintln!(
+                "  hit {:?} @{} depth {}",
+                path_of(&blocks, h.block),
+                h.off,
+                blocks[h.block].depth
+            );
+        }
     }
     paths.retain(|p| fields(mem, p, a).is_some());
     let alt = alternatives(mem, a, &blocks, &paths);

@@ -16,7 +16,10 @@ pub enum ParseError {
     Field(&'static str),
 }
 
-pub(crate) fn field<'a>(m: &'a Map<String, Value>, k: &'static str) -> Result<&'a Value, ParseError> {
+pub(crate) fn field<'a>(
+    m: &'a Map<String, Value>,
+    k: &'static str,
+) -> Result<&'a Value, ParseError> {
     m.get(k).ok_or(ParseError::Field(k))
 }
 
@@ -24,14 +27,20 @@ pub(crate) fn get_u64(m: &Map<String, Value>, k: &'static str) -> Result<u64, Pa
     field(m, k)?.as_u64().ok_or(ParseError::Field(k))
 }
 
-pub(crate) fn get_opt_u64(m: &Map<String, Value>, k: &'static str) -> Result<Option<u64>, ParseError> {
+pub(crate) fn get_opt_u64(
+    m: &Map<String, Value>,
+    k: &'static str,
+) -> Result<Option<u64>, ParseError> {
     match m.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v.as_u64().map(Some).ok_or(ParseError::Field(k)),
     }
 }
 
-pub(crate) fn get_opt_i64(m: &Map<String, Value>, k: &'static str) -> Result<Option<i64>, ParseError> {
+pub(crate) fn get_opt_i64(
+    m: &Map<String, Value>,
+    k: &'static str,
+) -> Result<Option<i64>, ParseError> {
     match m.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v.as_i64().map(Some).ok_or(ParseError::Field(k)),
@@ -50,7 +59,10 @@ pub(crate) fn get_hex(m: &Map<String, Value>, k: &'static str) -> Result<u64, Pa
         .ok_or(ParseError::Field(k))
 }
 
-pub(crate) fn get_opt_hex(m: &Map<String, Value>, k: &'static str) -> Result<Option<u64>, ParseError> {
+pub(crate) fn get_opt_hex(
+    m: &Map<String, Value>,
+    k: &'static str,
+) -> Result<Option<u64>, ParseError> {
     match m.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => parse_hex(v).map(Some).ok_or(ParseError::Field(k)),

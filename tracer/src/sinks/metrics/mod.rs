@@ -177,7 +177,10 @@ impl Metrics {
             // Recorded by a stream capture: it did not run.
             Args::Memcpy(m) if m.captured.is_some() => {}
             Args::Graph(g) if g.captured.is_none() => {
-                let n = g.contents.as_ref().map_or(0, |c| c.kernels().count() as u64);
+                let n = g
+                    .contents
+                    .as_ref()
+                    .map_or(0, |c| c.kernels().count() as u64);
                 let k = p.graph_kernels.get_or_insert(0);
                 *k = k.saturating_add(n);
             }

@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 
-use crate::events::json::{string, write_args};
 use crate::events::graph::GraphLaunch;
+use crate::events::json::{string, write_args};
 use crate::events::model::{Args, Call};
 
 pub struct ChromeWriter {
