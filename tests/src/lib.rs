@@ -333,6 +333,20 @@ pub fn of_api<'a>(events: &'a [Value], api: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["api"] == api).collect()
 }
 
+/// The calls the workload makes after `done calls=` (its teardown: the
+/// module and library unloads, the setup graph's destruction), made by its
+/// main thread.
+pub fn is_teardown(e: &Value) -> bool {
+    [
+        "cuLibraryUnload",
+        "cuModuleUnload",
+        "cuGraphExecDestroy",
+        "cuGraphDestroy",
+    ]
+    .iter()
+    .any(|a| e["api"] == *a)
+}
+
 /// Counts per API.
 pub fn counts(events: &[Value]) -> std::collections::BTreeMap<String, u64> {
     let mut m = std::collections::BTreeMap::new();

@@ -76,7 +76,9 @@ fn every_family_with_exact_arguments() {
 
     let (events, summary) = read_jsonl(&out);
     // Every counted call of the workload is in the trace, and nothing else
-    // but the teardown calls it makes after `done` (cuLibraryUnload, cuModuleUnload).
+    // but the teardown calls it makes after `done` (cuLibraryUnload,
+    // cuModuleUnload, and of the setup graph cuGraphExecDestroy and
+    // cuGraphDestroy).
     let c = counts(&events);
     let expected: BTreeMap<&str, u64> = [
         ("cuLaunchKernel", 6),
@@ -125,6 +127,8 @@ fn every_family_with_exact_arguments() {
         ("ncclCommDestroy", 1),
         ("cuLibraryUnload", 1),
         ("cuModuleUnload", 1),
+        ("cuGraphExecDestroy", 1),
+        ("cuGraphDestroy", 1),
     ]
     .into_iter()
     .collect();
@@ -132,13 +136,15 @@ fn every_family_with_exact_arguments() {
     assert_eq!(got, expected);
     // cuMemAddressReserve/Free are not in the catalogue: 2 × 2 calls the workload counts.
     // ncclGetUniqueId (1) is counted by the workload but not traced either.
-    let counted: u64 = expected.values().sum::<u64>() - 2 + 4 + 1;
+    let counted: u64 = expected.values().sum::<u64>() - 4 + 4 + 1;
     assert_eq!(done, counted, "the workload's own count");
-    assert_eq!(summary["events"], json!(events.len()));
+    // Calls: not the graph record.
+    let calls = events.iter().filter(|e| e.get("type").is_none()).count();
+    assert_eq!(summary["events"], json!(calls));
     assert_eq!(summary["lost"], json!(0));
 
     // Common fields: pid, the worker's tid, comm, wall-clock time, return codes.
-    for e in &events {
+    for e in events.iter().filter(|e| e.get("type").is_none()) {
         assert_eq!(e["pid"], json!(pid.parse::<u64>().unwrap()));
         assert_eq!(e["comm"], "gputrace-worklo");
         let ts = e["ts_ns"].as_u64().unwrap();
@@ -147,7 +153,14 @@ fn every_family_with_exact_arguments() {
             "ts {ts} outside [{before}, {after}]"
         );
         assert!(e["dur_ns"].as_u64().is_some());
-        if e["api"] != "cuLibraryUnload" && e["api"] != "cuModuleUnload" {
+        // The teardown calls are the main thread's.
+        let teardown = [
+            "cuLibraryUnload",
+            "cuModuleUnload",
+            "cuGraphExecDestroy",
+            "cuGraphDestroy",
+        ];
+        if !teardown.iter().any(|a| e["api"] == *a) {
             assert_eq!(e["tid"], json!(worker), "{e}");
         }
     }

@@ -284,4 +284,75 @@ mod tests {
         assert!(events > 0 && events < 100);
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// Each rotated file says what a graph launch runs before the first
+    /// launch of it there, so each file reads back on its own: a launch of
+    /// two kernels counts them, in every file; a captured launch nowhere.
+    #[test]
+    fn each_file_says_what_its_graph_launches_run() {
+        use crate::events::graph::{ExecContents, GraphLaunch, GraphRecord, KernelNode, Node};
+        use crate::sinks::timeline::read::read_timeline;
+        let dir = std::env::temp_dir().join(format!("gputrace-rotate-g-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let kernel = |name: &str| {
+            Node::Kernel(KernelNode {
+                function: 0x10,
+                cukernel: 0,
+                kernel: Some(Arc::from(name)),
+                grid: [1, 1, 1],
+                block: [32, 1, 1],
+                shared_mem_bytes: 0,
+            })
+        };
+        let contents = Arc::new(ExecContents {
+            nodes: vec![kernel("a"), Node::Memset { bytes: 64 }, kernel("b")],
+            from_memory: false,
+        });
+        let launch = |i: u64, captured: Option<u64>| Call {
+            api: "cuGraphLaunch",
+            args: Args::Graph(GraphLaunch {
+                exec: 0xe0,
+                stream: 0x5,
+                contents: Some(contents.clone()),
+                captured,
+            }),
+            ..call(i)
+        };
+        let mut t = RotatingTimeline::open(&dir, 600, 100).unwrap();
+        t.graph(&GraphRecord {
+            ts_ns: 1_000,
+            pid: 7,
+            comm: Arc::from("w"),
+            exec: 0xe0,
+            contents: Some(contents.clone()),
+        })
+        .unwrap();
+        t.write(&launch(0, Some(1)), None).unwrap();
+        for i in 1..40 {
+            t.write(&launch(i, None), None).unwrap();
+        }
+        t.finish(None).unwrap();
+        let files = existing(&OutputDir::open(&dir).unwrap()).unwrap();
+        assert!(files.len() > 3, "{files:?}");
+        let mut launches = 0;
+        for (_, name) in &files {
+            let text = std::fs::read_to_string(dir.join(name)).unwrap();
+            let first = text.lines().next().unwrap();
+            assert!(first.starts_with("{\"type\":\"graph\""), "{first}");
+            let s = read_timeline(text.as_bytes()).unwrap().summary;
+            let p = &s.processes[&7];
+            launches += p.graphs.launches;
+            assert_eq!(p.graphs.opaque, 0);
+            assert_eq!(p.graphs.kernels, 2 * p.graphs.launches);
+            let a = &p.kernels[&Some(Arc::from("a"))];
+            assert_eq!((a.launches, a.graph_launches), (0, p.graphs.launches));
+            let sets = &p.copies[&crate::events::types::Direction::Memset];
+            assert_eq!(
+                (sets.count, sets.bytes),
+                (p.graphs.launches, 64 * p.graphs.launches)
+            );
+        }
+        assert_eq!(launches, 39);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
