@@ -135,7 +135,13 @@ pub struct Found {
 const EXEC_SEARCH: Duration = Duration::from_secs(10);
 
 /// Runs in the helper process: loads `libcuda` here and finds the layouts.
-pub fn calibrate_here(libcuda: &Path) -> Result<Found, String> {
+/// `names_found` is told the name layout before the executable-graph
+/// search starts (the helper says it at once: a driver that crashes in
+/// the graph search then costs the graphs only).
+pub fn calibrate_here(
+    libcuda: &Path,
+    names_found: &mut dyn FnMut(&Layout),
+) -> Result<Found, String> {
     let path = CString::new(libcuda.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
     // SAFETY: loading a shared library by path; its initialisers run here,
     // in this helper process, which exists for that.
@@ -215,6 +221,7 @@ pub fn calibrate_here(libcuda: &Path) -> Result<Found, String> {
             .into_iter()
             .find(|l| l.read(me, handles[1]).as_deref() == Some(KERNELS[1].as_bytes()))
             .ok_or_else(|| "no pointer to the kernel name in the first 512 bytes of the CUfunction, directly or one pointer deep".to_string())?;
+        names_found(&names);
         let exec = super::exec_known::calibrate(lib, ctx, EXEC_SEARCH);
         Ok(Found { names, exec })
     }
@@ -269,7 +276,27 @@ pub fn helper_main(libcuda: &Path, sandbox: bool) -> std::process::ExitCode {
         true
     };
     if entered {
-        match calibrate_here(libcuda) {
+        let sandbox = answer.sandbox.clone();
+        let mut say_names = |l: &Layout| {
+            let partial = HelperAnswer {
+                layout: Some(l.clone()),
+                error: None,
+                sandbox: sandbox.clone(),
+                exec_layout: None,
+                exec_error: Some(
+                    "the calibration helper ended during the executable-graph search".into(),
+                ),
+            };
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(
+                out,
+                "{}",
+                serde_json::to_string(&partial).expect("serialisable")
+            );
+            let _ = out.flush();
+        };
+        match calibrate_here(libcuda, &mut say_names) {
             Ok(found) => {
                 answer.layout = Some(found.names);
                 match found.exec {
@@ -369,7 +396,14 @@ pub fn run_helper(lib: &File, how: Helper, timeout: Duration) -> Result<Found, S
     }
     let out = reader.join().unwrap_or_default();
     let text = String::from_utf8_lossy(&out);
-    let answer: HelperAnswer = serde_json::from_str(text.trim()).map_err(|_| {
+    // The last answer it printed: the whole one, or the names alone when it
+    // ended during the executable-graph search.
+    let last = text
+        .lines()
+        .rev()
+        .find(|l| serde_json::from_str::<HelperAnswer>(l.trim()).is_ok())
+        .unwrap_or(text.trim());
+    let answer: HelperAnswer = serde_json::from_str(last.trim()).map_err(|_| {
         format!(
             "the calibration helper crashed or printed {:?}",
             sanitize(text.trim())
