@@ -91,8 +91,38 @@ fn calibration_helper_reports_the_layout() {
         .arg(sim_dir().join("libcuda.so.1"))
         .output()
         .unwrap();
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Two lines: the name layout as soon as it is found (kept if the
+    // executable-graph search then fails badly), then the whole answer with
+    // the simulator's executable-graph layout (tests/sim/README.md):
+    // exec +32 -> plan +24 -> records linked at +112, CUfunction at +48,
+    // block at record +16, shared memory +28, grid +32, count at plan +12.
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0]["layout"], json!([40]));
+    let v = &lines[1];
     assert_eq!(v["layout"], json!([40]));
+    assert_eq!(v["exec_error"], Value::Null, "{text}");
+    let e = &v["exec_layout"];
+    assert_eq!(
+        (&e["prefix"], &e["walk"], &e["inner"], &e["func"]),
+        (
+            &json!([32, 24]),
+            &json!({"list": {"link": 112}}),
+            &json!([]),
+            &json!(48)
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        (&e["grid"], &e["block"], &e["shared_mem"]),
+        (&json!(-16), &json!(-32), &json!(-20)),
+        "{text}"
+    );
+    assert_eq!(e["count"], json!({"level": 1, "off": 12}), "{text}");
     let out = std::process::Command::new(gputrace_bin())
         .arg("__calibrate")
         .arg(sim_dir().join("nofuncname/libcuda.so.1"))
