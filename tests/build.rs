@@ -12,6 +12,8 @@ fn main() {
         "nccl.c",
         "cudart.c",
         "workload.c",
+        "stackapp.c",
+        "stack_ctypes.py",
         "libcuda.map",
         "include",
     ] {

@@ -7,6 +7,8 @@
 //! which arguments need extra reads (stack, structs, out-pointers, strings).
 #![no_std]
 
+pub mod stack;
+
 /// Integer arguments passed in registers by the System V x86-64 ABI.
 pub const REG_ARGS: usize = 6;
 /// Arguments past the sixth are read from the caller's stack.
@@ -36,6 +38,8 @@ pub enum EventKind {
     Call = 1,
     /// A [`NamedCallEvent`]: a call with a string argument (kernel name).
     NamedCall = 2,
+    /// A [`stack::StackRecord`]: the caller's stack, sent before its call.
+    Stack = 4,
 }
 
 impl EventKind {
@@ -43,6 +47,7 @@ impl EventKind {
         match v {
             1 => Some(Self::Call),
             2 => Some(Self::NamedCall),
+            4 => Some(Self::Stack),
             _ => None,
         }
     }
@@ -121,9 +126,13 @@ pub enum LostReason {
     Unpaired = 2,
     /// A stack or struct read at entry failed (the event is still sent, marked).
     ReadFailed = 3,
+    /// A call's stack record could not be sent (ring buffer full, or the
+    /// CPU's scratch buffer in use by a preempted probe); the call itself is
+    /// recorded, without its stack.
+    StackDropped = 4,
 }
 
-pub const LOST_SLOTS: u32 = 4;
+pub const LOST_SLOTS: u32 = 5;
 
 /// The attach cookie: which API this probe is, and what the probe must read.
 ///
@@ -141,6 +150,9 @@ pub const LOST_SLOTS: u32 = 4;
 ///   for this thread into `extra[RUNTIME_SLOT]`
 /// - 40..44: a runtime launch: argument (1-based) holding the host stub, kept
 ///   per thread from entry to return
+/// - 44: capture the caller's stack (`--stacks`): a [`stack::StackRecord`]
+///   is sent before the call
+/// - 45: ... for one call in `STACK_EVERY` of this API on each CPU only
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ProbeCookie(pub u64);
 
@@ -149,6 +161,8 @@ impl ProbeCookie {
     pub const STACK: u64 = 1 << 17;
     pub const READABLE: u64 = 1 << 36;
     pub const RUNTIME_GET: u64 = 1 << 37;
+    pub const STACKS: u64 = 1 << 44;
+    pub const STACKS_SAMPLED: u64 = 1 << 45;
 
     #[inline(always)]
     pub const fn api(self) -> u32 {
@@ -191,6 +205,15 @@ impl ProbeCookie {
         ((self.0 >> 40) & 0xf) as u32
     }
 
+    #[inline(always)]
+    pub const fn stacks(self) -> bool {
+        self.0 & Self::STACKS != 0
+    }
+    #[inline(always)]
+    pub const fn stacks_sampled(self) -> bool {
+        self.0 & Self::STACKS_SAMPLED != 0
+    }
+
     pub const fn new(api: u16) -> Self {
         Self(api as u64)
     }
@@ -205,6 +228,11 @@ impl ProbeCookie {
     }
     pub const fn with_runtime_get(self) -> Self {
         Self(self.0 | Self::RUNTIME_GET)
+    }
+    /// Capture stacks; `sampled`: one call in `STACK_EVERY` only.
+    pub const fn with_stacks(self, sampled: bool) -> Self {
+        let s = if sampled { Self::STACKS_SAMPLED } else { 0 };
+        Self(self.0 | Self::STACKS | s)
     }
     /// `arg` is 0-based.
     pub const fn with_runtime_set(self, arg: u32) -> Self {
@@ -258,7 +286,11 @@ mod tests {
             .with_readable()
             .with_runtime_get()
             .with_runtime_set(1)
+            .with_stacks(true)
             .with_entry_only();
+        assert!(c.stacks() && c.stacks_sampled());
+        assert!(ProbeCookie::new(1).with_stacks(false).stacks());
+        assert!(!ProbeCookie::new(1).with_stacks(false).stacks_sampled());
         assert_eq!(c.api(), 513);
         assert!(c.stack_args());
         assert!(c.entry_only());

@@ -265,7 +265,7 @@ impl Session {
             libnccl: spec.libnccl.clone(),
         }
         .open()?;
-        let mut probes = Probes::load(selection.clone(), ring_bytes())?;
+        let mut probes = Probes::load(selection.clone(), ring_bytes(), None)?;
         let ring = probes.take_ring()?;
         let lost = probes.take_lost()?;
         let lost_by_pid = probes.take_lost_by_pid()?;

@@ -46,6 +46,8 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawCall<'_>, DecodeError> {
     let expected = match kind {
         EventKind::Call => CallEvent::SIZE,
         EventKind::NamedCall => NamedCallEvent::SIZE,
+        // Read by `stacks::record`, never as a call.
+        EventKind::Stack => return Err(DecodeError::Kind(kind_raw)),
     };
     // The ring buffer rounds records up to 8 bytes; both sizes are multiples of 8.
     if bytes.len() != expected {
@@ -59,7 +61,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawCall<'_>, DecodeError> {
     // and CallEvent is plain old data.
     let event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<CallEvent>()) };
     let name = match kind {
-        EventKind::Call => None,
+        EventKind::Call | EventKind::Stack => None,
         EventKind::NamedCall => {
             let len_at = CallEvent::SIZE;
             let len = u32::from_ne_bytes(bytes[len_at..len_at + 4].try_into().expect("4 bytes"));
