@@ -1,6 +1,8 @@
 //! The probe's stack record ([`tracer_common::stack::StackRecord`]) read
 //! back: checked against its own lengths and copied out of the ring buffer.
 
+use std::borrow::Cow;
+
 use tracer_common::stack::{
     PyRawFrame, PyStatus, RetFixup, StackRecord, MAX_PY_FRAMES, MAX_RET_FIXUPS, MAX_STACK_BYTES,
 };
@@ -21,9 +23,10 @@ pub enum StackRecordError {
     Status(u32),
 }
 
-/// One call's stack as the probe copied it.
+/// One call's stack as the probe copied it (the stack bytes borrowed from
+/// the record).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RawStack {
+pub struct RawStack<'a> {
     pub api: u32,
     pub pid: u32,
     pub tid: u32,
@@ -37,10 +40,10 @@ pub struct RawStack {
     /// [`PyRawFrame::instr`]).
     pub py: Vec<PyRawFrame>,
     /// The user stack from `regs.sp` up.
-    pub stack: Vec<u8>,
+    pub stack: &'a [u8],
 }
 
-impl RawStack {
+impl RawStack<'_> {
     /// The Python frames decoded for a model: 3.10 frames carry `f_lasti`
     /// shifted left (sign kept), later ones the instruction pointer; a shim
     /// (code 0) marks the frame before it as its evaluation's first.
@@ -68,9 +71,17 @@ impl RawStack {
 
     /// The stack window with the uretprobes' trampolines replaced by the
     /// return addresses they stand for (slots outside the window are left).
-    pub fn patched_stack(&self) -> Vec<u8> {
-        let mut bytes = self.stack.clone();
-        for r in &self.rets {
+    pub fn patched_stack(&self) -> Cow<'_, [u8]> {
+        let inside = |r: &&RetFixup| {
+            r.slot
+                .checked_sub(self.regs.sp)
+                .is_some_and(|off| off.saturating_add(8) <= self.stack.len() as u64)
+        };
+        if !self.rets.iter().any(|r| inside(&r)) {
+            return Cow::Borrowed(self.stack);
+        }
+        let mut bytes = self.stack.to_vec();
+        for r in self.rets.iter().filter(inside) {
             let Some(off) = r.slot.checked_sub(self.regs.sp) else {
                 continue;
             };
@@ -81,12 +92,12 @@ impl RawStack {
                 dst.copy_from_slice(&r.ret.to_le_bytes());
             }
         }
-        bytes
+        Cow::Owned(bytes)
     }
 }
 
 /// Reads a stack record (its kind already known to be `Stack`).
-pub fn parse_stack_record(bytes: &[u8]) -> Result<RawStack, StackRecordError> {
+pub fn parse_stack_record(bytes: &[u8]) -> Result<RawStack<'_>, StackRecordError> {
     if bytes.len() < StackRecord::SIZE {
         return Err(StackRecordError::Short(bytes.len()));
     }
@@ -128,12 +139,12 @@ pub fn parse_stack_record(bytes: &[u8]) -> Result<RawStack, StackRecordError> {
         rets: h.rets[..(h.ret_count as usize).min(MAX_RET_FIXUPS)].to_vec(),
         py_status,
         py,
-        stack: bytes[frames_end..claimed].to_vec(),
+        stack: &bytes[frames_end..claimed],
     })
 }
 
 /// Lays a stack out as the probe does (for tests and benches).
-pub fn encode_stack_record(s: &RawStack) -> Vec<u8> {
+pub fn encode_stack_record(s: &RawStack<'_>) -> Vec<u8> {
     let mut rets = [RetFixup::default(); MAX_RET_FIXUPS];
     for (d, r) in rets.iter_mut().zip(&s.rets) {
         *d = *r;
@@ -162,7 +173,7 @@ pub fn encode_stack_record(s: &RawStack) -> Vec<u8> {
         out.extend_from_slice(&f.code.to_le_bytes());
         out.extend_from_slice(&f.instr.to_le_bytes());
     }
-    out.extend_from_slice(&s.stack);
+    out.extend_from_slice(s.stack);
     out.resize(out.len().next_multiple_of(8), 0);
     out
 }
@@ -171,7 +182,11 @@ pub fn encode_stack_record(s: &RawStack) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    fn sample() -> RawStack {
+    const BYTES: [u8; 20] = [
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
+    ];
+
+    fn sample() -> RawStack<'static> {
         RawStack {
             api: 7,
             pid: 100,
@@ -198,7 +213,7 @@ mod tests {
                     instr: (-1i64 << 1) as u64 | 1,
                 },
             ],
-            stack: (0..20u8).collect(),
+            stack: &BYTES,
         }
     }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 use tracer_common::stack::{PyConfig, PyStatus};
 
-use super::memory::{ProcessMemory, Window};
+use super::memory::{Memory, ProcessMemory, Window};
 use super::merge::{merge_by, EVAL_FUNCTION};
 use super::native::{ElfCache, ProcessUnwinder, StackEnd};
 use super::python::config::{probe_can_walk, probe_config};
@@ -56,6 +56,33 @@ enum PythonState {
     Present(Box<PythonProcess>),
 }
 
+/// The native part of a stack: symbolized frames, and whether the unwind
+/// stopped short.
+struct NativePart {
+    /// Unique within its process.
+    id: u64,
+    frames: Vec<(Arc<str>, bool)>,
+    cut_short: bool,
+}
+
+/// An unwind remembered: the stack words it read (address, value or
+/// unreadable) and what it gave. Unwinding is a function of the registers
+/// and of those words: a later stack with the same registers and the same
+/// words there unwinds the same (a loop calling from one line, on one
+/// thread, at one depth).
+struct UnwindMemo {
+    reads: Vec<(u64, Option<u64>)>,
+    result: Arc<NativePart>,
+}
+
+/// Bounds of the per-process caches (cleared when full).
+const MAX_MEMOS: usize = 16384;
+const MEMOS_PER_KEY: usize = 8;
+const MAX_CACHED_STACKS: usize = 65536;
+
+/// Stacks by their native part and their raw Python frames.
+type StackKey = (u64, bool, Vec<(u64, u64)>);
+
 /// What is kept per traced process.
 struct ProcStacks {
     unwinder: ProcessUnwinder,
@@ -67,6 +94,12 @@ struct ProcStacks {
     native: FxHashMap<u64, (Arc<str>, bool)>,
     /// Python frame text by (code object, instruction).
     python_frames: FxHashMap<(u64, u64), Arc<str>>,
+    /// Unwinds by registers (ip, sp, bp).
+    memo: FxHashMap<(u64, u64, u64), Vec<UnwindMemo>>,
+    memo_entries: usize,
+    next_native_id: u64,
+    /// Finished stacks.
+    stacks: FxHashMap<StackKey, Arc<CallStack>>,
 }
 
 /// Turns stack records into interned stacks.
@@ -134,61 +167,33 @@ impl StackResolver {
     /// modules could be read.
     pub fn resolve(
         &mut self,
-        raw: &RawStack,
+        raw: &RawStack<'_>,
         configs: &mut dyn PyConfigs,
     ) -> Option<Arc<CallStack>> {
-        let gap = self.gap.clone();
-        let counts = &mut self.counts;
-        let elf = &mut self.elf;
-        let p = process(&mut self.procs, elf, raw.pid)?;
+        let p = process(&mut self.procs, &mut self.elf, raw.pid)?;
         if matches!(p.python, PythonState::Unknown) {
             p.python = detect_python(&p.unwinder, &p.mem, raw.pid, configs);
         }
-        let window_bytes = raw.patched_stack();
-        let window = Window {
-            base: raw.regs.sp,
-            bytes: &window_bytes,
-        };
-        let (mut addrs, mut end) = p.unwinder.unwind(raw.regs, &window);
-        let unknown = |p: &ProcStacks, addrs: &[framehop::FrameAddress]| {
-            addrs
-                .iter()
-                .any(|a| p.unwinder.module_at(a.address_for_lookup()).is_none())
-        };
-        if unknown(p, &addrs) && p.built.elapsed() >= REBUILD_EVERY {
-            // A library loaded after the module list was read.
-            if let Ok(u) = ProcessUnwinder::for_pid(raw.pid, elf) {
-                p.unwinder = u;
-                p.native.clear();
-                (addrs, end) = p.unwinder.unwind(raw.regs, &window);
-            }
-            p.built = Instant::now();
-        }
-        let native: Vec<(Arc<str>, bool)> = addrs
-            .iter()
-            .map(|a| {
-                let key = a.address_for_lookup();
-                p.native
-                    .entry(key)
-                    .or_insert_with(|| {
-                        let f = p.unwinder.symbolize(*a);
-                        let eval = f.function.as_deref() == Some(EVAL_FUNCTION);
-                        (Arc::from(f.to_string()), eval)
-                    })
-                    .clone()
-            })
-            .collect();
-        let cut_short = !matches!(end, StackEnd::Complete);
-        counts.stacks += 1;
-        if cut_short {
-            counts.native_cut_short += 1;
-        }
+        self.counts.stacks += 1;
         match raw.py_status {
-            PyStatus::NoThreadState => counts.python_no_thread += 1,
-            PyStatus::Truncated | PyStatus::ReadFailed => counts.python_cut_short += 1,
+            PyStatus::NoThreadState => self.counts.python_no_thread += 1,
+            PyStatus::Truncated | PyStatus::ReadFailed => self.counts.python_cut_short += 1,
             _ => {}
         }
-        let python: Vec<(Arc<str>, bool)> = match &mut p.python {
+        let native = native_part(p, raw, &mut self.elf);
+        if native.cut_short {
+            self.counts.native_cut_short += 1;
+        }
+        let python_cut = matches!(raw.py_status, PyStatus::Truncated | PyStatus::ReadFailed);
+        let py_key: Vec<(u64, u64)> = match p.python {
+            PythonState::Present(_) => raw.py.iter().map(|f| (f.code, f.instr)).collect(),
+            _ => Vec::new(),
+        };
+        let key = (native.id, python_cut, py_key);
+        if let Some(s) = p.stacks.get(&key) {
+            return Some(s.clone());
+        }
+        let python: Vec<((Arc<str>, bool), bool)> = match &mut p.python {
             PythonState::Present(py) if !raw.py.is_empty() => {
                 let frame_object = py.layout.model == FrameModel::FrameObject;
                 raw.python_frames(frame_object)
@@ -203,32 +208,117 @@ impl StackResolver {
                                     t
                                 }
                                 None => {
-                                    counts.python_unresolved += 1;
+                                    self.counts.python_unresolved += 1;
                                     Arc::from(format!("0x{:x} (python code object)", f.code))
                                 }
                             },
                         };
-                        (text, f.entry)
+                        ((text, false), f.entry)
                     })
                     .collect()
             }
             _ => Vec::new(),
         };
-        let python_cut = matches!(raw.py_status, PyStatus::Truncated | PyStatus::ReadFailed);
         let mut frames = merge_by(
-            native,
+            native.frames.clone(),
             |(_, eval)| *eval,
-            python.into_iter().map(|(t, e)| ((t, false), e)).collect(),
-            cut_short.then(|| (gap.clone(), false)),
+            python,
+            native.cut_short.then(|| (self.gap.clone(), false)),
         );
         if python_cut {
-            frames.push((gap, false));
+            frames.push((self.gap.clone(), false));
         }
-        Some(
-            self.table
-                .intern(frames.into_iter().map(|(t, _)| t).collect()),
-        )
+        let stack = self
+            .table
+            .intern(frames.into_iter().map(|(t, _)| t).collect());
+        if p.stacks.len() >= MAX_CACHED_STACKS {
+            p.stacks.clear();
+        }
+        p.stacks.insert(key, stack.clone());
+        Some(stack)
     }
+}
+
+/// The native frames of a record: from the memo when an earlier unwind
+/// from the same registers read the same values, else unwound (and
+/// symbolized through the per-address cache).
+fn native_part(p: &mut ProcStacks, raw: &RawStack<'_>, elf: &mut ElfCache) -> Arc<NativePart> {
+    let window_bytes = raw.patched_stack();
+    let window = Window {
+        base: raw.regs.sp,
+        bytes: &window_bytes,
+    };
+    let key = (raw.regs.ip, raw.regs.sp, raw.regs.bp);
+    if let Some(memos) = p.memo.get(&key) {
+        if let Some(m) = memos
+            .iter()
+            .find(|m| m.reads.iter().all(|&(a, v)| window.read_u64(a) == v))
+        {
+            return m.result.clone();
+        }
+    }
+    let mut reads: Vec<(u64, Option<u64>)> = Vec::new();
+    let (mut addrs, mut end) = p.unwinder.unwind_reading(raw.regs, &mut |a| {
+        let v = window.read_u64(a);
+        reads.push((a, v));
+        v
+    });
+    let unknown = |p: &ProcStacks, addrs: &[framehop::FrameAddress]| {
+        addrs
+            .iter()
+            .any(|a| p.unwinder.module_at(a.address_for_lookup()).is_none())
+    };
+    if unknown(p, &addrs) && p.built.elapsed() >= REBUILD_EVERY {
+        // A library loaded after the module list was read.
+        if let Ok(u) = ProcessUnwinder::for_pid(raw.pid, elf) {
+            p.unwinder = u;
+            p.native.clear();
+            p.memo.clear();
+            p.stacks.clear();
+            reads.clear();
+            (addrs, end) = p.unwinder.unwind_reading(raw.regs, &mut |a| {
+                let v = window.read_u64(a);
+                reads.push((a, v));
+                v
+            });
+        }
+        p.built = Instant::now();
+    }
+    let frames: Vec<(Arc<str>, bool)> = addrs
+        .iter()
+        .map(|a| {
+            let unwinder = &p.unwinder;
+            p.native
+                .entry(a.address_for_lookup())
+                .or_insert_with(|| {
+                    let f = unwinder.symbolize(*a);
+                    let eval = f.function.as_deref() == Some(EVAL_FUNCTION);
+                    (Arc::from(f.to_string()), eval)
+                })
+                .clone()
+        })
+        .collect();
+    p.next_native_id += 1;
+    let result = Arc::new(NativePart {
+        id: p.next_native_id,
+        frames,
+        cut_short: !matches!(end, StackEnd::Complete),
+    });
+    if p.memo_entries >= MAX_MEMOS {
+        p.memo.clear();
+        p.memo_entries = 0;
+    }
+    let memos = p.memo.entry(key).or_default();
+    if memos.len() >= MEMOS_PER_KEY {
+        memos.remove(0);
+    } else {
+        p.memo_entries += 1;
+    }
+    memos.push(UnwindMemo {
+        reads,
+        result: result.clone(),
+    });
+    result
 }
 
 /// The process's state, made (its module list read) on first use.
@@ -246,6 +336,10 @@ fn process<'a>(
             mem: ProcessMemory::new(pid),
             native: FxHashMap::default(),
             python_frames: FxHashMap::default(),
+            memo: FxHashMap::default(),
+            memo_entries: 0,
+            next_native_id: 0,
+            stacks: FxHashMap::default(),
         });
     }
     procs.get_mut(&pid)
