@@ -28,5 +28,6 @@ pub mod python;
 pub mod record;
 pub mod resolve;
 pub mod settings;
+pub mod sites;
 pub mod symbols;
 pub mod table;

@@ -99,6 +99,40 @@ pub fn folded_line<S: AsRef<str>>(frames: &[S], weight: u64) -> String {
     line
 }
 
+/// Host time per stack, written as folded lines (`gputrace stats
+/// --folded`): one line per distinct stack, heaviest first.
+#[derive(Default)]
+pub struct FoldedStacks {
+    weights: HashMap<Frames, u64>,
+}
+
+impl FoldedStacks {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&mut self, frames: &Frames, weight: u64) {
+        match self.weights.get_mut(frames) {
+            Some(w) => *w += weight,
+            None => {
+                self.weights.insert(frames.clone(), weight);
+            }
+        }
+    }
+
+    /// The lines, heaviest first (ties by text); stacks of weight 0 left out.
+    pub fn lines(&self) -> Vec<String> {
+        let mut v: Vec<(u64, String)> = self
+            .weights
+            .iter()
+            .filter(|(_, w)| **w > 0)
+            .map(|(f, w)| (*w, folded_line(f, *w)))
+            .collect();
+        v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        v.into_iter().map(|(_, l)| l).collect()
+    }
+}
+
 /// Interns stacks: the same frames get the same [`CallStack`].
 #[derive(Default)]
 pub struct StackTable {
@@ -182,6 +216,17 @@ mod tests {
             folded_line(&["leaf (l.so)", "mid;x (m.so)", "root (t.py:1)"], 1500),
             "root (t.py:1);mid:x (m.so);leaf (l.so) 1500"
         );
+    }
+
+    #[test]
+    fn folded_stacks_add_up_per_stack() {
+        let f = |v: &[&str]| -> Frames { v.iter().map(|s| Arc::<str>::from(*s)).collect() };
+        let mut folded = FoldedStacks::new();
+        folded.add(&f(&["b", "a"]), 10);
+        folded.add(&f(&["c", "a"]), 30);
+        folded.add(&f(&["b", "a"]), 25);
+        folded.add(&f(&["d"]), 0);
+        assert_eq!(folded.lines(), ["a;b 35", "a;c 30"]);
     }
 
     #[test]
