@@ -31,7 +31,12 @@ pub enum Command {
     Daemon(DaemonArgs),
     /// Internal: find where this libcuda keeps kernel names (run by gputrace itself).
     #[command(name = "__calibrate", hide = true)]
-    Calibrate { libcuda: PathBuf },
+    Calibrate {
+        libcuda: PathBuf,
+        /// Give up every privilege before loading it (for untrusted files).
+        #[arg(long)]
+        sandbox: bool,
+    },
     /// Internal: list the catalogue symbols a library exports, with file offsets.
     #[command(name = "__symbols", hide = true)]
     Symbols { library: PathBuf },

@@ -111,7 +111,7 @@ impl ProcessState {
     fn new(pid: u32, thread_comm: &[u8; 16]) -> Self {
         let comm = discover::comm(pid).unwrap_or_else(|| {
             let end = thread_comm.iter().position(|b| *b == 0).unwrap_or(16);
-            String::from_utf8_lossy(&thread_comm[..end]).into_owned()
+            discover::printable(&String::from_utf8_lossy(&thread_comm[..end])).into_owned()
         });
         Self::with_comm(comm)
     }

@@ -20,7 +20,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Command::Stats(a)) => stats::run(&a),
         Some(Command::List) => list::run(),
         Some(Command::Top(a)) => top::run(a),
-        Some(Command::Calibrate { libcuda }) => Ok(crate::names::calibrate::helper_main(&libcuda)),
+        Some(Command::Calibrate { libcuda, sandbox }) => {
+            Ok(crate::names::calibrate::helper_main(&libcuda, sandbox))
+        }
         Some(Command::Symbols { library }) => bare::symbols(&library),
         Some(Command::Bare(a)) => bare::run(&a),
         Some(Command::Daemon(a)) => daemon::run(a),

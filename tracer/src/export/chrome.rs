@@ -10,7 +10,6 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::Path;
 
 use crate::events::json::{string, write_args};
 use crate::events::model::Call;
@@ -32,9 +31,10 @@ fn us(out: &mut String, ns: u64) {
 impl ChromeWriter {
     /// `origin_ns` must not be later than any call's start: the moment
     /// before the first probe was attached.
-    pub fn create(path: &Path, origin_ns: u64) -> std::io::Result<Self> {
+    /// Writes to `file` (opened by `export::files`).
+    pub fn new(file: File, origin_ns: u64) -> std::io::Result<Self> {
         let mut w = Self {
-            out: BufWriter::with_capacity(1 << 20, File::create(path)?),
+            out: BufWriter::with_capacity(1 << 20, file),
             line: String::with_capacity(512),
             origin_ns,
             first: true,

@@ -2,7 +2,6 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::Path;
 
 use crate::events::json::write_call;
 use crate::events::model::Call;
@@ -14,12 +13,13 @@ pub struct JsonlWriter {
 }
 
 impl JsonlWriter {
-    pub fn create(path: &Path) -> std::io::Result<Self> {
-        Ok(Self {
-            out: BufWriter::with_capacity(1 << 20, File::create(path)?),
+    /// Writes to `file` (opened by `export::files`).
+    pub fn new(file: File) -> Self {
+        Self {
+            out: BufWriter::with_capacity(1 << 20, file),
             line: String::with_capacity(512),
             written: 0,
-        })
+        }
     }
 
     pub fn write(&mut self, call: &Call) -> std::io::Result<()> {

@@ -1,6 +1,7 @@
 //! Consumers of [`Call`]s: the `--print` stream and the timeline files.
 
 pub mod chrome;
+pub mod files;
 pub mod jsonl;
 pub mod print;
 pub mod prometheus;
@@ -35,17 +36,19 @@ impl TimelineFormat {
 
 impl Timeline {
     /// `origin_ns`: when tracing began (Unix ns), the Chrome trace's zero.
+    /// The file is opened as `files::create_output` allows.
     pub fn create(path: &Path, origin_ns: u64) -> std::io::Result<Self> {
-        match TimelineFormat::from_path(path) {
-            Some(TimelineFormat::Jsonl) => Ok(Self::Jsonl(jsonl::JsonlWriter::create(path)?)),
-            Some(TimelineFormat::Chrome) => {
-                Ok(Self::Chrome(chrome::ChromeWriter::create(path, origin_ns)?))
-            }
-            None => Err(std::io::Error::new(
+        let Some(format) = TimelineFormat::from_path(path) else {
+            return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "the output must end in .jsonl or .json",
-            )),
-        }
+            ));
+        };
+        let file = files::create_output(path)?;
+        Ok(match format {
+            TimelineFormat::Jsonl => Self::Jsonl(jsonl::JsonlWriter::new(file)),
+            TimelineFormat::Chrome => Self::Chrome(chrome::ChromeWriter::new(file, origin_ns)?),
+        })
     }
 
     pub fn write(&mut self, call: &Call, device_bytes: Option<u64>) -> std::io::Result<()> {

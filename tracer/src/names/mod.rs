@@ -2,7 +2,11 @@
 //! calibration on each libcuda build), from intercepted name lookups, and
 //! from the runtime's host stubs.
 
+pub mod cache;
 pub mod calibrate;
+pub mod landlock;
 pub mod memory;
 pub mod namer;
+pub mod sandbox;
+pub mod seccomp;
 pub mod stubs;

@@ -16,6 +16,10 @@ pub struct LibraryFile {
     pub path: PathBuf,
     pub dev: u64,
     pub inode: u64,
+    /// Where it was found: `/proc/PID/root/...` for a process's mapping, or
+    /// the path given. Stays when `path` is replaced by a held descriptor's
+    /// `/proc/self/fd/N` (what `probes::trust` judges the file by).
+    pub found_at: PathBuf,
 }
 
 impl LibraryFile {
@@ -23,10 +27,17 @@ impl LibraryFile {
         let meta = std::fs::metadata(&path)?;
         Ok(Self {
             lib,
+            found_at: path.clone(),
             path,
             dev: meta.dev(),
             inode: meta.ino(),
         })
+    }
+
+    /// Opens the file to read it: never blocks (a FIFO put in its place is
+    /// refused), and it must still be this file.
+    pub fn open_checked(&self) -> std::io::Result<std::fs::File> {
+        super::trust::open_regular(&self.path, Some((self.dev, self.inode)))
     }
 }
 
@@ -132,11 +143,29 @@ pub fn is_alive(pid: u32) -> bool {
     }
 }
 
-/// The process's command name (`/proc/PID/comm`).
+/// Text another user chose (a command name, a path) made safe to print on
+/// a terminal: control characters, which start escape sequences, become `?`.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.chars().any(char::is_control) {
+        s.chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect::<String>()
+            .into()
+    } else {
+        s.into()
+    }
+}
+
+/// A path another user chose, printable (see [`printable`]).
+pub fn printable_path(p: &Path) -> String {
+    printable(&p.to_string_lossy()).into_owned()
+}
+
+/// The process's command name (`/proc/PID/comm`), printable.
 pub fn comm(pid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .ok()
-        .map(|s| s.trim_end().to_string())
+        .map(|s| printable(s.trim_end()).into_owned())
 }
 
 /// Every process id under /proc.
@@ -325,6 +354,13 @@ garbage
         assert!(mapped_files(u32::MAX - 1).is_err());
         assert!(process_libraries(u32::MAX - 1).is_err());
         assert_eq!(comm(u32::MAX - 1), None);
+    }
+
+    #[test]
+    fn control_characters_are_not_printed() {
+        assert_eq!(printable("python3"), "python3");
+        assert_eq!(printable("w\u{1b}[2J\u{7}\u{9b}x"), "w?[2J??x");
+        assert_eq!(printable_path(Path::new("/a\nb/é")), "/a?b/é");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! `http://ADDR/metrics`; optionally the calls as rotated JSONL timelines.
 //! Runs until SIGTERM or SIGINT, then detaches everything and exits 0.
 
+mod admission;
 mod http;
 mod timeline;
 
@@ -70,6 +71,7 @@ async fn daemon(
     let addr = listener
         .local_addr()
         .map_err(|e| Failure::runtime(format!("the metrics socket: {e}")))?;
+    http::warn_if_exposed(addr);
     let metrics = Arc::new(Mutex::new(Metrics::new(args.keep_exited)));
     let mut session = Session::start(&spec, Clock::measure())?;
     update_gauges(&session, &metrics);

@@ -3,7 +3,7 @@
 //! `--max-files` files.
 //!
 //! Files are `DIR/gputrace-NNNNNN.jsonl`, numbered upwards (a restarted
-//! daemon goes on after the highest number it finds); the highest is being
+//! daemon goes on after the highest number of its own files); the highest is being
 //! written. A file is closed once it holds the size cap (one event more at
 //! most) and ends, as every `.jsonl` of gputrace does, with a summary line of
 //! the events in it (totals and `process_count`, without the per-process
@@ -11,20 +11,30 @@
 //! complete timeline. Then the oldest files are deleted until at most
 //! `--max-files` remain: the disk used stays under about max-files ×
 //! max-file-mb.
+//!
+//! The directory may be shared (it runs as root): it is held open and
+//! every file made in it with `O_CREAT | O_EXCL | O_NOFOLLOW` (mode 0640),
+//! so a name someone planted (a symbolic link to a file of root's, say) is
+//! skipped, never written through; only regular files of ours are deleted;
+//! a directory anyone may write without the sticky bit is refused
+//! (`export::files::OutputDir`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::aggregate::render::render_json;
 use crate::aggregate::summary::Summary;
 use crate::events::model::Call;
+use crate::export::files::OutputDir;
 use crate::export::jsonl::JsonlWriter;
 use crate::probes::attach::LostCounts;
 
 const PREFIX: &str = "gputrace-";
 const SUFFIX: &str = ".jsonl";
+/// Names found taken (planted) in a row before giving up.
+const MAX_TAKEN: u64 = 1000;
 
 pub struct RotatingTimeline {
-    dir: PathBuf,
+    dir: OutputDir,
     max_bytes: u64,
     keep: usize,
     current: Option<JsonlWriter>,
@@ -55,10 +65,15 @@ fn delta(now: LostCounts, then: LostCounts) -> LostCounts {
 impl RotatingTimeline {
     /// Creates `dir` if needed; numbering goes on after the files there.
     pub fn open(dir: &Path, max_bytes: u64, keep: usize) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        let next_seq = existing(dir)?.last().map_or(1, |(s, _)| s + 1);
+        let dir = OutputDir::open(dir)?;
+        // After our own files: a name someone else made is skipped when
+        // reached, and cannot push the numbering to its end.
+        let next_seq = existing(&dir)?
+            .into_iter()
+            .rfind(|(_, name)| dir.is_ours(name))
+            .map_or(1, |(s, _)| s.saturating_add(1));
         Ok(Self {
-            dir: dir.to_path_buf(),
+            dir,
             max_bytes: max_bytes.max(1),
             keep: keep.max(1),
             current: None,
@@ -69,17 +84,27 @@ impl RotatingTimeline {
     }
 
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.dir.path()
+    }
+
+    /// A new file at the next free number.
+    fn create_next(&mut self) -> std::io::Result<JsonlWriter> {
+        for _ in 0..MAX_TAKEN {
+            let name = format!("{PREFIX}{:06}{SUFFIX}", self.next_seq);
+            self.next_seq = self.next_seq.saturating_add(1);
+            if let Some(file) = self.dir.create_new(&name, 0o640)? {
+                return Ok(JsonlWriter::new(file));
+            }
+        }
+        Err(std::io::Error::other(format!(
+            "{MAX_TAKEN} timeline names in a row were taken by files gputrace did not make"
+        )))
     }
 
     /// Writes one call; closes the file and starts the next at the size cap.
     pub fn write(&mut self, call: &Call, lost: LostCounts) -> std::io::Result<()> {
         if self.current.is_none() {
-            let path = self
-                .dir
-                .join(format!("{PREFIX}{:06}{SUFFIX}", self.next_seq));
-            self.next_seq += 1;
-            self.current = Some(JsonlWriter::create(&path)?);
+            self.current = Some(self.create_next()?);
             self.lost_at_open = lost;
             self.prune()?;
         }
@@ -121,27 +146,29 @@ impl RotatingTimeline {
         w.finish(&line)
     }
 
-    /// Deletes the oldest files beyond the limit (the one being written counts).
+    /// Deletes the oldest files beyond the limit (the one being written
+    /// counts); only timeline files of ours count and go.
     fn prune(&self) -> std::io::Result<()> {
-        let files = existing(&self.dir)?;
+        let files: Vec<(u64, String)> = existing(&self.dir)?
+            .into_iter()
+            .filter(|(_, name)| self.dir.is_ours(name))
+            .collect();
         let extra = files.len().saturating_sub(self.keep);
-        for (_, path) in files.into_iter().take(extra) {
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                _ => {}
-            }
+        for (_, name) in files.into_iter().take(extra) {
+            self.dir.remove(&name)?;
         }
         Ok(())
     }
 }
 
-/// The timeline files in `dir`, oldest first.
-fn existing(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
+/// The timeline names in `dir` (whoever made them), oldest first.
+fn existing(dir: &OutputDir) -> std::io::Result<Vec<(u64, String)>> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        if let Some(seq) = entry.file_name().to_str().and_then(seq_of) {
-            out.push((seq, entry.path()));
+    for name in dir.names()? {
+        if let Some(name) = name.to_str() {
+            if let Some(seq) = seq_of(name) {
+                out.push((seq, name.to_string()));
+            }
         }
     }
     out.sort();
@@ -185,7 +212,11 @@ mod tests {
             t.write(&call(i), LostCounts::default()).unwrap();
         }
         t.close(LostCounts::default()).unwrap();
-        let files = existing(&dir).unwrap();
+        let files: Vec<(u64, std::path::PathBuf)> = existing(&OutputDir::open(&dir).unwrap())
+            .unwrap()
+            .into_iter()
+            .map(|(s, n)| (s, dir.join(n)))
+            .collect();
         let seqs: Vec<u64> = files.iter().map(|f| f.0).collect();
         assert_eq!(seqs.len(), 3, "{seqs:?}");
         assert!(

@@ -98,8 +98,9 @@ impl NodeWatch {
                 // Hold the file open and attach through the open file: the
                 // process may exit (taking its /proc/PID/root path along)
                 // while symbols are read, the driver is calibrated and probes
-                // are attached. It cannot have exited yet: skip it if it has.
-                let Ok(held) = std::fs::File::open(&f.path) else {
+                // are attached. It cannot have exited yet: skip it if it has
+                // (or if something else now stands at that path).
+                let Ok(held) = f.open_checked() else {
                     continue;
                 };
                 let via = LibraryFile {
@@ -194,9 +195,9 @@ impl NodeWatch {
     }
 }
 
-/// A path without the `/proc/PID/root` it was reached through.
+/// A path without the `/proc/PID/root` it was reached through, printable.
 fn shown(path: &std::path::Path) -> String {
-    let s = path.to_string_lossy();
+    let s = discover::printable_path(path);
     if let Some(rest) = s.strip_prefix("/proc/") {
         if let Some((pid, tail)) = rest.split_once("/root/") {
             if pid.bytes().all(|b| b.is_ascii_digit()) {
@@ -204,7 +205,7 @@ fn shown(path: &std::path::Path) -> String {
             }
         }
     }
-    s.into_owned()
+    s
 }
 
 impl SessionState {
