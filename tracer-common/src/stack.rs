@@ -11,7 +11,7 @@
 /// of 3.12+ included).
 pub const MAX_PY_FRAMES: usize = 128;
 /// The most bytes of user stack one record carries.
-pub const MAX_STACK_BYTES: usize = 32 << 10;
+pub const MAX_STACK_BYTES: usize = 64 << 10;
 /// Default window of user stack copied per record.
 pub const DEFAULT_STACK_BYTES: u32 = 16 << 10;
 /// The most uretprobe return addresses one record carries (nested probed

@@ -210,6 +210,15 @@ fn fill(ctx: &ProbeContext, base: *mut u8, api: u32, pid_tgid: u64, start_ns: u6
         Some(cfg) => python_frames(unsafe { &*cfg }, task, tid, base),
         None => (0, PyStatus::NotPython),
     };
+    // Through memory, so the verifier forgets which of the walk's many
+    // exits (one per frame count) led here and checks the copy once.
+    // SAFETY: the header's fields, inside the value.
+    let py_count = unsafe {
+        (*hdr).ret_count = ret_count;
+        (*hdr).py_count = py_count as u32;
+        (*hdr).py_status = status as u32;
+        core::ptr::read_volatile(&(*hdr).py_count) as usize
+    };
     let py_count = if py_count > MAX_PY_FRAMES {
         MAX_PY_FRAMES
     } else {
@@ -219,9 +228,7 @@ fn fill(ctx: &ProbeContext, base: *mut u8, api: u32, pid_tgid: u64, start_ns: u6
     let copied = copy_window(regs.rsp, base, frames_end);
     // SAFETY: as above.
     unsafe {
-        (*hdr).ret_count = ret_count;
         (*hdr).py_count = py_count as u32;
-        (*hdr).py_status = status as u32;
         (*hdr).stack_len = copied as u32;
     }
     frames_end + copied

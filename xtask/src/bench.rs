@@ -22,15 +22,21 @@ pub enum Mode {
     Gputrace,
     /// gputrace with `launch:args,memcpy:args,nccl:args` (no return probes).
     GputraceArgs,
+    /// gputrace with `--stacks --stacks-every 1`: every call's stack.
+    GputraceStacks,
+    /// gputrace with `--stacks` (launches sampled, one in 64).
+    GputraceStacks64,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 5] = [
+    pub const ALL: [Mode; 7] = [
         Mode::None,
         Mode::Bare,
         Mode::BareRet,
         Mode::Gputrace,
         Mode::GputraceArgs,
+        Mode::GputraceStacks,
+        Mode::GputraceStacks64,
     ];
 
     fn name(self) -> &'static str {
@@ -40,7 +46,16 @@ impl Mode {
             Mode::BareRet => "bare uprobe+uretprobe",
             Mode::Gputrace => "gputrace",
             Mode::GputraceArgs => "gputrace :args",
+            Mode::GputraceStacks => "gputrace --stacks",
+            Mode::GputraceStacks64 => "gputrace --stacks 1/64",
         }
+    }
+
+    fn traced(self) -> bool {
+        matches!(
+            self,
+            Mode::Gputrace | Mode::GputraceArgs | Mode::GputraceStacks | Mode::GputraceStacks64
+        )
     }
 
     /// The row this one is compared with.
@@ -48,6 +63,7 @@ impl Mode {
         match self {
             Mode::Gputrace => Some(Mode::BareRet),
             Mode::GputraceArgs => Some(Mode::Bare),
+            Mode::GputraceStacks | Mode::GputraceStacks64 => Some(Mode::Gputrace),
             _ => None,
         }
     }
@@ -158,7 +174,7 @@ impl Bench {
                 }
                 Some(a)
             }
-            Mode::Gputrace | Mode::GputraceArgs => {
+            _ => {
                 let mut a = vec![
                     "--pid".to_string(),
                     pid.clone(),
@@ -167,11 +183,18 @@ impl Bench {
                     "--summary".into(),
                     "json".into(),
                 ];
-                if mode == Mode::GputraceArgs {
-                    a.extend([
+                match mode {
+                    Mode::GputraceArgs => a.extend([
                         "--probes".to_string(),
                         "launch:args,memcpy:args,nccl:args".into(),
-                    ]);
+                    ]),
+                    Mode::GputraceStacks => {
+                        a.extend(["--stacks".to_string(), "--stacks-every".into(), "1".into()])
+                    }
+                    Mode::GputraceStacks64 => {
+                        a.extend(["--stacks".to_string(), "--stacks-every".into(), "64".into()])
+                    }
+                    _ => {}
                 }
                 Some(a)
             }
@@ -230,7 +253,7 @@ impl Bench {
             }
             s.cpu_s = cpu;
             s.max_rss_kb = rss;
-            if matches!(mode, Mode::Gputrace | Mode::GputraceArgs) {
+            if mode.traced() {
                 let v: Value = serde_json::from_str(stdout.trim())
                     .with_context(|| format!("summary: {stdout}"))?;
                 s.events = v["events"].as_u64().unwrap_or(0);
@@ -323,7 +346,7 @@ pub fn run(bench: &Bench, o: &Options) -> Result<()> {
                         s.ns_per_call
                     })
                 });
-                let traced = matches!(mode, Mode::Gputrace | Mode::GputraceArgs);
+                let traced = mode.traced();
                 let events_s = med(i, &|s| s.events as f64 / s.busy_s.max(1e-9));
                 let lost = samples[i].iter().map(|s| s.lost).sum::<u64>();
                 let cpu_us = med(i, &|s| {

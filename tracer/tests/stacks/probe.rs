@@ -18,7 +18,7 @@ use gputrace::stacks::record::parse_stack_record;
 use gputrace::stacks::resolve::StackResolver;
 use gputrace::stacks::settings::StackSettings;
 use gputrace::stacks::table::CallStack;
-use tracer_common::stack::PyStatus;
+use tracer_common::stack::{PyStatus, MAX_STACK_BYTES};
 use tracer_common::EventKind;
 
 use crate::support::{run, scratch, Fixture};
@@ -94,10 +94,10 @@ struct Traced {
 
 /// Attaches to the fixture's libraries with `--stacks`, lets it run its
 /// steps, and resolves every stack while it is still alive.
-fn trace_fixture(app: &mut Waiting) -> Traced {
+fn trace_fixture(app: &mut Waiting, window: Option<u32>) -> Traced {
     require_root();
     let pid = app.pid();
-    let settings = StackSettings::new(None, 1, kernel_offsets().expect("kernel BTF"))
+    let settings = StackSettings::new(window, 1, kernel_offsets().expect("kernel BTF"))
         .expect("default settings");
     let mut probes = Probes::load(ProbeSelection::default(), 16 << 20, Some(settings))
         .expect("loading the probes with --stacks");
@@ -173,7 +173,8 @@ fn probe_stacks_of_a_program_without_frame_pointers() {
             .args(["4", "--wait"])
             .current_dir(&sim),
     );
-    let traced = trace_fixture(&mut app);
+    // The largest window the probe copies (the Python test uses the default).
+    let traced = trace_fixture(&mut app, Some(MAX_STACK_BYTES as u32));
     let app_name = "gputrace-stackapp";
     let of = |name: &str| -> Vec<Arc<CallStack>> {
         traced
@@ -280,7 +281,7 @@ fn probe_stacks_of_python_calling_through_ctypes() {
                 .arg(&sim)
                 .args(["3", "--wait"]),
         );
-        let traced = trace_fixture(&mut app);
+        let traced = trace_fixture(&mut app, None);
         let who = python.display();
         let stacks = |name: &str| -> Vec<(Arc<CallStack>, PyStatus)> {
             traced
