@@ -179,17 +179,13 @@ impl Probes {
                 .program_mut(name)
                 .ok_or_else(|| anyhow!("program {name} missing from the eBPF object"))?
                 .try_into()?;
-            let t = std::time::Instant::now();
             prog.load()
                 .with_context(|| format!("verifying eBPF program {name}"))?;
-            eprintln!("VERIFY {name} {:?} insns {:?}", t.elapsed(), prog.info().ok().and_then(|i| i.verified_instruction_count()));
         }
-        let t = std::time::Instant::now();
         let multi = match std::env::var("GPUTRACE_ATTACH").as_deref() {
             Ok("perf") => None,
             _ => MultiPrograms::load(&ebpf, crate::EBPF_OBJECT).ok(),
         };
-        eprintln!("MULTI {:?}", t.elapsed());
         Ok(Self {
             ebpf,
             selection,
