@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use super::cache::content_key;
 use super::calibrate::{run_helper, CalibrationCache, Helper, Layout};
+use super::demangle::demangle;
 use super::memory::plausible_name;
 use super::stubs::StubSymbols;
-use crate::aggregate::enrich::demangle;
 use crate::probes::catalogue::Lib;
 use crate::probes::discover::{self, LibraryFile};
 use crate::probes::trust::{self, Trust};
@@ -44,8 +44,9 @@ pub struct KernelNamer {
 }
 
 impl KernelNamer {
-    pub fn new(cache: CalibrationCache) -> Self {
-        let enabled = std::env::var("GPUTRACE_NO_CALIBRATION").is_err();
+    /// `enabled`: whether libcuda builds are calibrated at all
+    /// (`GPUTRACE_NO_CALIBRATION` turns it off, see `Config`).
+    pub fn new(cache: CalibrationCache, enabled: bool) -> Self {
         Self {
             cache,
             by_file: HashMap::default(),

@@ -31,7 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::admission::{Admission, IDLE_TIMEOUT};
-use crate::export::prometheus::{Cursor, Metrics};
+use crate::sinks::metrics::{Cursor, Metrics};
 
 pub const HEADER_TIMEOUT: Duration = IDLE_TIMEOUT;
 pub const CONNECTION_LIMIT: Duration = Duration::from_secs(120);
