@@ -10,10 +10,11 @@ use aya::programs::UProbe;
 use aya::{Ebpf, EbpfLoader};
 use tracer_common::{LostReason, ProbeCookie, LOST_SLOTS};
 
-use super::catalogue::{Family, ProbeSelection};
+use super::catalogue::ProbeSelection;
 use super::discover::LibraryFile;
 use super::multi::{MultiLink, MultiPrograms};
 use super::symbols::{resolve_symbols, ResolvedSymbol};
+use crate::events::types::Family;
 use crate::events::types::LostCounts;
 use crate::stacks::settings::{PyProcMap, StackSettings};
 

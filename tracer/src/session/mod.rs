@@ -79,7 +79,12 @@ impl Session {
             libnccl: spec.libnccl.clone(),
         }
         .open()?;
-        let mut probes = Probes::load(selection.clone(), config.ring_bytes, config.perf_events, None)?;
+        let mut probes = Probes::load(
+            selection.clone(),
+            config.ring_bytes,
+            config.perf_events,
+            None,
+        )?;
         let ring = probes.take_ring()?;
         let lost = probes.take_lost()?;
         let lost_by_pid = probes.take_lost_by_pid()?;
