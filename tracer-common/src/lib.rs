@@ -150,9 +150,10 @@ pub const LOST_SLOTS: u32 = 5;
 ///   for this thread into `extra[RUNTIME_SLOT]`
 /// - 40..44: a runtime launch: argument (1-based) holding the host stub, kept
 ///   per thread from entry to return
-/// - 44: capture the caller's stack (`--stacks`): a [`stack::StackRecord`]
+/// - 38: capture the caller's stack (`--stacks`): a [`stack::StackRecord`]
 ///   is sent before the call
-/// - 45: ... for one call in `STACK_EVERY` of this API on each CPU only
+/// - 39: ... for one call in `STACK_EVERY` of this API on each CPU only
+///   (bits 44..64 belong to blob capture and the NCCL communicator slot)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ProbeCookie(pub u64);
 
@@ -161,8 +162,8 @@ impl ProbeCookie {
     pub const STACK: u64 = 1 << 17;
     pub const READABLE: u64 = 1 << 36;
     pub const RUNTIME_GET: u64 = 1 << 37;
-    pub const STACKS: u64 = 1 << 44;
-    pub const STACKS_SAMPLED: u64 = 1 << 45;
+    pub const STACKS: u64 = 1 << 38;
+    pub const STACKS_SAMPLED: u64 = 1 << 39;
 
     #[inline(always)]
     pub const fn api(self) -> u32 {

@@ -249,6 +249,7 @@ impl Enricher {
             api: api.name,
             family: Some(api.family),
             ret,
+            stack: None,
             args,
         };
         Ok(Enriched {

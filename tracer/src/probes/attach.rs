@@ -422,6 +422,7 @@ impl LostCounter {
             inflight_full: slot(LostReason::InflightFull),
             unpaired: slot(LostReason::Unpaired),
             read_failed: slot(LostReason::ReadFailed),
+            stacks_dropped: slot(LostReason::StackDropped),
         }
     }
 }

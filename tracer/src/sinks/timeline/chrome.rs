@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 
-use crate::events::json::{string, write_args};
+use crate::events::json::{string, write_args, write_frames};
 use crate::events::model::Call;
 
 pub struct ChromeWriter {
@@ -102,6 +102,12 @@ impl ChromeWriter {
         if self.line.ends_with('}') {
             self.line.pop();
             if self.line.len() > start + 1 {
+                self.line.push(',');
+            }
+            if let Some(stack) = &c.stack {
+                // Inline: a Chrome trace has no place for shared records.
+                self.line.push_str("\"stack\":");
+                write_frames(&mut self.line, &stack.frames);
                 self.line.push(',');
             }
             match c.ret {
