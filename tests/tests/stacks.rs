@@ -152,17 +152,7 @@ fn stacks_of_a_c_program_without_frame_pointers_in_every_output() {
         "{:#?}",
         nested[0]
     );
-    let runtime = frames_of_api(&calls, "cudaLaunchKernel");
-    assert_eq!(runtime.len(), 4);
-    assert_eq!(
-        runtime[0].as_ref().unwrap()[..2],
-        [
-            "cudaLaunchKernel (libcudart.so.13)".to_string(),
-            f("app_runtime")
-        ]
-    );
-    // Distinct stacks are written once: 4 call sites (launch, sync,
-    // runtime, the runtime's launch) and the setup calls.
+    // Each distinct stack is written once, before its first call.
     let records = events.iter().filter(|e| e["type"] == "stack").count();
     let distinct: std::collections::HashSet<&Value> =
         events.iter().filter_map(|e| e.get("stack_id")).collect();

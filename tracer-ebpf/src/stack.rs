@@ -129,18 +129,19 @@ fn read_kernel_u64(addr: u64) -> Option<u64> {
 }
 
 /// Whether this call's stack is wanted: always, or one in `STACK_EVERY`.
+///
+/// Without branches on the cookie's sampled bit: a branch there would let
+/// two paths, differing only in what the verifier knows of that bit, reach
+/// the capture, which the verifier would then check twice (past its
+/// million-instruction limit). Calls that are not sampled count with a
+/// modulus of 1.
 #[inline(always)]
 pub fn wanted(cookie: ProbeCookie) -> bool {
     if !cookie.stacks() {
         return false;
     }
-    if !cookie.stacks_sampled() {
-        return true;
-    }
-    let every = global(&STACK_EVERY);
-    if every <= 1 {
-        return true;
-    }
+    let sampled = (cookie.0 >> ProbeCookie::STACKS_SAMPLED.trailing_zeros()) & 1;
+    let every = 1 + sampled * global(&STACK_EVERY).saturating_sub(1);
     let Some(n) = STACK_SAMPLE.get_ptr_mut(cookie.api() % API_SLOTS) else {
         return false;
     };
