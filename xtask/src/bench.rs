@@ -111,6 +111,25 @@ fn wait_line<R: Read>(r: &mut BufReader<R>, prefix: &str, what: &str) -> Result<
     }
 }
 
+/// User+system CPU seconds a running process has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    // Fields 14 and 15 (utime, stime); `rest` starts at field 3.
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|i| f.get(*i)?.parse::<f64>().ok())
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks / hz
+}
+
 /// Waits for a child and returns its status code and rusage (user+sys s, max RSS KiB).
 fn wait_rusage(child: &mut Child) -> Result<(i32, f64, u64)> {
     let mut status = 0;
@@ -199,6 +218,7 @@ impl Bench {
                 Some(a)
             }
         };
+        let mut cpu_at_attach = 0.0;
         let mut tracer = match &tracer_args {
             Some(a) => {
                 let mut t = Command::new(&self.gputrace)
@@ -211,6 +231,9 @@ impl Bench {
                 let mut err: BufReader<ChildStderr> =
                     BufReader::new(t.stderr.take().expect("piped"));
                 wait_line(&mut err, "gputrace: attached", "gputrace")?;
+                // What loading cost (the verifier: seconds with --stacks)
+                // is not the cost of events.
+                cpu_at_attach = cpu_seconds(t.id());
                 // Keep reading stderr so gputrace never blocks on it.
                 std::thread::spawn(move || {
                     let mut sink = String::new();
@@ -251,7 +274,7 @@ impl Bench {
             if code != 0 {
                 bail!("gputrace exited with {code}");
             }
-            s.cpu_s = cpu;
+            s.cpu_s = (cpu - cpu_at_attach).max(0.0);
             s.max_rss_kb = rss;
             if mode.traced() {
                 let v: Value = serde_json::from_str(stdout.trim())
