@@ -424,11 +424,7 @@ impl Session {
         self.deliver(sink);
         self.targets.end_child();
         if let Some(s) = &self.stacks {
-            let (c, unresolved, orphans, distinct) = s.counts();
-            eprintln!(
-                "gputrace: stacks: {} resolved ({distinct} distinct); native unwinds cut short: {}; Python: no thread state {}, chain cut short {}, frames unresolved {}; records unreadable or of exited processes: {unresolved}; stacks whose call never came: {orphans}",
-                c.stacks, c.native_cut_short, c.python_no_thread, c.python_cut_short, c.python_unresolved
-            );
+            eprintln!("{}", s.report());
         }
     }
 }

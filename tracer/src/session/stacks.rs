@@ -18,7 +18,7 @@ use crate::error::{Failure, Result};
 use crate::probes::attach::Probes;
 use crate::stacks::kernel::{kernel_offsets, KernelOffsets};
 use crate::stacks::record::parse_stack_record;
-use crate::stacks::resolve::{StackCounts, StackResolver};
+use crate::stacks::resolve::StackResolver;
 use crate::stacks::settings::{PyProcMap, StackSettings};
 use crate::stacks::table::CallStack;
 
@@ -55,7 +55,9 @@ pub(super) struct SessionStacks {
     py: PyProcMap,
     /// Resolved stacks by (tid, start_ns), with their pid.
     pending: FxHashMap<(u32, u64), (u32, Arc<CallStack>)>,
-    /// Records that could not be read or resolved (the process was gone).
+    /// Records that could not be read (a bug if ever not zero).
+    unreadable: u64,
+    /// Records of processes gone before their modules could be read.
     unresolved: u64,
     /// Stacks dropped unjoined (the bound, or their process ended).
     orphans: u64,
@@ -88,6 +90,7 @@ impl SessionStacks {
             resolver: StackResolver::new(),
             py,
             pending: FxHashMap::default(),
+            unreadable: 0,
             unresolved: 0,
             orphans: 0,
             deferred: Vec::new(),
@@ -141,7 +144,7 @@ impl SessionStacks {
     /// A stack record from the ring buffer.
     pub(super) fn record(&mut self, bytes: &[u8]) {
         let Ok(raw) = parse_stack_record(bytes) else {
-            self.unresolved += 1;
+            self.unreadable += 1;
             return;
         };
         let Some(stack) = self.resolver.resolve(&raw, &mut self.py) else {
@@ -166,12 +169,20 @@ impl SessionStacks {
     }
 
     /// What the resolver counted, for the end of the trace.
-    pub(super) fn counts(&self) -> (StackCounts, u64, u64, usize) {
-        (
-            self.resolver.counts(),
+    /// The line said at the end of a trace.
+    pub(super) fn report(&self) -> String {
+        let c = self.resolver.counts();
+        format!(
+            "gputrace: stacks: {} resolved ({} distinct); native unwinds cut short: {}; Python: no thread state {}, chain cut short {}, frames unresolved {}; of processes gone before they could be read: {}; stacks whose call never came: {}; unreadable records: {}",
+            c.stacks,
+            self.resolver.distinct(),
+            c.native_cut_short,
+            c.python_no_thread,
+            c.python_cut_short,
+            c.python_unresolved,
             self.unresolved,
             self.orphans,
-            self.resolver.distinct(),
+            self.unreadable
         )
     }
 }
