@@ -18,6 +18,8 @@ fn main() {
         "workload.c",
         "workload_graphs.c",
         "workload.h",
+        "stackapp.c",
+        "stack_ctypes.py",
         "libcuda.map",
         "include",
     ] {

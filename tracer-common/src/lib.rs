@@ -7,6 +7,8 @@
 //! which arguments need extra reads (stack, structs, out-pointers, strings).
 #![no_std]
 
+pub mod stack;
+
 /// Integer arguments passed in registers by the System V x86-64 ABI.
 pub const REG_ARGS: usize = 6;
 /// Arguments past the sixth are read from the caller's stack.
@@ -46,6 +48,8 @@ pub enum EventKind {
     NamedCall = 2,
     /// A [`BlobCallEvent`]: a call with bytes copied at its entry.
     BlobCall = 3,
+    /// A [`stack::StackRecord`]: the caller's stack, sent before its call.
+    Stack = 4,
 }
 
 impl EventKind {
@@ -54,6 +58,7 @@ impl EventKind {
             1 => Some(Self::Call),
             2 => Some(Self::NamedCall),
             3 => Some(Self::BlobCall),
+            4 => Some(Self::Stack),
             _ => None,
         }
     }
@@ -170,9 +175,13 @@ pub enum LostReason {
     Unpaired = 2,
     /// A stack or struct read at entry failed (the event is still sent, marked).
     ReadFailed = 3,
+    /// A call's stack record could not be sent (ring buffer full, or the
+    /// CPU's scratch buffer in use by a preempted probe); the call itself is
+    /// recorded, without its stack.
+    StackDropped = 4,
 }
 
-pub const LOST_SLOTS: u32 = 4;
+pub const LOST_SLOTS: u32 = 5;
 
 /// The attach cookie: which API this probe is, and what the probe must read.
 ///
@@ -188,6 +197,9 @@ pub const LOST_SLOTS: u32 = 4;
 ///   (host memory), bits 0 and 1 of `extra[READABLE_SLOT]`
 /// - 37: a launch: copy the host stub the runtime call around it recorded
 ///   for this thread into `extra[RUNTIME_SLOT]`
+/// - 38: capture the caller's stack (`--stacks`): a [`stack::StackRecord`]
+///   is sent before the call
+/// - 39: ... for one call in `STACK_EVERY` of this API on each CPU only
 /// - 40..44: a runtime launch: argument (1-based) holding the host stub, kept
 ///   per thread from entry to return
 /// - 44..48: where to copy a blob from at entry, sent as a [`BlobCallEvent`]:
@@ -205,6 +217,8 @@ impl ProbeCookie {
     pub const STACK: u64 = 1 << 17;
     pub const READABLE: u64 = 1 << 36;
     pub const RUNTIME_GET: u64 = 1 << 37;
+    pub const STACKS: u64 = 1 << 38;
+    pub const STACKS_SAMPLED: u64 = 1 << 39;
 
     #[inline(always)]
     pub const fn api(self) -> u32 {
@@ -263,6 +277,15 @@ impl ProbeCookie {
         }
     }
 
+    #[inline(always)]
+    pub const fn stacks(self) -> bool {
+        self.0 & Self::STACKS != 0
+    }
+    #[inline(always)]
+    pub const fn stacks_sampled(self) -> bool {
+        self.0 & Self::STACKS_SAMPLED != 0
+    }
+
     pub const fn new(api: u16) -> Self {
         Self(api as u64)
     }
@@ -277,6 +300,11 @@ impl ProbeCookie {
     }
     pub const fn with_runtime_get(self) -> Self {
         Self(self.0 | Self::RUNTIME_GET)
+    }
+    /// Capture stacks; `sampled`: one call in `STACK_EVERY` only.
+    pub const fn with_stacks(self, sampled: bool) -> Self {
+        let s = if sampled { Self::STACKS_SAMPLED } else { 0 };
+        Self(self.0 | Self::STACKS | s)
     }
     /// `arg` is 0-based.
     pub const fn with_runtime_set(self, arg: u32) -> Self {
@@ -350,7 +378,11 @@ mod tests {
             .with_readable()
             .with_runtime_get()
             .with_runtime_set(1)
+            .with_stacks(true)
             .with_entry_only();
+        assert!(c.stacks() && c.stacks_sampled());
+        assert!(ProbeCookie::new(1).with_stacks(false).stacks());
+        assert!(!ProbeCookie::new(1).with_stacks(false).stacks_sampled());
         assert_eq!(c.api(), 513);
         assert!(c.stack_args());
         assert!(c.entry_only());

@@ -6,6 +6,8 @@
 #![no_main]
 #![feature(asm_experimental_arch)]
 
+mod stack;
+
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
@@ -25,7 +27,7 @@ use tracer_common::{
 
 /// Completed calls, drained by userspace. Its size is set at load time.
 #[map]
-static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
+pub(crate) static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 
 /// Calls between entry and return, keyed by (tid, api). LRU so a thread that
 /// never returns (killed mid-call) cannot leak an entry forever; one LRU list
@@ -78,7 +80,7 @@ fn bump(slot: *mut u64) {
 }
 
 #[inline(always)]
-fn count_lost(reason: LostReason) {
+pub(crate) fn count_lost(reason: LostReason) {
     if let Some(slot) = LOST.get_ptr_mut(reason as u32) {
         bump(slot);
     }
@@ -95,7 +97,7 @@ fn count_lost(reason: LostReason) {
 }
 
 #[inline(always)]
-fn submit_flags() -> u64 {
+pub(crate) fn submit_flags() -> u64 {
     // SAFETY: a global the loader may have overridden; read it, don't fold it.
     let threshold = unsafe { core::ptr::read_volatile(&WAKEUP_BYTES) };
     if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= threshold {
@@ -207,15 +209,20 @@ fn send_blob(e: &CallEvent, key: u64) {
 /// Fills a whole entry record (every field: it may be uninitialised
 /// ring buffer memory).
 #[inline(always)]
-fn fill_entry(ctx: &ProbeContext, cookie: ProbeCookie, e: &mut CallEvent) {
+fn fill_entry(
+    ctx: &ProbeContext,
+    cookie: ProbeCookie,
+    pid_tgid: u64,
+    start_ns: u64,
+    e: &mut CallEvent,
+) {
     // SAFETY: uprobe programs get the user registers.
     let regs = unsafe { &*ctx.regs };
-    let pid_tgid = bpf_get_current_pid_tgid();
     e.kind = EventKind::Call as u32;
     e.api = cookie.api();
     e.pid = (pid_tgid >> 32) as u32;
     e.tid = pid_tgid as u32;
-    e.start_ns = unsafe { bpf_ktime_get_ns() };
+    e.start_ns = start_ns;
     e.dur_ns = NO_RETURN;
     e.ret = 0;
     e.comm = bpf_get_current_comm().unwrap_or([0; 16]);
@@ -285,6 +292,13 @@ fn fill_entry(ctx: &ProbeContext, cookie: ProbeCookie, e: &mut CallEvent) {
 pub fn call_entry(ctx: ProbeContext) -> u32 {
     // SAFETY: the helper reads the cookie of the link that ran us.
     let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: the helper returns the time.
+    let start_ns = unsafe { bpf_ktime_get_ns() };
+    // The stack goes first: userspace holds it until its call arrives.
+    if stack::wanted(cookie) {
+        stack::capture(&ctx, cookie.api(), pid_tgid, start_ns);
+    }
     if cookie.entry_only() && cookie.blob_source() != 0 {
         // No return probe: build the record and read the blob in the ring buffer.
         let Some(mut entry) = EVENTS.reserve::<BlobCallEvent>(0) else {
@@ -295,7 +309,7 @@ pub fn call_entry(ctx: ProbeContext) -> u32 {
         // SAFETY: a reserved record of the right size: fill_entry writes the
         // call, then the blob fields are written.
         unsafe {
-            fill_entry(&ctx, cookie, &mut (*out).call);
+            fill_entry(&ctx, cookie, pid_tgid, start_ns, &mut (*out).call);
             (*out).call.kind = EventKind::BlobCall as u32;
             (*out)._pad = 0;
             (*out).blob_len = read_blob((*ctx.regs).rsp, &(*out).call, cookie, &mut (*out).blob);
@@ -310,7 +324,9 @@ pub fn call_entry(ctx: ProbeContext) -> u32 {
             return 0;
         };
         // SAFETY: a reserved record of the right size, fully written by fill_entry.
-        fill_entry(&ctx, cookie, unsafe { &mut *entry.as_mut_ptr() });
+        fill_entry(&ctx, cookie, pid_tgid, start_ns, unsafe {
+            &mut *entry.as_mut_ptr()
+        });
         entry.submit(submit_flags());
         return 0;
     }
@@ -318,7 +334,7 @@ pub fn call_entry(ctx: ProbeContext) -> u32 {
     // uprobe program can be preempted and another task's run on this CPU.
     let mut ev = CallEvent::zeroed();
     let e = &mut ev;
-    fill_entry(&ctx, cookie, e);
+    fill_entry(&ctx, cookie, pid_tgid, start_ns, e);
     if cookie.entry_only() {
         send(e, cookie);
         return 0;

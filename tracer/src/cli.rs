@@ -106,9 +106,35 @@ pub struct TraceArgs {
     /// Use this libnccl instead of the one found in /proc/PID/maps (NCCL linked into another library).
     #[arg(long, value_name = "PATH")]
     pub libnccl: Option<PathBuf>,
+    #[command(flatten)]
+    pub stacks: StackArgs,
     /// Start this command and trace it from its first call.
     #[arg(last = true, value_name = "CMD")]
     pub cmd: Vec<String>,
+}
+
+/// `--stacks` and its settings (trace, top, daemon).
+#[derive(Debug, Args, Clone, Default)]
+pub struct StackArgs {
+    /// Record the caller's call stack (native and Python frames) with each call.
+    #[arg(long)]
+    pub stacks: bool,
+    /// With --stacks: one launch in N per API gets a stack (sync, memory, copies, NCCL: every call).
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "stacks", value_parser = clap::value_parser!(u32).range(1..))]
+    pub stacks_every: u32,
+    /// With --stacks: bytes of user stack copied per call (a multiple of 8, at most 65536; default 16384).
+    #[arg(long, value_name = "BYTES", requires = "stacks")]
+    pub stack_bytes: Option<u32>,
+}
+
+impl StackArgs {
+    /// What the session is asked for: `None` without `--stacks`.
+    pub fn wanted(&self) -> Option<crate::session::StackRequest> {
+        self.stacks.then_some(crate::session::StackRequest {
+            every: self.stacks_every,
+            window: self.stack_bytes,
+        })
+    }
 }
 
 #[derive(Debug, Args)]
@@ -122,6 +148,8 @@ pub struct TopArgs {
     /// Refresh interval (at most an hour).
     #[arg(long, value_name = "DUR", value_parser = parse_interval, default_value = "1s")]
     pub interval: Duration,
+    #[command(flatten)]
+    pub stacks: StackArgs,
 }
 
 #[derive(Debug, Args)]
@@ -130,6 +158,10 @@ pub struct StatsArgs {
     pub file: PathBuf,
     #[arg(long, value_enum, default_value_t = StatsFormat::Text)]
     pub format: StatsFormat,
+    /// Instead of the summary, write folded stacks weighted by host time
+    /// (ns) for flamegraph.pl, inferno or speedscope (a timeline traced with --stacks).
+    #[arg(long, conflicts_with = "format")]
+    pub folded: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -155,6 +187,9 @@ pub struct DaemonArgs {
     /// Keep the series of an exited process this long, then drop them.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "60s")]
     pub keep_exited: Duration,
+    /// Stacks go to the --output-dir timelines only (metrics have no call-site labels).
+    #[command(flatten)]
+    pub stacks: StackArgs,
 }
 
 /// `10s`, `2m`, `500ms`, `1h`, or plain seconds.

@@ -22,15 +22,21 @@ pub enum Mode {
     Gputrace,
     /// gputrace with `launch:args,memcpy:args,nccl:args` (no return probes).
     GputraceArgs,
+    /// gputrace with `--stacks --stacks-every 1`: every call's stack.
+    GputraceStacks,
+    /// gputrace with `--stacks` (launches sampled, one in 64).
+    GputraceStacks64,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 5] = [
+    pub const ALL: [Mode; 7] = [
         Mode::None,
         Mode::Bare,
         Mode::BareRet,
         Mode::Gputrace,
         Mode::GputraceArgs,
+        Mode::GputraceStacks,
+        Mode::GputraceStacks64,
     ];
 
     fn name(self) -> &'static str {
@@ -40,7 +46,16 @@ impl Mode {
             Mode::BareRet => "bare uprobe+uretprobe",
             Mode::Gputrace => "gputrace",
             Mode::GputraceArgs => "gputrace :args",
+            Mode::GputraceStacks => "gputrace --stacks",
+            Mode::GputraceStacks64 => "gputrace --stacks 1/64",
         }
+    }
+
+    fn traced(self) -> bool {
+        matches!(
+            self,
+            Mode::Gputrace | Mode::GputraceArgs | Mode::GputraceStacks | Mode::GputraceStacks64
+        )
     }
 
     /// The row this one is compared with.
@@ -48,6 +63,7 @@ impl Mode {
         match self {
             Mode::Gputrace => Some(Mode::BareRet),
             Mode::GputraceArgs => Some(Mode::Bare),
+            Mode::GputraceStacks | Mode::GputraceStacks64 => Some(Mode::Gputrace),
             _ => None,
         }
     }
@@ -93,6 +109,25 @@ fn wait_line<R: Read>(r: &mut BufReader<R>, prefix: &str, what: &str) -> Result<
             return Ok(line.trim_end().to_string());
         }
     }
+}
+
+/// User+system CPU seconds a running process has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    // Fields 14 and 15 (utime, stime); `rest` starts at field 3.
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|i| f.get(*i)?.parse::<f64>().ok())
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks / hz
 }
 
 /// Waits for a child and returns its status code and rusage (user+sys s, max RSS KiB).
@@ -158,7 +193,7 @@ impl Bench {
                 }
                 Some(a)
             }
-            Mode::Gputrace | Mode::GputraceArgs => {
+            _ => {
                 let mut a = vec![
                     "--pid".to_string(),
                     pid.clone(),
@@ -167,15 +202,23 @@ impl Bench {
                     "--summary".into(),
                     "json".into(),
                 ];
-                if mode == Mode::GputraceArgs {
-                    a.extend([
+                match mode {
+                    Mode::GputraceArgs => a.extend([
                         "--probes".to_string(),
                         "launch:args,memcpy:args,nccl:args".into(),
-                    ]);
+                    ]),
+                    Mode::GputraceStacks => {
+                        a.extend(["--stacks".to_string(), "--stacks-every".into(), "1".into()])
+                    }
+                    Mode::GputraceStacks64 => {
+                        a.extend(["--stacks".to_string(), "--stacks-every".into(), "64".into()])
+                    }
+                    _ => {}
                 }
                 Some(a)
             }
         };
+        let mut cpu_at_attach = 0.0;
         let mut tracer = match &tracer_args {
             Some(a) => {
                 let mut t = Command::new(&self.gputrace)
@@ -188,6 +231,9 @@ impl Bench {
                 let mut err: BufReader<ChildStderr> =
                     BufReader::new(t.stderr.take().expect("piped"));
                 wait_line(&mut err, "gputrace: attached", "gputrace")?;
+                // What loading cost (the verifier: seconds with --stacks)
+                // is not the cost of events.
+                cpu_at_attach = cpu_seconds(t.id());
                 // Keep reading stderr so gputrace never blocks on it.
                 std::thread::spawn(move || {
                     let mut sink = String::new();
@@ -228,9 +274,9 @@ impl Bench {
             if code != 0 {
                 bail!("gputrace exited with {code}");
             }
-            s.cpu_s = cpu;
+            s.cpu_s = (cpu - cpu_at_attach).max(0.0);
             s.max_rss_kb = rss;
-            if matches!(mode, Mode::Gputrace | Mode::GputraceArgs) {
+            if mode.traced() {
                 let v: Value = serde_json::from_str(stdout.trim())
                     .with_context(|| format!("summary: {stdout}"))?;
                 s.events = v["events"].as_u64().unwrap_or(0);
@@ -323,7 +369,7 @@ pub fn run(bench: &Bench, o: &Options) -> Result<()> {
                         s.ns_per_call
                     })
                 });
-                let traced = matches!(mode, Mode::Gputrace | Mode::GputraceArgs);
+                let traced = mode.traced();
                 let events_s = med(i, &|s| s.events as f64 / s.busy_s.max(1e-9));
                 let lost = samples[i].iter().map(|s| s.lost).sum::<u64>();
                 let cpu_us = med(i, &|s| {

@@ -6,6 +6,11 @@ use serde_json::{json, Value};
 
 use super::summary::{ProcessSummary, Summary};
 
+/// "Top call sites" (`--stacks`): the APIs with the most host time, and
+/// each one's top sites.
+const SITES_APIS: usize = 8;
+const SITES_PER_API: usize = 5;
+
 /// `1.23 ms`, `456 ns`.
 pub fn fmt_ns(ns: f64) -> String {
     let ns = ns.max(0.0);
@@ -89,6 +94,13 @@ pub fn render_text(s: &Summary) -> String {
             out,
             "Argument reads that failed (calls kept, arguments zero): {}",
             s.lost.read_failed
+        );
+    }
+    if s.lost.stacks_dropped > 0 {
+        let _ = writeln!(
+            out,
+            "Call stacks not captured (calls kept, without a stack): {}",
+            s.lost.stacks_dropped
         );
     }
     out
@@ -275,6 +287,7 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
             );
         }
     }
+    p.sites.render_text(out, SITES_APIS, SITES_PER_API, fmt_ns);
 }
 
 fn process_json(p: &ProcessSummary) -> Value {
@@ -356,6 +369,7 @@ fn process_json(p: &ProcessSummary) -> Value {
             "peak_bytes": p.peak_bytes(),
         },
         "nccl": nccl,
+        "call_sites": p.sites.to_json(SITES_PER_API),
     })
 }
 

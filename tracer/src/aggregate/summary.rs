@@ -14,6 +14,7 @@ use crate::events::memory::MemoryBook;
 use crate::events::model::{Args, Call};
 use crate::events::types::LostCounts;
 use crate::events::types::{Direction, NcclOp};
+use crate::stacks::sites::CallSites;
 
 /// Host-side latency statistics of one API.
 #[derive(Clone, Debug, Default)]
@@ -214,6 +215,8 @@ pub struct ProcessSummary {
     total_memory: Option<(u64, u64)>,
     /// This is the sum over processes, not one process.
     pub is_total: bool,
+    /// Calls with a stack (`--stacks`) by API and call site.
+    pub sites: CallSites,
 }
 
 impl ProcessSummary {
@@ -239,6 +242,9 @@ impl ProcessSummary {
             .entry(c.api)
             .or_default()
             .record(c.dur_ns, c.failed());
+        if let Some(stack) = &c.stack {
+            self.sites.add(c.api, &stack.frames, c.dur_ns);
+        }
         let ok = !c.failed();
         match &c.args {
             Args::Launch(l) if ok && l.captured.is_some() => self.graphs.captured += 1,
@@ -335,6 +341,7 @@ impl ProcessSummary {
         }
         self.comms.extend(o.comms.iter().map(|(k, v)| (*k, *v)));
         self.graphs.merge(&o.graphs);
+        self.sites.merge(&o.sites);
     }
 
     /// APIs sorted by total time, then calls, then name.

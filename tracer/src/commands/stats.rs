@@ -1,7 +1,8 @@
 //! `gputrace stats FILE`: the live summary, computed again from a timeline
 //! (the reader is `sinks::timeline::read`). Unreadable lines are reported
 //! with their number and what was wrong; what was readable is still
-//! summarised, and the exit code is then 1.
+//! summarised, and the exit code is then 1. `--folded` writes the folded
+//! stacks of a `--stacks` timeline instead (weighted by host time, ns).
 
 use std::fs::File;
 use std::path::Path;
@@ -11,15 +12,27 @@ use crate::aggregate::render::{render_json, render_text};
 use crate::cli::{StatsArgs, StatsFormat};
 use crate::error::{Failure, Result};
 use crate::sinks::summary::write_stdout;
-use crate::sinks::timeline::read::read_timeline;
+use crate::sinks::timeline::read::read_timeline_with;
 
 pub fn run(args: &StatsArgs) -> Result<ExitCode> {
     let file = open(&args.file)?;
-    let input = read_timeline(file)
+    let input = read_timeline_with(file, args.folded)
         .map_err(|e| Failure::runtime(format!("reading {}: {e}", args.file.display())))?;
-    let text = match args.format {
-        StatsFormat::Text => render_text(&input.summary),
-        StatsFormat::Json => format!("{}\n", render_json(&input.summary)),
+    let text = match (&input.folded, args.format) {
+        (Some(folded), _) => {
+            let lines = folded.lines();
+            if lines.is_empty() && input.problems.count == 0 {
+                return Err(Failure::runtime(format!(
+                    "{} has no call stacks with host time (trace with --stacks)",
+                    args.file.display()
+                )));
+            }
+            let mut text = lines.join("\n");
+            text.push('\n');
+            text
+        }
+        (None, StatsFormat::Text) => render_text(&input.summary),
+        (None, StatsFormat::Json) => format!("{}\n", render_json(&input.summary)),
     };
     write_stdout(&text)?;
     if input.problems.count > 0 {

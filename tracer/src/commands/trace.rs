@@ -25,6 +25,7 @@ impl From<&TraceArgs> for TargetSpec {
             probes: a.probes.clone(),
             libcuda: a.libcuda.clone(),
             libnccl: a.libnccl.clone(),
+            stacks: a.stacks.wanted(),
         }
     }
 }

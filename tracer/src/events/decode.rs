@@ -57,6 +57,8 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawCall<'_>, DecodeError> {
         EventKind::Call => CallEvent::SIZE,
         EventKind::NamedCall => NamedCallEvent::SIZE,
         EventKind::BlobCall => BlobCallEvent::SIZE,
+        // Read by `stacks::record`, never as a call.
+        EventKind::Stack => return Err(DecodeError::Kind(kind_raw)),
     };
     // The ring buffer rounds records up to 8 bytes; every size is a multiple of 8.
     if bytes.len() != expected {
@@ -76,7 +78,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawCall<'_>, DecodeError> {
         &bytes[start..start + (len as usize).min(BLOB_LEN)]
     });
     let name = match kind {
-        EventKind::Call | EventKind::BlobCall => None,
+        EventKind::Call | EventKind::BlobCall | EventKind::Stack => None,
         EventKind::NamedCall => {
             let len_at = CallEvent::SIZE;
             let len = u32::from_ne_bytes(bytes[len_at..len_at + 4].try_into().expect("4 bytes"));

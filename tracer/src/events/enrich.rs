@@ -334,6 +334,7 @@ impl Enricher {
             api: api.name,
             family: Some(api.family),
             ret,
+            stack: None,
             args,
         };
         Ok(Enriched {

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::graph::{GraphCall, GraphLaunch};
 use super::types::{AllocKind, Direction, Family, NcclOp};
+use crate::stacks::table::CallStack;
 
 /// One traced call.
 #[derive(Clone, Debug, PartialEq)]
@@ -22,6 +23,10 @@ pub struct Call {
     /// The return code, `None` when traced `:args` only.
     pub ret: Option<i64>,
     pub args: Args,
+    /// The caller's stack (`--stacks`), interned: calls from one place
+    /// share it. `None` without `--stacks`, for calls not sampled, and when
+    /// the probe could not send it (counted as `stacks_dropped`).
+    pub stack: Option<Arc<CallStack>>,
 }
 
 impl Call {

@@ -169,6 +169,10 @@ pub struct LostCounts {
     pub unpaired: u64,
     /// Stack/struct reads that failed (the call was still recorded).
     pub read_failed: u64,
+    /// Call stacks (`--stacks`) the probes could not send: ring buffer
+    /// full, or the CPU's scratch buffer in use (the call was still
+    /// recorded, without its stack).
+    pub stacks_dropped: u64,
 }
 
 impl LostCounts {
@@ -184,6 +188,7 @@ impl LostCounts {
             inflight_full: self.inflight_full.saturating_sub(then.inflight_full),
             unpaired: self.unpaired.saturating_sub(then.unpaired),
             read_failed: self.read_failed.saturating_sub(then.read_failed),
+            stacks_dropped: self.stacks_dropped.saturating_sub(then.stacks_dropped),
         }
     }
 }

@@ -8,13 +8,15 @@ use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeScope};
 use aya::programs::UProbe;
 use aya::{Ebpf, EbpfLoader};
-use tracer_common::{LostReason, LOST_SLOTS};
+use tracer_common::{LostReason, ProbeCookie, LOST_SLOTS};
 
 use super::catalogue::ProbeSelection;
 use super::discover::LibraryFile;
 use super::multi::{MultiLink, MultiPrograms};
 use super::symbols::{resolve_symbols, ResolvedSymbol};
+use crate::events::types::Family;
 use crate::events::types::LostCounts;
+use crate::stacks::settings::{PyProcMap, StackSettings};
 
 const ENTRY: &str = "call_entry";
 const RETURN: &str = "call_return";
@@ -110,6 +112,8 @@ pub struct Probes {
     symbols: HashMap<(u64, u64), Vec<ResolvedSymbol>>,
     /// Programs for multi-uprobe links, when the kernel has them.
     multi: Option<MultiPrograms>,
+    /// `--stacks`: every probe captures its caller's stack.
+    stacks: Option<StackSettings>,
 }
 
 /// How probes are attached.
@@ -124,21 +128,32 @@ pub enum AttachMode {
 impl Probes {
     /// Loads and verifies the programs; attaches nothing yet.
     /// `perf_events`: attach one perf event per probe even where the kernel
-    /// has multi-uprobe links.
+    /// has multi-uprobe links. `stacks`: capture call stacks (`--stacks`).
     pub fn load(
         selection: ProbeSelection,
         ring_bytes: u32,
         perf_events: bool,
+        stacks: Option<StackSettings>,
     ) -> anyhow::Result<Self> {
         let wakeup = u64::from(ring_bytes / 4);
         // The in-flight map keeps an LRU list per CPU (less lock contention
         // between threads): give each CPU room for 512 calls in flight.
         let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
         let inflight = (512 * cpus).max(16384);
-        let mut ebpf = EbpfLoader::new()
+        let globals = stacks.map(|s| s.globals());
+        let mut loader = EbpfLoader::new();
+        loader
             .map_max_entries("EVENTS", ring_bytes)
             .map_max_entries("INFLIGHT", inflight)
-            .override_global("WAKEUP_BYTES", &wakeup, true)
+            .override_global("WAKEUP_BYTES", &wakeup, true);
+        if let Some(globals) = &globals {
+            // One stack scratch buffer per CPU (only with --stacks: ~34 KiB each).
+            loader.map_max_entries("STACK_SCRATCH", cpus);
+            for (name, value) in globals {
+                loader.override_global(name, value, true);
+            }
+        }
+        let mut ebpf = loader
             .load(crate::EBPF_OBJECT)
             .context("loading the eBPF object")?;
         for name in [ENTRY, RETURN] {
@@ -159,6 +174,7 @@ impl Probes {
             selection,
             symbols: HashMap::new(),
             multi,
+            stacks,
         })
     }
 
@@ -255,7 +271,7 @@ impl Probes {
         let mut entry = (Vec::new(), Vec::new());
         let mut ret = (Vec::new(), Vec::new());
         for sym in symbols {
-            let (cookie, args_only) = sym.api.cookie_for(&self.selection, runtime_stubs);
+            let (cookie, args_only) = self.cookie(sym, runtime_stubs);
             entry.0.push(sym.file_offset);
             entry.1.push(cookie.0);
             if !args_only {
@@ -283,7 +299,7 @@ impl Probes {
     ) -> anyhow::Result<()> {
         let uscope = scope.uprobe_scope()?;
         for sym in symbols {
-            let (cookie, args_only) = sym.api.cookie_for(&self.selection, runtime_stubs);
+            let (cookie, args_only) = self.cookie(sym, runtime_stubs);
             let point = |c: u64| UProbeAttachPoint {
                 location: UProbeAttachLocation::AbsoluteOffset(sym.file_offset),
                 cookie: Some(c),
@@ -314,6 +330,28 @@ impl Probes {
             }
         }
         Ok(())
+    }
+
+    /// The attach cookie of a symbol: its API's, plus the stack bits with
+    /// `--stacks` (launches sampled, everything else complete).
+    fn cookie(&self, sym: &ResolvedSymbol, runtime_stubs: bool) -> (ProbeCookie, bool) {
+        let (cookie, args_only) = sym.api.cookie_for(&self.selection, runtime_stubs);
+        match self.stacks {
+            Some(_) => (
+                cookie.with_stacks(matches!(sym.api.family, Family::Launch | Family::Runtime)),
+                args_only,
+            ),
+            None => (cookie, args_only),
+        }
+    }
+
+    /// The probe's map of Python processes (once; `--stacks` only).
+    pub fn take_py_procs(&mut self) -> anyhow::Result<PyProcMap> {
+        let map = self
+            .ebpf
+            .take_map("PY_PROCS")
+            .ok_or_else(|| anyhow!("PY_PROCS map missing"))?;
+        Ok(PyProcMap(aya::maps::HashMap::try_from(map)?))
     }
 
     fn program(&mut self, name: &str) -> anyhow::Result<&mut UProbe> {
@@ -378,12 +416,13 @@ impl LostCounter {
                 .map(|v| v.iter().sum())
                 .unwrap_or(0)
         };
-        let _: [(); 4] = [(); LOST_SLOTS as usize];
+        let _: [(); 5] = [(); LOST_SLOTS as usize];
         LostCounts {
             ring_full: slot(LostReason::RingFull),
             inflight_full: slot(LostReason::InflightFull),
             unpaired: slot(LostReason::Unpaired),
             read_failed: slot(LostReason::ReadFailed),
+            stacks_dropped: slot(LostReason::StackDropped),
         }
     }
 }

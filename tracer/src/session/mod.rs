@@ -13,6 +13,7 @@ mod attacher;
 mod node;
 mod processes;
 mod run;
+mod stacks;
 mod targets;
 
 use std::time::{Duration, Instant};
@@ -22,7 +23,7 @@ use tokio::io::unix::AsyncFd;
 
 pub use attacher::Overrides;
 pub use run::{RunOptions, Stop};
-pub use targets::{preflight, TargetSpec};
+pub use targets::{preflight, StackRequest, TargetSpec};
 
 use crate::config::Config;
 use crate::error::{Failure, Result};
@@ -38,6 +39,7 @@ use crate::sinks::{Sink, Status};
 use attacher::Attacher;
 use node::NodeWatch;
 use processes::Processes;
+use stacks::SessionStacks;
 use targets::Targets;
 
 /// How often exits and newly mapped libraries are checked.
@@ -66,6 +68,8 @@ pub struct Session {
     /// Events made outside a drain (processes seen at the start, exits),
     /// handed on at the next drain or maintenance.
     pending: Vec<Event>,
+    /// `--stacks`: stack records resolved and joined to their calls.
+    stacks: Option<SessionStacks>,
     /// Installed by [`Session::announce`], used by [`Session::run`].
     signals: Option<run::Signals>,
 }
@@ -81,7 +85,17 @@ impl Session {
             libnccl: spec.libnccl.clone(),
         }
         .open()?;
-        let mut probes = Probes::load(selection.clone(), config.ring_bytes, config.perf_events)?;
+        let stack_settings = spec.stacks.as_ref().map(stacks::settings).transpose()?;
+        let mut probes = Probes::load(
+            selection.clone(),
+            config.ring_bytes,
+            config.perf_events,
+            stack_settings,
+        )?;
+        let stacks = match stack_settings {
+            Some(_) => Some(SessionStacks::new(&mut probes)?),
+            None => None,
+        };
         let ring = probes.take_ring()?;
         let lost = probes.take_lost()?;
         let lost_by_pid = probes.take_lost_by_pid()?;
@@ -155,6 +169,7 @@ impl Session {
             by_pid_read: None,
             undecodable: 0,
             pending: Vec::new(),
+            stacks,
             signals: None,
         };
         for e in pending {
@@ -233,8 +248,18 @@ impl Session {
     /// What a lifecycle event means for the decoding state.
     fn note(&mut self, e: &Event) {
         match e {
-            Event::ProcessSeen(info) => self.enricher.add(info.pid, info.comm.clone()),
-            Event::ProcessGone { pid, .. } => self.enricher.forget(*pid),
+            Event::ProcessSeen(info) => {
+                self.enricher.add(info.pid, info.comm.clone());
+                if let Some(s) = &mut self.stacks {
+                    s.seen(info.pid);
+                }
+            }
+            Event::ProcessGone { pid, .. } => {
+                self.enricher.forget(*pid);
+                if let Some(s) = &mut self.stacks {
+                    s.gone(*pid);
+                }
+            }
             _ => {}
         }
     }
@@ -255,6 +280,14 @@ impl Session {
         while n < max {
             let Some(item) = ring.next() else { break };
             n += 1;
+            if let Some(s) = self
+                .stacks
+                .as_mut()
+                .filter(|_| stacks::is_stack_record(&item))
+            {
+                s.record(&item);
+                continue;
+            }
             let Ok(raw) = parse_record(&item) else {
                 self.undecodable += 1;
                 continue;
@@ -268,15 +301,21 @@ impl Session {
                         .processes
                         .first_call(pid, &String::from_utf8_lossy(&comm[..end]));
                     self.enricher.add(pid, info.comm.clone());
+                    if let Some(s) = &mut self.stacks {
+                        s.seen(pid);
+                    }
                     sink.take(Event::ProcessSeen(info));
                     self.enricher.enrich(&raw)
                 }
                 r => r,
             };
             match enriched {
-                Ok(e) => {
-                    if let Some(record) = e.graph {
+                Ok(mut e) => {
+                    if let Some(record) = e.graph.take() {
                         sink.take(Event::Graph(record));
+                    }
+                    if let Some(s) = &mut self.stacks {
+                        e.call.stack = s.take(raw.event.tid, raw.event.start_ns);
                     }
                     sink.take(Event::Call {
                         call: e.call,
@@ -311,6 +350,9 @@ impl Session {
             }
         }
         self.attach_mapped_since();
+        if let Some(s) = &mut self.stacks {
+            s.maintain();
+        }
         self.read_lost(now, false, &mut events);
         for e in events {
             self.note(&e);
@@ -384,5 +426,8 @@ impl Session {
         self.pending.extend(events);
         self.deliver(sink);
         self.targets.end_child();
+        if let Some(s) = &self.stacks {
+            eprintln!("{}", s.report());
+        }
     }
 }

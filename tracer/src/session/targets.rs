@@ -19,6 +19,17 @@ pub struct TargetSpec {
     pub probes: Option<ProbeSelection>,
     pub libcuda: Option<PathBuf>,
     pub libnccl: Option<PathBuf>,
+    /// `--stacks`: capture call stacks.
+    pub stacks: Option<StackRequest>,
+}
+
+/// What `--stacks` asks for (checked against the kernel in `Session::start`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackRequest {
+    /// One launch in `every` gets a stack.
+    pub every: u32,
+    /// Bytes of user stack copied (`None`: the default).
+    pub window: Option<u32>,
 }
 
 fn validate(spec: &TargetSpec) -> Result<()> {

@@ -27,9 +27,70 @@ const KIND_UNION: u32 = 5;
 
 /// Byte offset of `task_struct.thread.fsbase` in the running kernel.
 pub fn fsbase_offset() -> Result<u64, BtfError> {
+    let data = read_vmlinux()?;
+    Btf::parse(&data)?.member_path_offset("task_struct", &["thread", "fsbase"])
+}
+
+/// Where the kernel keeps the return addresses its uretprobes replaced: a
+/// uretprobe armed at a function's entry overwrites the return address on
+/// the user stack with the `[uprobes]` trampoline, and keeps the original in
+/// `task->utask->return_instances` (a list, innermost first: `stack` is the
+/// address of the overwritten slot, `orig_ret_vaddr` the original). A stack
+/// copied inside a call nested in another probed call (cuLaunchKernel inside
+/// cudaLaunchKernel) holds the trampoline's address where the outer call's
+/// return address was; the probe copies these pairs so userspace can put the
+/// real addresses back before unwinding (what the kernel's own perf
+/// callchains do since 6.11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UretprobeOffsets {
+    /// `task_struct.utask` (a pointer to `struct uprobe_task`).
+    pub task_utask: u64,
+    /// `uprobe_task.return_instances`.
+    pub utask_return_instances: u64,
+    /// `return_instance.stack`, `.orig_ret_vaddr`, `.next`.
+    pub ri_stack: u64,
+    pub ri_orig_ret_vaddr: u64,
+    pub ri_next: u64,
+}
+
+/// What the probe's stack capture needs from the running kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelOffsets {
+    /// `task_struct.thread.fsbase`: `None` when the BTF lacks it (then the
+    /// probe cannot find Python thread states).
+    pub fsbase: Option<u64>,
+    /// `None` when the kernel's uprobe structures are not as expected (then
+    /// stacks inside nested probed calls end at the trampoline).
+    pub uretprobe: Option<UretprobeOffsets>,
+}
+
+/// Reads every offset from the running kernel's BTF at once.
+pub fn kernel_offsets() -> Result<KernelOffsets, BtfError> {
+    let data = read_vmlinux()?;
+    let btf = Btf::parse(&data)?;
+    Ok(offsets_from(&btf))
+}
+
+fn offsets_from(btf: &Btf<'_>) -> KernelOffsets {
+    let fsbase = btf
+        .member_path_offset("task_struct", &["thread", "fsbase"])
+        .ok();
+    let uretprobe = (|| {
+        Ok::<_, BtfError>(UretprobeOffsets {
+            task_utask: btf.member_path_offset("task_struct", &["utask"])?,
+            utask_return_instances: btf.member_path_offset("uprobe_task", &["return_instances"])?,
+            ri_stack: btf.member_path_offset("return_instance", &["stack"])?,
+            ri_orig_ret_vaddr: btf.member_path_offset("return_instance", &["orig_ret_vaddr"])?,
+            ri_next: btf.member_path_offset("return_instance", &["next"])?,
+        })
+    })()
+    .ok();
+    KernelOffsets { fsbase, uretprobe }
+}
+
+fn read_vmlinux() -> Result<Vec<u8>, BtfError> {
     let path = Path::new("/sys/kernel/btf/vmlinux");
-    let data = std::fs::read(path).map_err(|e| BtfError::Read(path.display().to_string(), e))?;
-    member_path_offset(&data, "task_struct", &["thread", "fsbase"])
+    std::fs::read(path).map_err(|e| BtfError::Read(path.display().to_string(), e))
 }
 
 /// One type of the blob: where its record starts, its kind, name and, for
@@ -41,100 +102,133 @@ struct TypeRef {
     kflag: bool,
 }
 
-/// Byte offset of a member path (`thread`, `fsbase`) inside struct `root`.
-pub fn member_path_offset(data: &[u8], root: &str, path: &[&str]) -> Result<u64, BtfError> {
-    let u16_at = |o: usize| data.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
-    let u32_at = |o: usize| {
-        data.get(o..o + 4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    };
-    if u16_at(0) != Some(BTF_MAGIC) {
-        return Err(BtfError::Format("bad magic (or not little-endian)"));
-    }
-    let hdr_len = u32_at(4).ok_or(BtfError::Format("short header"))? as usize;
-    let field = |i: usize| {
-        u32_at(8 + i * 4)
-            .map(|v| v as usize)
-            .ok_or(BtfError::Format("short header"))
-    };
-    let (type_off, type_len, str_off, str_len) = (field(0)?, field(1)?, field(2)?, field(3)?);
-    let types_start = hdr_len + type_off;
-    let types_end = types_start + type_len;
-    let strs = data
-        .get(hdr_len + str_off..hdr_len + str_off + str_len)
-        .ok_or(BtfError::Format("string section out of bounds"))?;
-    let name = |off: u32| -> &[u8] {
-        let s = strs.get(off as usize..).unwrap_or(&[]);
-        &s[..s.iter().position(|&b| b == 0).unwrap_or(s.len())]
-    };
+/// A parsed BTF blob: every type indexed once.
+pub struct Btf<'a> {
+    data: &'a [u8],
+    strs: &'a [u8],
+    types: Vec<TypeRef>,
+}
 
-    // Index every type (ids start at 1), following each kind's trailer.
-    let mut types: Vec<TypeRef> = Vec::new();
-    let mut at = types_start;
-    while at + 12 <= types_end {
-        let info = u32_at(at + 4).ok_or(BtfError::Format("truncated type"))?;
-        let kind = (info >> 24) & 0x1f;
-        let vlen = (info & 0xffff) as usize;
-        let trailer = match kind {
-            1 | 14 | 17 => 4,             // INT, VAR, DECL_TAG
-            3 => 12,                      // ARRAY
-            4 | 5 | 15 | 19 => 12 * vlen, // STRUCT, UNION, DATASEC, ENUM64
-            6 | 13 => 8 * vlen,           // ENUM, FUNC_PROTO
-            2 | 7..=12 | 16 | 18 => 0,    // PTR, FWD, TYPEDEF, qualifiers, FUNC, FLOAT, TYPE_TAG
-            _ => return Err(BtfError::Format("unknown type kind")),
-        };
-        types.push(TypeRef {
-            at,
-            kind,
-            vlen,
-            kflag: info >> 31 != 0,
-        });
-        at += 12 + trailer;
-    }
-    let by_id = |id: u32| types.get((id as usize).checked_sub(1)?);
+fn u32_at(data: &[u8], o: usize) -> Option<u32> {
+    data.get(o..o + 4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
 
-    let mut current = types
-        .iter()
-        .find(|t| t.kind == KIND_STRUCT && u32_at(t.at).is_some_and(|n| name(n) == root.as_bytes()))
-        .ok_or_else(|| BtfError::Missing(format!("struct {root}")))?;
-    let mut bits: u64 = 0;
-    for (depth, want) in path.iter().enumerate() {
-        let mut found = None;
-        for i in 0..current.vlen {
-            let m = current.at + 12 + i * 12;
-            let (Some(n), Some(ty), Some(off)) = (u32_at(m), u32_at(m + 4), u32_at(m + 8)) else {
-                return Err(BtfError::Format("truncated member"));
-            };
-            if name(n) == want.as_bytes() {
-                let off = if current.kflag { off & 0xff_ffff } else { off };
-                found = Some((ty, u64::from(off)));
-                break;
-            }
+impl<'a> Btf<'a> {
+    pub fn parse(data: &'a [u8]) -> Result<Self, BtfError> {
+        let u16_at = |o: usize| data.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+        if u16_at(0) != Some(BTF_MAGIC) {
+            return Err(BtfError::Format("bad magic (or not little-endian)"));
         }
-        let (mut ty, off) = found.ok_or_else(|| BtfError::Missing(path[..=depth].join(".")))?;
-        bits += off;
-        if depth + 1 < path.len() {
-            // Through typedefs and qualifiers to the struct/union.
-            loop {
-                let t = by_id(ty).ok_or(BtfError::Format("bad type id"))?;
-                if t.kind == KIND_STRUCT || t.kind == KIND_UNION {
-                    current = t;
+        let hdr_len = u32_at(data, 4).ok_or(BtfError::Format("short header"))? as usize;
+        let field = |i: usize| {
+            u32_at(data, 8 + i * 4)
+                .map(|v| v as usize)
+                .ok_or(BtfError::Format("short header"))
+        };
+        let (type_off, type_len, str_off, str_len) = (field(0)?, field(1)?, field(2)?, field(3)?);
+        let types_start = hdr_len + type_off;
+        let types_end = types_start + type_len;
+        let strs = data
+            .get(hdr_len + str_off..hdr_len + str_off + str_len)
+            .ok_or(BtfError::Format("string section out of bounds"))?;
+        // Index every type (ids start at 1), following each kind's trailer.
+        let mut types: Vec<TypeRef> = Vec::new();
+        let mut at = types_start;
+        while at + 12 <= types_end {
+            let info = u32_at(data, at + 4).ok_or(BtfError::Format("truncated type"))?;
+            let kind = (info >> 24) & 0x1f;
+            let vlen = (info & 0xffff) as usize;
+            let trailer = match kind {
+                1 | 14 | 17 => 4,             // INT, VAR, DECL_TAG
+                3 => 12,                      // ARRAY
+                4 | 5 | 15 | 19 => 12 * vlen, // STRUCT, UNION, DATASEC, ENUM64
+                6 | 13 => 8 * vlen,           // ENUM, FUNC_PROTO
+                2 | 7..=12 | 16 | 18 => 0, // PTR, FWD, TYPEDEF, qualifiers, FUNC, FLOAT, TYPE_TAG
+                _ => return Err(BtfError::Format("unknown type kind")),
+            };
+            types.push(TypeRef {
+                at,
+                kind,
+                vlen,
+                kflag: info >> 31 != 0,
+            });
+            at += 12 + trailer;
+        }
+        Ok(Self { data, strs, types })
+    }
+
+    fn name(&self, off: u32) -> &[u8] {
+        let s = self.strs.get(off as usize..).unwrap_or(&[]);
+        &s[..s.iter().position(|&b| b == 0).unwrap_or(s.len())]
+    }
+
+    fn u32_at(&self, o: usize) -> Option<u32> {
+        u32_at(self.data, o)
+    }
+
+    /// Byte offset of a member path (`thread`, `fsbase`) inside struct `root`.
+    pub fn member_path_offset(&self, root: &str, path: &[&str]) -> Result<u64, BtfError> {
+        let by_id = |id: u32| self.types.get((id as usize).checked_sub(1)?);
+        let mut current = self
+            .types
+            .iter()
+            .find(|t| {
+                t.kind == KIND_STRUCT
+                    && t.vlen > 0
+                    && self
+                        .u32_at(t.at)
+                        .is_some_and(|n| self.name(n) == root.as_bytes())
+            })
+            .ok_or_else(|| BtfError::Missing(format!("struct {root}")))?;
+        let mut bits: u64 = 0;
+        for (depth, want) in path.iter().enumerate() {
+            let mut found = None;
+            for i in 0..current.vlen {
+                let m = current.at + 12 + i * 12;
+                let (Some(n), Some(ty), Some(off)) =
+                    (self.u32_at(m), self.u32_at(m + 4), self.u32_at(m + 8))
+                else {
+                    return Err(BtfError::Format("truncated member"));
+                };
+                if self.name(n) == want.as_bytes() {
+                    let off = if current.kflag { off & 0xff_ffff } else { off };
+                    found = Some((ty, u64::from(off)));
                     break;
                 }
-                if !matches!(t.kind, 8..=11 | 18) {
-                    return Err(BtfError::Missing(format!(
-                        "struct at {}",
-                        path[..=depth].join(".")
-                    )));
+            }
+            let (mut ty, off) = found.ok_or_else(|| BtfError::Missing(path[..=depth].join(".")))?;
+            bits += off;
+            if depth + 1 < path.len() {
+                // Through typedefs and qualifiers to the struct/union.
+                loop {
+                    let t = by_id(ty).ok_or(BtfError::Format("bad type id"))?;
+                    if t.kind == KIND_STRUCT || t.kind == KIND_UNION {
+                        current = t;
+                        break;
+                    }
+                    if !matches!(t.kind, 8..=11 | 18) {
+                        return Err(BtfError::Missing(format!(
+                            "struct at {}",
+                            path[..=depth].join(".")
+                        )));
+                    }
+                    ty = self
+                        .u32_at(t.at + 8)
+                        .ok_or(BtfError::Format("truncated type"))?;
                 }
-                ty = u32_at(t.at + 8).ok_or(BtfError::Format("truncated type"))?;
             }
         }
+        if !bits.is_multiple_of(8) {
+            return Err(BtfError::Format("member is a bit field"));
+        }
+        Ok(bits / 8)
     }
-    if !bits.is_multiple_of(8) {
-        return Err(BtfError::Format("member is a bit field"));
-    }
-    Ok(bits / 8)
+}
+
+/// Byte offset of a member path inside struct `root` of a BTF blob.
+pub fn member_path_offset(data: &[u8], root: &str, path: &[&str]) -> Result<u64, BtfError> {
+    Btf::parse(data)?.member_path_offset(root, path)
 }
 
 #[cfg(test)]
@@ -215,5 +309,18 @@ mod tests {
         eprintln!("task_struct.thread.fsbase at byte {off}");
         assert!(off.is_multiple_of(8));
         assert!(off > 1024 && off < 64 * 1024, "{off}");
+    }
+
+    /// The running kernel keeps uretprobes' return addresses where the
+    /// probe looks for them (checked against a live process in the root
+    /// tests: a stack inside a nested probed call unwinds past it).
+    #[test]
+    fn running_kernel_has_the_uretprobe_return_instances() {
+        let k = kernel_offsets().expect("kernel BTF");
+        let u = k.uretprobe.expect("task_struct.utask, uprobe_task.return_instances, return_instance.{stack,orig_ret_vaddr,next}");
+        eprintln!("{k:?}");
+        assert_eq!(k.fsbase, Some(fsbase_offset().unwrap()));
+        assert!(u.task_utask.is_multiple_of(8) && u.ri_stack.is_multiple_of(8));
+        assert_ne!(u.ri_stack, u.ri_orig_ret_vaddr);
     }
 }

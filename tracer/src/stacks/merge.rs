@@ -35,35 +35,61 @@ impl std::fmt::Display for StackFrame {
 /// last Python frame placed, or, when none was, the native frames: the
 /// Python frames are outer to whatever native code was reached.
 pub fn merge(native: &[NativeFrame], python: &[(PyFrame, bool)]) -> Vec<StackFrame> {
-    let mut out: Vec<StackFrame> = Vec::with_capacity(native.len() + python.len());
-    let mut next_py = 0;
+    let native: Vec<StackFrame> = native.iter().cloned().map(StackFrame::Native).collect();
+    let python: Vec<(StackFrame, bool)> = python
+        .iter()
+        .map(|(f, e)| (StackFrame::Python(f.clone()), *e))
+        .collect();
+    merge_by(
+        native,
+        |f| matches!(f, StackFrame::Native(n) if n.function.as_deref() == Some(EVAL_FUNCTION)),
+        python,
+        None,
+    )
+}
+
+/// [`merge`] over any frame type: `is_eval` tells the native evaluation
+/// frames. With `gap` (the native unwind stopped short of the stack's
+/// end), Python frames left over go after every native frame, behind the
+/// `gap` marker: the native frames between are missing, but both parts
+/// stay in call order.
+pub fn merge_by<T>(
+    native: Vec<T>,
+    is_eval: impl Fn(&T) -> bool,
+    python: Vec<(T, bool)>,
+    gap: Option<T>,
+) -> Vec<T> {
+    let mut out: Vec<T> = Vec::with_capacity(native.len() + python.len() + 1);
+    let mut python = python.into_iter().peekable();
     let mut after_last_group: Option<usize> = None;
     for n in native {
-        let is_eval = n.function.as_deref() == Some(EVAL_FUNCTION);
-        if is_eval && next_py < python.len() {
-            while next_py < python.len() {
-                let (frame, entry) = &python[next_py];
-                out.push(StackFrame::Python(frame.clone()));
-                next_py += 1;
-                if *entry {
+        if is_eval(&n) && python.peek().is_some() {
+            for (frame, entry) in python.by_ref() {
+                out.push(frame);
+                if entry {
                     break;
                 }
             }
             after_last_group = Some(out.len());
         } else {
-            out.push(StackFrame::Native(n.clone()));
+            out.push(n);
         }
     }
-    let rest = python[next_py..]
-        .iter()
-        .map(|(f, _)| StackFrame::Python(f.clone()));
-    match after_last_group {
-        Some(at) => {
+    let rest: Vec<T> = python.map(|(f, _)| f).collect();
+    if rest.is_empty() {
+        return out;
+    }
+    match (gap, after_last_group) {
+        (Some(marker), _) => {
+            out.push(marker);
+            out.extend(rest);
+        }
+        (None, Some(at)) => {
             let tail = out.split_off(at);
             out.extend(rest);
             out.extend(tail);
         }
-        None => out.extend(rest),
+        (None, None) => out.extend(rest),
     }
     out
 }
@@ -150,6 +176,42 @@ mod tests {
         assert_eq!(
             names(&merge(&native, &[py("a", true)])),
             ["py:a", EVAL_FUNCTION]
+        );
+    }
+
+    #[test]
+    fn a_native_unwind_cut_short_puts_the_rest_behind_a_gap() {
+        let t = |s: &str| s.to_string();
+        let native = vec![t("cuLaunchKernel"), t("eval"), t("PyObject_Call")];
+        let python = vec![(t("a"), true), (t("b"), false), (t("c"), true)];
+        assert_eq!(
+            merge_by(
+                native.clone(),
+                |f| f == "eval",
+                python.clone(),
+                Some(t("[gap]"))
+            ),
+            ["cuLaunchKernel", "a", "PyObject_Call", "[gap]", "b", "c"]
+        );
+        // No evaluation reached at all.
+        assert_eq!(
+            merge_by(
+                vec![t("cuLaunchKernel")],
+                |f| f == "eval",
+                python,
+                Some(t("[gap]"))
+            ),
+            ["cuLaunchKernel", "[gap]", "a", "b", "c"]
+        );
+        // Nothing left over: no marker.
+        assert_eq!(
+            merge_by(
+                native,
+                |f| f == "eval",
+                vec![(t("a"), true)],
+                Some(t("[gap]"))
+            ),
+            ["cuLaunchKernel", "a", "PyObject_Call"]
         );
     }
 }

@@ -7,12 +7,17 @@
 //! - [`python`]: CPython frames (3.10 to 3.13): the walk the probe will do,
 //!   and the resolution of code objects to function, file and line.
 //! - [`merge`]: native and Python frames in one stack, in call order.
-//! - [`kernel`]: `task_struct.thread.fsbase` from the kernel's BTF, for the
-//!   probe to find the calling thread's Python thread state.
+//! - [`kernel`]: offsets the probe needs from the kernel's BTF:
+//!   `task_struct.thread.fsbase` (to find the calling thread's Python thread
+//!   state) and the uretprobe return instances (to put back the return
+//!   addresses nested probed calls replaced).
 //! - [`memory`]: reading a live process or a copied window.
-//!
-//! Nothing here is wired to the probes yet: these are the userspace halves,
-//! tested against real processes.
+//! - [`settings`]: what `--stacks` asks of the probes.
+//! - [`record`]: the probe's stack record read back.
+//! - [`resolve`]: record to interned stack (unwind, symbolize, Python code
+//!   objects, merge), with caches.
+//! - [`table`]: stacks as the outputs show them: frame strings, interning,
+//!   call sites, folded lines.
 
 pub mod elf;
 pub mod kernel;
@@ -20,4 +25,9 @@ pub mod memory;
 pub mod merge;
 pub mod native;
 pub mod python;
+pub mod record;
+pub mod resolve;
+pub mod settings;
+pub mod sites;
 pub mod symbols;
+pub mod table;

@@ -217,7 +217,17 @@ impl ProcessUnwinder {
     /// start at or below `regs.sp`). Returns the frame addresses, innermost
     /// first, and how the unwind ended.
     pub fn unwind(&mut self, regs: Regs, stack: &Window<'_>) -> (Vec<FrameAddress>, StackEnd) {
-        let mut read_stack = |addr: u64| stack.read_u64(addr).ok_or(());
+        self.unwind_reading(regs, &mut |addr| stack.read_u64(addr))
+    }
+
+    /// [`unwind`](Self::unwind) with the stack read through `read` (which
+    /// may record what the unwind depended on).
+    pub fn unwind_reading(
+        &mut self,
+        regs: Regs,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+    ) -> (Vec<FrameAddress>, StackEnd) {
+        let mut read_stack = |addr: u64| read(addr).ok_or(());
         let mut iter = self.unwinder.iter_frames(
             regs.ip,
             UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp),

@@ -410,6 +410,7 @@ mod tests {
                     api: "cuLaunchKernel",
                     family: None,
                     ret: Some(0),
+                    stack: None,
                     args: Args::Launch(Launch {
                         function: 1,
                         stub: 0,

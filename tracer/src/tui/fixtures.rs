@@ -24,6 +24,7 @@ pub(crate) fn call(
             api,
             family: Some(Family::Launch),
             ret: Some(0),
+            stack: None,
             args,
         },
         device_bytes: None,

@@ -292,3 +292,66 @@ fn gpu_header_from_nvml() {
     assert!(text.contains(" GPU1 NVIDIA H200  util   3%  mem 12.0 / 140.0 GiB  power 250 / 700 W"));
     check("gpus_100x30", &text);
 }
+
+#[test]
+fn call_sites_of_the_api_under_the_cursor() {
+    use crate::stacks::table::StackTable;
+    let scope = Scope {
+        what: "every process".into(),
+        probes: 164,
+        lost: 0,
+    };
+    let gpus = GpuStatus::Unavailable("no NVML".into());
+    let mut app = App::new(scope, gpus, 1);
+    let mut table = StackTable::new();
+    let frames = |v: &[&str]| v.iter().map(|s| std::sync::Arc::<str>::from(*s)).collect();
+    let hot = table.intern(frames(&[
+        "cuLaunchKernel (libcuda.so.1)",
+        "forward (/w/train.py:12)",
+        "main (/w/train.py:30)",
+    ]));
+    let cold = table.intern(frames(&[
+        "cuLaunchKernel (libcuda.so.1)",
+        "evaluate (/w/train.py:20)",
+    ]));
+    for s in 0..3 {
+        for i in 0..100u64 {
+            let mut c = call(
+                7,
+                "train",
+                "cuLaunchKernel",
+                T0 + s * NS + i * 1_000_000,
+                if i % 4 == 0 { 1_000 } else { 3_000 },
+                launch(Some("k"), 1),
+            );
+            c.call.stack = Some(if i % 4 == 0 {
+                cold.clone()
+            } else {
+                hot.clone()
+            });
+            app.model.feed(&c, T0);
+        }
+    }
+    let now = T0 + 3 * NS + SETTLE;
+    app.model.advance(now);
+    app.refresh(now, "12:00:00".into());
+    // Only while the APIs table has the cursor.
+    assert!(!render(&app, 100, 30).contains("Top call sites"));
+    app.apply(Action::NextPane);
+    let text = render(&app, 100, 30);
+    let at = text
+        .find("Top call sites of cuLaunchKernel")
+        .unwrap_or_else(|| panic!("{text}"));
+    let lines: Vec<&str> = text[at..].lines().take(3).collect();
+    // 75 calls/s at 3 us against 25 at 1 us: 90% and 10% of host time.
+    assert!(
+        lines[1].contains("90.0%")
+            && lines[1].contains("75")
+            && lines[1].ends_with("forward (/w/train.py:12)"),
+        "{lines:#?}"
+    );
+    assert!(
+        lines[2].contains("10.0%") && lines[2].ends_with("evaluate (/w/train.py:20)"),
+        "{lines:#?}"
+    );
+}

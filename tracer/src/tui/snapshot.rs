@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::app::DETAIL_WINDOW_SECS;
 use super::model::{waits_for_gpu, Model, ProcessActivity, Rates, Totals, HISTORY_SECS};
 use crate::events::types::NcclOp;
+use crate::stacks::sites::CallSites;
 
 /// One row of the process table.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,7 +31,22 @@ pub struct ApiRow {
     pub p99: Option<u64>,
     pub max: Option<u64>,
     pub waits: bool,
+    /// Top call sites of the calls with a stack (`--stacks`), most host
+    /// time first.
+    pub sites: Vec<SiteRow>,
 }
+
+/// One call site of an API (`top --stacks`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SiteRow {
+    pub site: String,
+    pub calls_per_s: f64,
+    /// Share of the API's host time in calls with a stack.
+    pub share: f64,
+}
+
+/// Call sites shown per API.
+pub const SITES_SHOWN: usize = 5;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelRow {
@@ -100,6 +116,18 @@ pub fn process_rows(model: &Model, end: u64, window_secs: u64) -> Vec<ProcessRow
 }
 
 /// One process in detail, over the [`DETAIL_WINDOW_SECS`] before `end`.
+fn site_rows(sites: &CallSites, api: &str, secs: f64) -> Vec<SiteRow> {
+    let top = sites.top(api, SITES_SHOWN);
+    let all: u64 = sites.top(api, usize::MAX).iter().map(|s| s.1.host_ns).sum();
+    top.into_iter()
+        .map(|(site, s)| SiteRow {
+            site: site.to_string(),
+            calls_per_s: s.calls as f64 / secs,
+            share: s.host_ns as f64 / all.max(1) as f64,
+        })
+        .collect()
+}
+
 pub fn detail(p: &ProcessActivity, end: u64) -> Detail {
     let covered = p.covered(end, DETAIL_WINDOW_SECS);
     let w = p.window(end, covered);
@@ -118,6 +146,7 @@ pub fn detail(p: &ProcessActivity, end: u64) -> Detail {
                 p99: q(0.99),
                 max: (s.timed > 0).then_some(s.max_ns),
                 waits: waits_for_gpu(name),
+                sites: site_rows(&w.sites, name, secs),
             }
         })
         .collect();

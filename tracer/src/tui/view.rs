@@ -12,6 +12,7 @@ use super::columns::{
     api_sort_title, dims, fitting_columns, fmt_bytes_short, fmt_opt_ns, fmt_rate, sort_title,
 };
 use super::gpu::GpuStatus;
+use super::snapshot::ApiRow;
 
 const TITLE: Style = Style::new().add_modifier(Modifier::BOLD);
 const HEADER: Style = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
@@ -346,12 +347,48 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
         frame.render_widget(p.block(block), area);
         return;
     }
+    // `--stacks`: the focused API's top call sites under its table.
+    let sites = match app.detail_pane {
+        Pane::Apis if focused => app
+            .api_rows()
+            .get(app.detail_offset)
+            .filter(|r| !r.sites.is_empty())
+            .map(|r| site_lines(r)),
+        _ => None,
+    };
+    let area = match sites {
+        Some(lines) if area.height > lines.len() as u16 + 6 => {
+            let [top, bottom] =
+                Layout::vertical([Constraint::Min(4), Constraint::Length(lines.len() as u16)])
+                    .areas(area);
+            frame.render_widget(Paragraph::new(lines), bottom);
+            top
+        }
+        _ => area,
+    };
     let table = table
         .block(block)
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
         .highlight_symbol("> ")
         .highlight_spacing(ratatui::widgets::HighlightSpacing::Always);
     frame.render_stateful_widget(table, area, &mut state);
+}
+
+/// The lines of an API's top call sites.
+fn site_lines(r: &ApiRow) -> Vec<Line<'static>> {
+    let mut lines = vec![Line::styled(
+        format!(" Top call sites of {} (host time, calls/s):", r.name),
+        HEADER,
+    )];
+    for s in &r.sites {
+        lines.push(Line::raw(format!(
+            " {:>5.1}%  {:>8}  {}",
+            s.share * 100.0,
+            fmt_rate(s.calls_per_s),
+            s.site
+        )));
+    }
+    lines
 }
 
 fn draw_charts(frame: &mut Frame, app: &App, area: Rect) {

@@ -4,5 +4,6 @@
 //! its children; root is not needed.
 
 mod native;
+mod probe;
 mod python;
 mod support;

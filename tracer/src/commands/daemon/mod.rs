@@ -29,6 +29,7 @@ const FLUSH_EVERY: Duration = Duration::from_secs(1);
 pub fn run(args: DaemonArgs, config: &Config) -> Result<ExitCode> {
     let spec = TargetSpec {
         all: true,
+        stacks: args.stacks.wanted(),
         ..TargetSpec::default()
     };
     preflight(&spec)?;

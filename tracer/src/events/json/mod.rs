@@ -123,6 +123,32 @@ pub fn write_call(out: &mut String, c: &Call) {
     opt_int(out, c.ret);
     out.push_str(",\"args\":");
     write_args(out, &c.args);
+    if let Some(stack) = &c.stack {
+        out.push_str(",\"stack_id\":");
+        num(out, stack.id);
+    }
+    out.push('}');
+}
+
+/// Appends the frames of a stack as a JSON array of strings.
+pub fn write_frames(out: &mut String, frames: &[std::sync::Arc<str>]) {
+    out.push('[');
+    for (i, f) in frames.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        string(out, f);
+    }
+    out.push(']');
+}
+
+/// Appends a stack record, `{"type":"stack","id":N,"frames":[..]}`: written
+/// once per file before the first call that names it by `stack_id`.
+pub fn write_stack(out: &mut String, stack: &crate::stacks::table::CallStack) {
+    out.push_str("{\"type\":\"stack\",\"id\":");
+    num(out, stack.id);
+    out.push_str(",\"frames\":");
+    write_frames(out, &stack.frames);
     out.push('}');
 }
 

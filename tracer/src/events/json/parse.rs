@@ -131,6 +131,7 @@ pub fn parse_call(v: &Value) -> Result<Call, ParseError> {
         api,
         family: known.map(|a| a.family),
         ret: get_opt_i64(m, "ret")?,
+        stack: None,
         args,
     })
 }
@@ -347,6 +348,7 @@ mod tests {
                 api: api.name,
                 family: Some(api.family),
                 ret: Some(0),
+                stack: None,
                 args: decode_args(api, &raw),
             };
             let mut s = String::new();

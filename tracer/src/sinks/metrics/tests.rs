@@ -16,6 +16,7 @@ fn call(pid: u32, api: &'static str, dur: u64, args: Args) -> Call {
         api,
         family: Some(Family::Launch),
         ret: Some(0),
+        stack: None,
         args,
     }
 }

@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 
 use crate::events::graph::GraphLaunch;
-use crate::events::json::{string, write_args};
+use crate::events::json::{string, write_args, write_frames};
 use crate::events::model::{Args, Call};
 
 pub struct ChromeWriter {
@@ -123,6 +123,12 @@ impl ChromeWriter {
                     }
                 }
                 self.line.push_str("],");
+            }
+            if let Some(stack) = &c.stack {
+                // Inline: a Chrome trace has no place for shared records.
+                self.line.push_str("\"stack\":");
+                write_frames(&mut self.line, &stack.frames);
+                self.line.push(',');
             }
             match c.ret {
                 Some(r) => {

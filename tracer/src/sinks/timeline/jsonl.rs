@@ -3,15 +3,20 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 
+use rustc_hash::FxHashSet;
+
 use crate::events::graph::GraphRecord;
 use crate::events::graph_json::write_record;
-use crate::events::json::write_call;
+use crate::events::json::{write_call, write_stack};
 use crate::events::model::Call;
 
 pub struct JsonlWriter {
     out: BufWriter<File>,
     line: String,
     written: u64,
+    /// Stacks whose record this file already holds (each file stands
+    /// alone: a rotated file repeats the stacks it needs).
+    stacks: FxHashSet<u32>,
 }
 
 impl JsonlWriter {
@@ -21,11 +26,18 @@ impl JsonlWriter {
             out: BufWriter::with_capacity(1 << 20, file),
             line: String::with_capacity(512),
             written: 0,
+            stacks: FxHashSet::default(),
         }
     }
 
     pub fn write(&mut self, call: &Call) -> std::io::Result<()> {
         self.line.clear();
+        if let Some(stack) = &call.stack {
+            if self.stacks.insert(stack.id) {
+                write_stack(&mut self.line, stack);
+                self.line.push('\n');
+            }
+        }
         write_call(&mut self.line, call);
         self.line.push('\n');
         self.out.write_all(self.line.as_bytes())?;

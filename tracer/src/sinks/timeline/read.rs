@@ -15,8 +15,9 @@ use crate::aggregate::summary::Summary;
 use crate::events::graph::ExecContents;
 use crate::events::graph_json::parse_record;
 use crate::events::json::parse_call;
-use crate::events::model::Args;
+use crate::events::model::{Args, Call};
 use crate::events::types::LostCounts;
+use crate::stacks::table::{CallStack, FoldedStacks, StackTable};
 
 /// Executable graphs remembered while reading, at most.
 const MAX_GRAPHS: usize = 1 << 16;
@@ -46,6 +47,45 @@ pub struct StatsInput {
     pub problems: Problems,
     /// Whether the file ended with gputrace's summary (a complete file).
     pub complete: bool,
+    /// Host time per distinct stack (`--folded`), when asked for.
+    pub folded: Option<FoldedStacks>,
+}
+
+/// The stacks of a timeline: JSONL `stack` records by id; Chrome traces
+/// carry each call's frames inline, interned here.
+#[derive(Default)]
+struct Stacks {
+    by_id: HashMap<u64, Arc<CallStack>>,
+    inline: StackTable,
+}
+
+/// A JSONL `{"type":"stack","id":N,"frames":[..]}` record.
+fn stack_record(v: &Value) -> Result<Arc<CallStack>, String> {
+    let id = v
+        .get("id")
+        .and_then(Value::as_u64)
+        .and_then(|i| u32::try_from(i).ok())
+        .ok_or("stack record without a numeric `id`")?;
+    let frames = frames_of(v.get("frames")).ok_or("stack record without `frames` strings")?;
+    Ok(Arc::new(CallStack {
+        id,
+        frames: frames.into(),
+    }))
+}
+
+fn frames_of(v: Option<&Value>) -> Option<Vec<Arc<str>>> {
+    v?.as_array()?
+        .iter()
+        .map(|f| f.as_str().map(Arc::from))
+        .collect()
+}
+
+/// Counts one call read back.
+fn record(summary: &mut Summary, folded: &mut Option<FoldedStacks>, c: &Call) {
+    summary.record(c);
+    if let (Some(f), Some(s)) = (folded.as_mut(), &c.stack) {
+        f.add(&s.frames, c.dur_ns.unwrap_or(0));
+    }
 }
 
 enum Format {
@@ -63,6 +103,7 @@ fn lost_from(v: &Value) -> Option<LostCounts> {
         inflight_full: d.get("inflight_full")?.as_u64()?,
         unpaired: d.get("unpaired")?.as_u64()?,
         read_failed: d.get("read_failed").and_then(Value::as_u64).unwrap_or(0),
+        stacks_dropped: d.get("stacks_dropped").and_then(Value::as_u64).unwrap_or(0),
     })
 }
 
@@ -102,7 +143,14 @@ fn read_line<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Result<Option
 
 /// Reads a `.jsonl` or `.json` timeline written by gputrace.
 pub fn read_timeline<R: Read>(input: R) -> std::io::Result<StatsInput> {
+    read_timeline_with(input, false)
+}
+
+/// Reads a timeline; `folded`: also sum host time per distinct stack.
+pub fn read_timeline_with<R: Read>(input: R, folded: bool) -> std::io::Result<StatsInput> {
     let mut r = BufReader::with_capacity(1 << 20, input);
+    let mut folded = folded.then(FoldedStacks::new);
+    let mut stacks = Stacks::default();
     let mut summary = Summary::default();
     let mut problems = Problems::default();
     let mut complete = false;
@@ -171,13 +219,33 @@ pub fn read_timeline<R: Read>(input: R) -> std::io::Result<StatsInput> {
                         Err(e) => problems.add(lineno, e.to_string()),
                     }
                 }
+                Ok(v) if v.get("type").and_then(Value::as_str) == Some("stack") => {
+                    match stack_record(&v) {
+                        Ok(st) => {
+                            stacks.by_id.insert(u64::from(st.id), st);
+                        }
+                        Err(e) => problems.add(lineno, e),
+                    }
+                }
                 Ok(v) => match parse_call(&v) {
                     Ok(mut c) => {
                         // What a graph launch runs: from the record before it.
                         if let Args::Graph(g) = &mut c.args {
                             g.contents = graphs.get(&(c.pid, g.exec)).cloned().flatten();
                         }
-                        summary.record(&c)
+                        match v.get("stack_id") {
+                            None | Some(Value::Null) => record(&mut summary, &mut folded, &c),
+                            Some(id) => match id.as_u64().and_then(|i| stacks.by_id.get(&i)) {
+                                Some(st) => {
+                                    c.stack = Some(st.clone());
+                                    record(&mut summary, &mut folded, &c);
+                                }
+                                None => problems.add(
+                                    lineno,
+                                    format!("`stack_id` {id} names no stack record before it"),
+                                ),
+                            },
+                        }
                     }
                     Err(e) => problems.add(lineno, e.to_string()),
                 },
@@ -202,8 +270,8 @@ pub fn read_timeline<R: Read>(input: R) -> std::io::Result<StatsInput> {
                     continue;
                 }
                 match serde_json::from_str::<Value>(t) {
-                    Ok(v) => match chrome_event(&v, *origin, comms) {
-                        Ok(Some(c)) => summary.record(&c),
+                    Ok(v) => match chrome_event(&v, *origin, comms, &mut stacks.inline) {
+                        Ok(Some(c)) => record(&mut summary, &mut folded, &c),
                         Ok(None) => {}
                         Err(e) => problems.add(lineno, e),
                     },
@@ -217,6 +285,7 @@ pub fn read_timeline<R: Read>(input: R) -> std::io::Result<StatsInput> {
         summary,
         problems,
         complete,
+        folded,
     })
 }
 
@@ -242,7 +311,8 @@ fn chrome_event(
     v: &Value,
     origin: u64,
     comms: &mut HashMap<u64, String>,
-) -> std::result::Result<Option<crate::events::model::Call>, String> {
+    stacks: &mut StackTable,
+) -> std::result::Result<Option<Call>, String> {
     let ph = v
         .get("ph")
         .and_then(Value::as_str)
@@ -284,6 +354,12 @@ fn chrome_event(
         .cloned()
         .unwrap_or_default();
     let ret = args.remove("ret").unwrap_or(Value::Null);
+    let stack = match args.remove("stack") {
+        None => None,
+        Some(f) => {
+            Some(stacks.intern(frames_of(Some(&f)).ok_or("`args.stack` is not a list of strings")?))
+        }
+    };
     let mut m = Map::new();
     m.insert("ts_ns".into(), Value::from(origin + ts));
     m.insert("dur_ns".into(), dur.map_or(Value::Null, Value::from));
@@ -302,7 +378,7 @@ fn chrome_event(
     );
     m.insert("ret".into(), ret);
     m.insert("args".into(), Value::Object(args));
-    parse_call(&Value::Object(m))
-        .map(Some)
-        .map_err(|e| e.to_string())
+    let mut c = parse_call(&Value::Object(m)).map_err(|e| e.to_string())?;
+    c.stack = stack;
+    Ok(Some(c))
 }

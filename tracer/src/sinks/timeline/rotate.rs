@@ -235,6 +235,7 @@ mod tests {
             api: "cuCtxSynchronize",
             family: None,
             ret: Some(0),
+            stack: None,
             args: Args::Sync {
                 stream: None,
                 event: None,

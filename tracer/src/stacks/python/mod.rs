@@ -8,6 +8,7 @@
 //! - the resolution ([`PythonProcess::resolve`]): code object to qualified
 //!   name, file and line, cached per code object, done in userspace.
 
+pub mod config;
 pub mod layout;
 pub mod linetable;
 

@@ -1,0 +1,243 @@
+//! Stacks as the outputs show them: lists of frame strings, innermost
+//! first (Python frames `function (path:line)`, native ones
+//! `symbol (library)`), interned so a stack seen again is one id; and what
+//! the views derive from them: the call site (the innermost user frame,
+//! Python first) and folded lines for flame graphs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Stands where frames are missing: the native unwind stopped short of the
+/// Python frames the probe walked, or the Python chain was longer than the
+/// probe copies.
+pub const GAP: &str = "[...]";
+
+/// Frame strings of one stack, innermost first.
+pub type Frames = Arc<[Arc<str>]>;
+
+/// One distinct stack.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CallStack {
+    /// Unique within a run (and within a timeline file).
+    pub id: u32,
+    pub frames: Frames,
+}
+
+impl CallStack {
+    /// The innermost user frame (see [`call_site`]).
+    pub fn call_site(&self) -> Option<&str> {
+        call_site(&self.frames)
+    }
+}
+
+/// Libraries whose frames are never a call site: the traced GPU libraries
+/// and NVIDIA's libraries around them.
+const GPU_LIBRARY_PREFIXES: &[&str] = &[
+    "libcuda.so",
+    "libcudart.so",
+    "libnccl.so",
+    "libcublas",
+    "libcudnn",
+    "libcufft",
+    "libcurand",
+    "libcusparse",
+    "libcusolver",
+    "libnvrtc",
+    "libnvJitLink",
+    "libcupti",
+    "libnvToolsExt",
+];
+
+/// The text in the frame's trailing parentheses: `path:line` or `path`
+/// (Python), the library (native).
+fn location(frame: &str) -> Option<&str> {
+    frame.strip_suffix(')')?.rsplit_once(" (").map(|(_, l)| l)
+}
+
+/// A Python frame: `function (path:line)`, or `function (file.py)` when
+/// the instruction has no line. Library names never end in `:digits`.
+pub fn is_python_frame(frame: &str) -> bool {
+    location(frame).is_some_and(|loc| {
+        loc.ends_with(".py")
+            || loc
+                .rsplit_once(':')
+                .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// A native frame in one of NVIDIA's libraries.
+pub fn is_gpu_library_frame(frame: &str) -> bool {
+    location(frame).is_some_and(|lib| GPU_LIBRARY_PREFIXES.iter().any(|p| lib.starts_with(p)))
+}
+
+/// The innermost user frame: the innermost Python frame if there is one,
+/// else the innermost native frame outside NVIDIA's libraries.
+pub fn call_site<S: AsRef<str>>(frames: &[S]) -> Option<&str> {
+    let frames = || frames.iter().map(AsRef::as_ref);
+    frames()
+        .find(|f| is_python_frame(f))
+        .or_else(|| frames().find(|f| *f != GAP && !is_gpu_library_frame(f)))
+}
+
+/// One line of the folded format (flamegraph.pl, inferno, speedscope):
+/// frames outermost first joined by `;`, a space, the weight.
+pub fn folded_line<S: AsRef<str>>(frames: &[S], weight: u64) -> String {
+    let mut line = String::new();
+    for (i, f) in frames.iter().rev().enumerate() {
+        if i > 0 {
+            line.push(';');
+        }
+        // `;` separates frames; a frame's own (rare in C++ names) would split it.
+        line.extend(f.as_ref().chars().map(|c| match c {
+            ';' => ':',
+            '\n' | '\r' => ' ',
+            c => c,
+        }));
+    }
+    line.push(' ');
+    line.push_str(&weight.to_string());
+    line
+}
+
+/// Host time per stack, written as folded lines (`gputrace stats
+/// --folded`): one line per distinct stack, heaviest first.
+#[derive(Default)]
+pub struct FoldedStacks {
+    weights: HashMap<Frames, u64>,
+}
+
+impl FoldedStacks {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&mut self, frames: &Frames, weight: u64) {
+        match self.weights.get_mut(frames) {
+            Some(w) => *w += weight,
+            None => {
+                self.weights.insert(frames.clone(), weight);
+            }
+        }
+    }
+
+    /// The lines, heaviest first (ties by text); stacks of weight 0 left out.
+    pub fn lines(&self) -> Vec<String> {
+        let mut v: Vec<(u64, String)> = self
+            .weights
+            .iter()
+            .filter(|(_, w)| **w > 0)
+            .map(|(f, w)| (*w, folded_line(f, *w)))
+            .collect();
+        v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        v.into_iter().map(|(_, l)| l).collect()
+    }
+}
+
+/// Interns stacks: the same frames get the same [`CallStack`].
+#[derive(Default)]
+pub struct StackTable {
+    by_frames: HashMap<Frames, Arc<CallStack>>,
+}
+
+impl StackTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The stack with these frames, made the first time they are seen.
+    pub fn intern(&mut self, frames: Vec<Arc<str>>) -> Arc<CallStack> {
+        let frames: Frames = frames.into();
+        if let Some(s) = self.by_frames.get(&frames) {
+            return s.clone();
+        }
+        let stack = Arc::new(CallStack {
+            id: self.by_frames.len() as u32 + 1,
+            frames: frames.clone(),
+        });
+        self.by_frames.insert(frames, stack.clone());
+        stack
+    }
+
+    /// Distinct stacks held.
+    pub fn len(&self) -> usize {
+        self.by_frames.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_frames.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_told_apart() {
+        assert!(is_python_frame("train_step (/w/train.py:42)"));
+        assert!(is_python_frame("<module> (<frozen runpy>:88)"));
+        assert!(is_python_frame("f (t.py)"));
+        assert!(!is_python_frame("cuLaunchKernel (libcuda.so.1)"));
+        assert!(!is_python_frame(
+            "at::native::(anonymous namespace)::f(int) (libtorch_cuda.so)"
+        ));
+        assert!(!is_python_frame("0x7f00123"));
+        assert!(!is_python_frame(GAP));
+        assert!(is_gpu_library_frame("0x1234 (libcuda.so.1)"));
+        assert!(is_gpu_library_frame("cublasLtMatmul (libcublasLt.so.13)"));
+        assert!(!is_gpu_library_frame("main (gputrace-workload)"));
+    }
+
+    #[test]
+    fn the_call_site_is_the_innermost_user_frame_python_first() {
+        let native_only = [
+            "cuLaunchKernel (libcuda.so.1)",
+            "cudaLaunchKernel (libcudart.so.13)",
+            "launch_step (app)",
+            "main (app)",
+        ];
+        assert_eq!(call_site(&native_only), Some("launch_step (app)"));
+        let mixed = [
+            "cuStreamSynchronize (libcuda.so.1)",
+            "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)",
+            "step (/w/train.py:20)",
+            "main (/w/train.py:30)",
+            "_start (python3.12)",
+        ];
+        assert_eq!(call_site(&mixed), Some("step (/w/train.py:20)"));
+        let gap_first = ["cuLaunchKernel (libcuda.so.1)", GAP];
+        assert_eq!(call_site(&gap_first), None);
+        assert_eq!(call_site::<&str>(&[]), None);
+    }
+
+    #[test]
+    fn folded_lines_go_outermost_first() {
+        assert_eq!(
+            folded_line(&["leaf (l.so)", "mid;x (m.so)", "root (t.py:1)"], 1500),
+            "root (t.py:1);mid:x (m.so);leaf (l.so) 1500"
+        );
+    }
+
+    #[test]
+    fn folded_stacks_add_up_per_stack() {
+        let f = |v: &[&str]| -> Frames { v.iter().map(|s| Arc::<str>::from(*s)).collect() };
+        let mut folded = FoldedStacks::new();
+        folded.add(&f(&["b", "a"]), 10);
+        folded.add(&f(&["c", "a"]), 30);
+        folded.add(&f(&["b", "a"]), 25);
+        folded.add(&f(&["d"]), 0);
+        assert_eq!(folded.lines(), ["a;b 35", "a;c 30"]);
+    }
+
+    #[test]
+    fn interning_gives_one_stack_per_frame_list() {
+        let mut t = StackTable::new();
+        let f = |v: &[&str]| v.iter().map(|s| Arc::<str>::from(*s)).collect::<Vec<_>>();
+        let a = t.intern(f(&["a", "b"]));
+        let b = t.intern(f(&["a", "c"]));
+        let a2 = t.intern(f(&["a", "b"]));
+        assert!(Arc::ptr_eq(&a, &a2));
+        assert_ne!(a.id, b.id);
+        assert_eq!(t.len(), 2);
+    }
+}
