@@ -19,7 +19,14 @@ use crate::sinks::{Halt, Sink};
 impl From<&TraceArgs> for TargetSpec {
     fn from(a: &TraceArgs) -> Self {
         TargetSpec {
-            pids: a.pids.clone(),
+            // A PID given twice (`--pid 7,7`) is one target, not two.
+            pids: a
+                .pids
+                .iter()
+                .enumerate()
+                .filter(|(i, p)| !a.pids[..*i].contains(p))
+                .map(|(_, p)| *p)
+                .collect(),
             all: a.all,
             cmd: a.cmd.clone(),
             probes: a.probes.clone(),
