@@ -168,7 +168,7 @@ fn zombie() -> (std::process::Child, u32) {
     let dir = scratch("zombie");
     let file = dir.join("pid");
     // The shell's background child exits; `exec sleep` never reaps it.
-    let parent = Command::new("sh")
+    let mut parent = Command::new("sh")
         .arg("-c")
         .arg(format!(
             "sleep 0.05 & echo $! > {}; exec sleep 60",
@@ -193,6 +193,8 @@ fn zombie() -> (std::process::Child, u32) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    let _ = parent.kill();
+    let _ = parent.wait();
     panic!("no zombie");
 }
 

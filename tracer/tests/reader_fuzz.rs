@@ -108,7 +108,7 @@ fn mutate(rng: &mut Rng, data: &mut Vec<u8>) {
             }
         }
         // A value (after `:` or `,` or `[`) replaced.
-        2 | 3 | 4 => {
+        2..=4 => {
             let starts: Vec<usize> = data
                 .iter()
                 .enumerate()
