@@ -214,6 +214,10 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 }
 
 fn parse_output(s: &str) -> Result<PathBuf, String> {
+    // `t.jsonl/` names a directory; Path would quietly drop the slash.
+    if s.ends_with('/') {
+        return Err(format!("`{s}` names a directory: give a file"));
+    }
     let p = PathBuf::from(s);
     match crate::sinks::timeline::TimelineFormat::from_path(&p) {
         Some(_) => Ok(p),

@@ -29,6 +29,10 @@ pub struct Config {
     /// `GPUTRACE_ATTACH=perf`: one perf event per probe, even where the
     /// kernel has multi-uprobe links (for comparison and old kernels).
     pub perf_events: bool,
+    /// `GPUTRACE_FAULT_PANIC_AFTER=N` (tests only): the trace panics as
+    /// the Nth call reaches its outputs, to show that a panic still ends
+    /// the outputs with what was recorded.
+    pub fault_panic_after: Option<u64>,
 }
 
 impl Default for Config {
@@ -39,6 +43,7 @@ impl Default for Config {
             calibration: true,
             cache_dir: PathBuf::from("/var/cache/gputrace"),
             perf_events: false,
+            fault_panic_after: None,
         }
     }
 }
@@ -88,6 +93,12 @@ impl Config {
                 ))
             }
         }
+        if let Some(v) = text("GPUTRACE_FAULT_PANIC_AFTER")? {
+            c.fault_panic_after =
+                Some(v.trim().parse::<u64>().map_err(|_| {
+                    format!("GPUTRACE_FAULT_PANIC_AFTER={v}: give a number of calls")
+                })?);
+        }
         Ok(c)
     }
 }
@@ -123,6 +134,7 @@ mod tests {
                 calibration: false,
                 cache_dir: PathBuf::from("/tmp/c"),
                 perf_events: true,
+                fault_panic_after: None,
             }
         );
     }

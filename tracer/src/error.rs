@@ -55,6 +55,42 @@ pub fn say(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "gputrace: {line}");
 }
 
+/// clap's rendered usage error as one line: its `error: ` prefix, the
+/// `Usage:` block and the `--help` pointer dropped, the rest (the problem,
+/// and a tip where clap has one) joined with `; `.
+pub fn usage_line(rendered: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    let mut in_usage = false;
+    for line in rendered.lines() {
+        let t = line.trim();
+        if t.starts_with("Usage:") {
+            in_usage = true;
+            continue;
+        }
+        // The usage block goes on with indented lines, up to a blank one.
+        if in_usage && !t.is_empty() && line.starts_with(' ') {
+            continue;
+        }
+        in_usage = false;
+        if t.is_empty() || t.starts_with("For more information") {
+            continue;
+        }
+        parts.push(t.strip_prefix("error: ").unwrap_or(t));
+    }
+    if parts.is_empty() {
+        return "bad arguments (see gputrace --help)".into();
+    }
+    let mut out = String::new();
+    for p in parts {
+        if !out.is_empty() {
+            // `...not provided:` followed by what was missing reads as one.
+            out.push_str(if out.ends_with(':') { " " } else { "; " });
+        }
+        out.push_str(p);
+    }
+    format!("{out} (see gputrace --help)")
+}
+
 /// The last panic's message, said by `main` once the panic has unwound
 /// (until then stderr may be `top`'s capture, and the terminal its screen).
 static PANIC: Mutex<Option<String>> = Mutex::new(None);
@@ -87,4 +123,23 @@ pub fn install_panic_hook() {
 pub fn say_panic() {
     let line = PANIC.lock().unwrap_or_else(|p| p.into_inner()).take();
     say(line.as_deref().unwrap_or("internal error: a panic"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::usage_line;
+
+    #[test]
+    fn clap_errors_become_one_line() {
+        let rendered = "error: unexpected argument '-1' found\n\n  tip: to pass '-1' as a value, use '-- -1'\n\nUsage: gputrace [OPTIONS] [-- <CMD>...]\n       gputrace <COMMAND>\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            usage_line(rendered),
+            "unexpected argument '-1' found; tip: to pass '-1' as a value, use '-- -1' (see gputrace --help)"
+        );
+        assert_eq!(
+            usage_line("error: the following required arguments were not provided:\n  <FILE>\n\nUsage: gputrace stats <FILE>\n\nFor more information, try '--help'.\n"),
+            "the following required arguments were not provided: <FILE> (see gputrace --help)"
+        );
+        assert_eq!(usage_line(""), "bad arguments (see gputrace --help)");
+    }
 }

@@ -6,13 +6,16 @@ fn main() -> ExitCode {
     gputrace::error::install_panic_hook();
     let cli = match gputrace::cli::Cli::try_parse() {
         Ok(c) => c,
+        Err(e) if e.use_stderr() => {
+            // A bad argument is one line like every other failure
+            // (docs/cli.md), not clap's usage block.
+            gputrace::error::say(&gputrace::error::usage_line(&e.render().to_string()));
+            return ExitCode::from(2);
+        }
         Err(e) => {
+            // --help, --version: clap's own text on stdout.
             let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
+            return ExitCode::SUCCESS;
         }
     };
     // A panic unwinds to here (restoring the terminal, killing a command

@@ -59,6 +59,15 @@ enum Task {
         #[arg(long, value_name = "DIR")]
         prebuilt: Option<PathBuf>,
     },
+    /// Fuzz the timeline reader (`gputrace stats`) for longer than the test run does.
+    Fuzz {
+        /// How long to fuzz.
+        #[arg(long, default_value_t = 300.0)]
+        seconds: f64,
+        /// Start from this seed (printed by every run) to repeat one.
+        #[arg(long)]
+        seed: Option<u64>,
+    },
     /// Run every test (unit, and the root eBPF integration tests).
     Test {
         /// Passed to `cargo test` after `--` (a test name filter, say).
@@ -183,6 +192,24 @@ fn main() -> Result<()> {
                 out: out.unwrap_or_else(|| bench::default_out(&root())),
             };
             bench::run(&b, &o)
+        }
+        Task::Fuzz { seconds, seed } => {
+            // Debug build: overflow checks turn wrong arithmetic into findings.
+            let mut c = cargo();
+            c.args([
+                "test",
+                "--package",
+                "tracer",
+                "--test",
+                "reader_fuzz",
+                "--",
+                "--nocapture",
+            ])
+            .env("GPUTRACE_FUZZ_SECONDS", seconds.to_string());
+            if let Some(s) = seed {
+                c.env("GPUTRACE_FUZZ_SEED", s.to_string());
+            }
+            run(&mut c)
         }
         Task::Test { args } => {
             setup::ensure()?;

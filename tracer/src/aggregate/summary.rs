@@ -233,7 +233,10 @@ impl ProcessSummary {
         if self.events == 0 || c.ts_ns < self.first_ts {
             self.first_ts = c.ts_ns;
         }
-        self.last_ts = self.last_ts.max(c.ts_ns + c.dur_ns.unwrap_or(0));
+        // Saturating: a timeline read back may carry any numbers.
+        self.last_ts = self
+            .last_ts
+            .max(c.ts_ns.saturating_add(c.dur_ns.unwrap_or(0)));
         self.events += 1;
         if self.comm.is_empty() {
             self.comm = c.comm.to_string();

@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::error::{Failure, Result};
 use crate::events::enrich::Clock;
 use crate::session::{preflight, RunOptions, Session, Stop, TargetSpec};
+use crate::sinks::fault::FaultSink;
 use crate::sinks::print::PrintSink;
 use crate::sinks::summary::{SummaryOutput, SummarySink};
 use crate::sinks::timeline::writer::{OnError, TimelineSink};
@@ -19,7 +20,14 @@ use crate::sinks::{Halt, Sink};
 impl From<&TraceArgs> for TargetSpec {
     fn from(a: &TraceArgs) -> Self {
         TargetSpec {
-            pids: a.pids.clone(),
+            // A PID given twice (`--pid 7,7`) is one target, not two.
+            pids: a
+                .pids
+                .iter()
+                .enumerate()
+                .filter(|(i, p)| !a.pids[..*i].contains(p))
+                .map(|(_, p)| *p)
+                .collect(),
             all: a.all,
             cmd: a.cmd.clone(),
             probes: a.probes.clone(),
@@ -64,21 +72,35 @@ pub fn run(args: TraceArgs, config: &Config) -> Result<ExitCode> {
         deadline: args.duration,
         stop_when_targets_exit: true,
     };
-    let stop = rt.block_on(async {
-        let mut session = Session::start(config, &spec, clock)?;
-        session.announce()?;
-        session.release()?;
-        // The timeline last: it is handed the calls (no copy).
-        let mut sinks = (&mut summary, &mut print, &mut timeline);
-        let stop = session.run(&mut sinks, &options).await?;
-        // No new calls once detached; then everything left in the ring.
-        session.stop(&mut sinks);
-        let stop = match (stop, sinks.flush()) {
-            (Stop::Failed(f), _) | (_, Err(Halt::Failed(f))) => Stop::Failed(f),
-            (stop, _) => stop,
-        };
-        Ok::<_, Failure>(stop)
-    })?;
+    let mut fault = config.fault_panic_after.map(FaultSink::new);
+    // A panic while tracing (a bug) unwinds to here first: the session goes
+    // with it (every probe detached), then the outputs are ended with what
+    // they hold, and main says the panic in one line (exit 1).
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(async {
+            let mut session = Session::start(config, &spec, clock)?;
+            session.announce()?;
+            session.release()?;
+            // The timeline last: it is handed the calls (no copy).
+            // The fault switch first: at its panic no output has that call.
+            let mut sinks = (&mut fault, &mut summary, &mut print, &mut timeline);
+            let stop = session.run(&mut sinks, &options).await?;
+            // No new calls once detached; then everything left in the ring.
+            session.stop(&mut sinks);
+            let stop = match (stop, sinks.flush()) {
+                (Stop::Failed(f), _) | (_, Err(Halt::Failed(f))) => Stop::Failed(f),
+                (stop, _) => stop,
+            };
+            Ok::<_, Failure>(stop)
+        })
+    }));
+    let stop = match ran {
+        Ok(stop) => stop?,
+        Err(panic) => {
+            let _ = finish(summary, timeline, summary_out, Stop::Signal("panic"));
+            std::panic::resume_unwind(panic);
+        }
+    };
     finish(summary, timeline, summary_out, stop)
 }
 

@@ -372,8 +372,16 @@ impl ProbeSelection {
                 let known: Vec<_> = Family::ALL.iter().map(|f| f.name()).collect();
                 format!("unknown probe family `{name}` (known: {})", known.join(","))
             })?;
-            families.retain(|(f, _)| *f != family);
-            families.push((family, args_only));
+            match families.iter().find(|(f, _)| *f == family) {
+                // The same twice is harmless; both modes at once is a contradiction.
+                Some((_, a)) if *a != args_only => {
+                    return Err(format!(
+                        "`{name}` is given both with and without `:args`: choose one"
+                    ))
+                }
+                Some(_) => {}
+                None => families.push((family, args_only)),
+            }
         }
         if families.is_empty() {
             return Err("no probe family given".into());

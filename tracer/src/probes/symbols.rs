@@ -17,13 +17,12 @@ pub struct ResolvedSymbol {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SymbolError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("{path} is not an ELF shared library we can read: {source}")]
-    Parse { path: String, source: object::Error },
+    // `cause`, not `source`: a `source` field is also the error's source,
+    // and `{e:#}` then printed the cause twice.
+    #[error("cannot read {path}: {cause}")]
+    Read { path: String, cause: std::io::Error },
+    #[error("{path} is not an ELF shared library we can read: {cause}")]
+    Parse { path: String, cause: object::Error },
 }
 
 /// Reads the library's dynamic and static symbol tables and returns every
@@ -32,13 +31,13 @@ pub enum SymbolError {
 /// catalogue name is kept, so a call is never counted twice.
 pub fn resolve_symbols(path: &Path, lib: Lib) -> Result<Vec<ResolvedSymbol>, SymbolError> {
     let display = path.display().to_string();
-    let data = map_file(path).map_err(|source| SymbolError::Read {
+    let data = map_file(path).map_err(|cause| SymbolError::Read {
         path: display.clone(),
-        source,
+        cause,
     })?;
-    let file = object::File::parse(&*data).map_err(|source| SymbolError::Parse {
+    let file = object::File::parse(&*data).map_err(|cause| SymbolError::Parse {
         path: display.clone(),
-        source,
+        cause,
     })?;
     let segments: Vec<(u64, u64, u64)> = file
         .segments()

@@ -10,6 +10,7 @@ use crate::names::namer::KernelNamer;
 use crate::probes::attach::{detach_many, Attachment, Probes, Scope};
 use crate::probes::catalogue::{Lib, ProbeSelection};
 use crate::probes::discover::{self, LibraryFile};
+use crate::probes::symbols::{resolve_symbols, SymbolError};
 
 /// A library file: (device, inode).
 pub(super) type FileKey = (u64, u64);
@@ -35,9 +36,25 @@ impl Overrides {
         let mut out = Vec::new();
         for lib in [Lib::Cuda, Lib::Nccl] {
             if let Some(path) = self.get(lib) {
-                let file = LibraryFile::open(lib, path.clone()).map_err(|e| {
+                let named = |e: String| {
                     Failure::runtime(format!("--{} {}: {e}", lib.label(), path.display()))
+                };
+                let file =
+                    LibraryFile::open(lib, path.clone()).map_err(|e| named(e.to_string()))?;
+                // Checked before anything is calibrated or attached, so a
+                // wrong file is one line, not a warning and then an error.
+                let found = resolve_symbols(&file.path, lib).map_err(|e| match e {
+                    SymbolError::Read { cause, .. } => named(cause.to_string()),
+                    SymbolError::Parse { cause, .. } => {
+                        named(format!("not an ELF shared library ({cause})"))
+                    }
                 })?;
+                if found.is_empty() {
+                    return Err(named(format!(
+                        "defines none of the {} functions gputrace probes",
+                        lib.label()
+                    )));
+                }
                 out.push(file);
             }
         }

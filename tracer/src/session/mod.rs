@@ -145,8 +145,19 @@ impl Session {
 
         if !spec.cmd.is_empty() {
             let c = GatedChild::spawn(&spec.cmd).map_err(|e| Failure::runtime(e.to_string()))?;
-            for f in attacher.libraries_for(&c.exe) {
-                attacher.attach(&f, Scope::Process(c.pid), &mut enricher.namer)?;
+            let files = attacher.libraries_for(&c.exe);
+            for f in &files {
+                attacher.attach(f, Scope::Process(c.pid), &mut enricher.namer)?;
+            }
+            // Probes are for the command's own process, never its
+            // children: a wrapper (a shell, a launcher) would be traced
+            // empty without a word.
+            if files.is_empty() && !spec.all {
+                eprintln!(
+                    "gputrace: WARNING: `{}` would load neither libcuda nor libnccl, so nothing of it can be traced; \
+                     processes it starts are not followed: put the GPU program itself after --, or use --all",
+                    spec.cmd[0]
+                );
             }
             // Seen once it runs the command (see `release`): until then it
             // is a copy of gputrace, by name.

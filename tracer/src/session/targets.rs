@@ -151,3 +151,12 @@ impl Targets {
         }
     }
 }
+
+impl Drop for Targets {
+    /// A session that never reached `stop` (a panic unwound through it)
+    /// still ends its command: it is never left running untraced. After
+    /// `stop` this finds it reaped and does nothing.
+    fn drop(&mut self) {
+        self.end_child();
+    }
+}

@@ -9,6 +9,7 @@
 //! shows it, one arm of its `event` match (sinks match exhaustively, so the
 //! compiler lists every sink to look at).
 
+pub mod fault;
 pub mod files;
 pub mod metrics;
 pub mod print;

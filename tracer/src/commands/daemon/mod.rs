@@ -74,10 +74,14 @@ async fn daemon(
     mut timelines: Option<TimelineSink<RotatingTimeline>>,
 ) -> Result<ExitCode> {
     let listener = TcpListener::bind(args.listen).await.map_err(|e| {
-        Failure::runtime(format!(
-            "cannot listen on {}: {e} (another daemon there? choose another with --listen ADDR)",
-            args.listen
-        ))
+        // The hint fits a port in use only (not, say, an address this host lacks).
+        let hint = match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                " (another daemon there? choose another with --listen ADDR)"
+            }
+            _ => " (choose another with --listen ADDR)",
+        };
+        Failure::runtime(format!("cannot listen on {}: {e}{hint}", args.listen))
     })?;
     let addr = listener
         .local_addr()

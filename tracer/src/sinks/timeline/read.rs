@@ -361,7 +361,12 @@ fn chrome_event(
         }
     };
     let mut m = Map::new();
-    m.insert("ts_ns".into(), Value::from(origin + ts));
+    // A hostile `ts` must not overflow (a panic in debug builds, a wrong
+    // time in release ones).
+    let ts_ns = origin
+        .checked_add(ts)
+        .ok_or("`ts` out of range (past the year 2554)")?;
+    m.insert("ts_ns".into(), Value::from(ts_ns));
     m.insert("dur_ns".into(), dur.map_or(Value::Null, Value::from));
     m.insert("pid".into(), Value::from(pid));
     m.insert(
