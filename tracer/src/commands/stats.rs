@@ -1,4 +1,5 @@
 //! `gputrace stats FILE`: the live summary, computed again from a timeline.
+//! (`.jsonl.zst` and `.pftrace` are read in `stats/formats.rs`.)
 //!
 //! Streams the file line by line (a 1 GB file is read in bounded memory).
 //! Unreadable lines are reported with their number and what was wrong; what
@@ -19,6 +20,8 @@ use crate::error::{Failure, Result};
 use crate::events::json::parse_call;
 use crate::probes::attach::LostCounts;
 
+mod formats;
+
 /// Longest line accepted; longer ones are reported as corrupt, not buffered.
 const MAX_LINE: usize = 16 << 20;
 
@@ -27,9 +30,19 @@ const MAX_LINE: usize = 16 << 20;
 pub struct Problems {
     pub first: Vec<(u64, String)>,
     pub count: u64,
+    /// What the numbers count: "line" (the default) or "packet".
+    pub unit: &'static str,
 }
 
 impl Problems {
+    pub fn unit(&self) -> &'static str {
+        if self.unit.is_empty() {
+            "line"
+        } else {
+            self.unit
+        }
+    }
+
     fn add(&mut self, line: u64, what: String) {
         self.count += 1;
         if self.first.len() < 5 {
@@ -98,8 +111,13 @@ fn read_line<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Result<Option
     }
 }
 
-/// Reads a `.jsonl` or `.json` timeline written by gputrace.
+/// Reads a timeline written by gputrace, whatever its format.
 pub fn read_timeline<R: Read>(input: R) -> std::io::Result<StatsInput> {
+    formats::read_any(input)
+}
+
+/// Reads a `.jsonl` or `.json` timeline.
+fn read_text_timeline<R: Read>(input: R) -> std::io::Result<StatsInput> {
     let mut r = BufReader::with_capacity(1 << 20, input);
     let mut summary = Summary::default();
     let mut problems = Problems::default();
@@ -299,8 +317,9 @@ pub fn run(args: &StatsArgs) -> Result<ExitCode> {
             eprintln!("gputrace: {}:{line}: {what}", args.file.display());
         }
         let (line, what) = &input.problems.first[0];
+        let unit = input.problems.unit();
         return Err(Failure::runtime(format!(
-            "{} has {} unreadable line(s), first at line {line}: {what}; the summary covers the readable lines",
+            "{} has {} unreadable {unit}(s), first at {unit} {line}: {what}; the summary covers the readable {unit}s",
             args.file.display(),
             input.problems.count
         )));

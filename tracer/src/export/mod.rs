@@ -2,10 +2,14 @@
 
 pub mod chrome;
 pub mod jsonl;
+pub mod jsonl_zst;
+pub mod perfetto;
 pub mod print;
 pub mod prometheus;
 pub mod writer;
 
+use std::fs::File;
+use std::io::BufWriter;
 use std::path::Path;
 
 use crate::events::model::Call;
@@ -14,6 +18,8 @@ use crate::events::model::Call;
 pub enum Timeline {
     Jsonl(jsonl::JsonlWriter),
     Chrome(chrome::ChromeWriter),
+    JsonlZst(jsonl_zst::JsonlZstWriter<BufWriter<File>>),
+    Perfetto(perfetto::PerfettoWriter<BufWriter<File>>),
 }
 
 /// The formats `--output` accepts.
@@ -21,13 +27,18 @@ pub enum Timeline {
 pub enum TimelineFormat {
     Jsonl,
     Chrome,
+    JsonlZst,
+    Perfetto,
 }
 
 impl TimelineFormat {
     pub fn from_path(path: &Path) -> Option<Self> {
+        let name = path.file_name()?.to_str()?;
         match path.extension()?.to_str()? {
             "jsonl" => Some(Self::Jsonl),
             "json" => Some(Self::Chrome),
+            "zst" if name.ends_with(".jsonl.zst") => Some(Self::JsonlZst),
+            "pftrace" | "perfetto-trace" => Some(Self::Perfetto),
             _ => None,
         }
     }
@@ -41,9 +52,18 @@ impl Timeline {
             Some(TimelineFormat::Chrome) => {
                 Ok(Self::Chrome(chrome::ChromeWriter::create(path, origin_ns)?))
             }
+            Some(TimelineFormat::JsonlZst) => {
+                Ok(Self::JsonlZst(jsonl_zst::JsonlZstWriter::create(path)?))
+            }
+            Some(TimelineFormat::Perfetto) => {
+                let file = BufWriter::with_capacity(1 << 20, File::create(path)?);
+                Ok(Self::Perfetto(perfetto::PerfettoWriter::new(
+                    file, origin_ns, true,
+                )?))
+            }
             None => Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
-                "the output must end in .jsonl or .json",
+                "the output must end in .jsonl, .jsonl.zst, .json or .pftrace",
             )),
         }
     }
@@ -52,6 +72,8 @@ impl Timeline {
         match self {
             Self::Jsonl(w) => w.write(call),
             Self::Chrome(w) => w.write(call, device_bytes),
+            Self::JsonlZst(w) => w.write(call),
+            Self::Perfetto(w) => w.write(call, device_bytes),
         }
     }
 
@@ -60,6 +82,8 @@ impl Timeline {
         match self {
             Self::Jsonl(w) => w.finish(summary),
             Self::Chrome(w) => w.finish(summary),
+            Self::JsonlZst(w) => w.finish(summary)?.into_inner()?.sync_all(),
+            Self::Perfetto(w) => w.finish(summary)?.into_inner()?.sync_all(),
         }
     }
 }
