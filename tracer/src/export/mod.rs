@@ -58,7 +58,7 @@ impl Timeline {
             Some(TimelineFormat::Perfetto) => {
                 let file = BufWriter::with_capacity(1 << 20, File::create(path)?);
                 Ok(Self::Perfetto(perfetto::PerfettoWriter::new(
-                    file, origin_ns, true,
+                    file, origin_ns, true, true,
                 )?))
             }
             None => Err(std::io::Error::new(

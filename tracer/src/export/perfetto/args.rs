@@ -2,8 +2,10 @@
 //! JSONL `args` object (so reading gives exactly what the `.jsonl` reader
 //! gives).
 //!
-//! Annotation names are the JSONL keys. Values: hex handles as
-//! `pointer_value` (Perfetto shows them in hex), counts as `uint_value`,
+//! Annotation names are the JSONL keys. Values: addresses as
+//! `pointer_value` (Perfetto shows them in hex), handles that recur
+//! (streams, events, communicators...) as interned "0x.." strings, counts
+//! as `uint_value`,
 //! signed values as `int_value`, names (direction, kind, NCCL op and
 //! datatype) as interned strings; a key whose value is null is left out.
 //! A launch, the call a trace holds most of, is one interned string

@@ -44,6 +44,9 @@ pub struct TracePacket {
     pub track_descriptor: Option<TrackDescriptor>,
     #[prost(message, optional, tag = "126")]
     pub trace_attributes: Option<TraceAttributes>,
+    /// Packets (a `Trace`'s bytes), deflated (zlib).
+    #[prost(bytes = "vec", optional, tag = "50")]
+    pub compressed_packets: Option<Vec<u8>>,
 }
 
 /// TracePacket.SequenceFlags.

@@ -24,6 +24,8 @@ use crate::events::model::Call;
 const MAX_PACKET: u64 = 64 << 20;
 /// Interned bytes a sequence may hold (the writer stays under 1 MiB).
 const MAX_INTERNED: usize = 64 << 20;
+const NOT_OURS: &str =
+    "not a trace written by gputrace (no gputrace.format attribute before its events)";
 /// Slices open on one track (calls nested in calls).
 const MAX_DEPTH: usize = 256;
 
@@ -72,6 +74,12 @@ pub struct PerfettoReader<R: Read> {
     header: bool,
     summary: Option<Value>,
     done: bool,
+    /// The packets of the bundle being read (inflated), and the next one's
+    /// start in it.
+    inner: Vec<u8>,
+    inner_at: usize,
+    /// The bundle's offset in the file (for messages).
+    bundle_at: u64,
 }
 
 fn varint_from(r: &mut impl Read, first: u8) -> std::io::Result<Option<u64>> {
@@ -107,7 +115,50 @@ impl<R: Read> PerfettoReader<R> {
             header: false,
             summary: None,
             done: false,
+            inner: Vec::new(),
+            inner_at: 0,
+            bundle_at: 0,
         }
+    }
+
+    /// The next packet of the current bundle into `buf`; Ok(false) when the
+    /// bundle is done.
+    fn next_inner(&mut self) -> Result<bool, String> {
+        let rest = &self.inner[self.inner_at..];
+        if rest.is_empty() {
+            return Ok(false);
+        }
+        self.packets += 1;
+        let bad = || "a corrupt compressed bundle".to_string();
+        if rest[0] != 0x0a {
+            self.inner_at = self.inner.len();
+            return Err(bad());
+        }
+        let mut body = &rest[1..];
+        let len = prost::encoding::decode_varint(&mut body).map_err(|_| bad())?;
+        if len > body.len() as u64 {
+            self.inner_at = self.inner.len();
+            return Err(bad());
+        }
+        self.buf.clear();
+        self.buf.extend_from_slice(&body[..len as usize]);
+        self.inner_at += rest.len() - body.len() + len as usize;
+        Ok(true)
+    }
+
+    /// Inflates a bundle (at most [`MAX_PACKET`] bytes of packets).
+    fn inflate(&mut self, packed: &[u8]) -> Result<(), String> {
+        self.inner.clear();
+        self.inner_at = 0;
+        flate2::read::ZlibDecoder::new(packed)
+            .take(MAX_PACKET + 1)
+            .read_to_end(&mut self.inner)
+            .map_err(|e| format!("a compressed bundle that does not inflate: {e}"))?;
+        if self.inner.len() as u64 > MAX_PACKET {
+            self.inner.clear();
+            return Err(format!("a compressed bundle of over {MAX_PACKET} bytes"));
+        }
+        Ok(())
     }
 
     /// The summary written at the end (`None` until read, or if the file
@@ -202,11 +253,12 @@ impl<R: Read> PerfettoReader<R> {
                 }
             }
         }
-        if !self.header && self.packets > 2 {
-            return Err(
-                "not a trace written by gputrace (no gputrace.format attribute at its start)"
-                    .into(),
-            );
+        if !self.header
+            && (p.track_event.is_some()
+                || p.track_descriptor.is_some()
+                || p.trace_packet_defaults.is_some())
+        {
+            return Err(NOT_OURS.into());
         }
         if let Some(d) = &p.track_descriptor {
             self.descriptor(d)?;
@@ -454,13 +506,35 @@ impl<R: Read> Iterator for PerfettoReader<R> {
 
     fn next(&mut self) -> Option<Self::Item> {
         while !self.done {
+            let start = self.bundle_at;
+            match self.next_inner() {
+                Ok(true) => match TracePacket::decode(&self.buf[..]) {
+                    Ok(p) => match self.step(p) {
+                        Ok(Some(c)) => return Some(Ok(c)),
+                        Ok(None) => continue,
+                        Err(e) => {
+                            return Some(Err(
+                                self.problem(start, format!("in a compressed bundle: {e}"))
+                            ))
+                        }
+                    },
+                    Err(e) => {
+                        return Some(Err(self.problem(
+                            start,
+                            format!("in a compressed bundle: corrupt packet: {e}"),
+                        )))
+                    }
+                },
+                Ok(false) => {}
+                Err(e) => return Some(Err(self.problem(start, e))),
+            }
             let start = self.offset;
             match self.next_packet() {
                 Ok(true) => {}
                 Ok(false) => {
                     self.done = true;
                     if !self.header {
-                        return Some(Err(self.problem(start, "an empty file".into())));
+                        return Some(Err(self.problem(start, NOT_OURS.into())));
                     }
                     return None;
                 }
@@ -473,6 +547,13 @@ impl<R: Read> Iterator for PerfettoReader<R> {
                 Ok(p) => p,
                 Err(e) => return Some(Err(self.problem(start, format!("corrupt packet: {e}")))),
             };
+            if let Some(packed) = &packet.compressed_packets {
+                self.bundle_at = start;
+                if let Err(e) = self.inflate(packed) {
+                    return Some(Err(self.problem(start, e)));
+                }
+                continue;
+            }
             match self.step(packet) {
                 Ok(Some(c)) => return Some(Ok(c)),
                 Ok(None) => {}

@@ -43,7 +43,12 @@ pub(crate) fn every_api_calls() -> Vec<Call> {
 }
 
 fn write_all(calls: &[(Call, Option<u64>)]) -> Vec<u8> {
-    let mut w = PerfettoWriter::new(Vec::new(), 1_600_000_000_000_000_000, false).unwrap();
+    write_with(calls, false)
+}
+
+fn write_with(calls: &[(Call, Option<u64>)], compress: bool) -> Vec<u8> {
+    let mut w =
+        PerfettoWriter::new(Vec::new(), 1_600_000_000_000_000_000, false, compress).unwrap();
     for (c, d) in calls {
         w.write(c, *d).unwrap();
     }
@@ -197,6 +202,41 @@ fn launches_cost_under_40_bytes_each() {
 }
 
 #[test]
+fn compressed_bundles_read_back_and_stay_under_512_kb() {
+    let names: Vec<Arc<str>> = (0..500)
+        .map(|k| Arc::from(format!("kernel_{k}(float*)")))
+        .collect();
+    let calls: Vec<_> = (0..100_000u32)
+        .map(|i| {
+            let ts = 1_700_000_000_000_000_000 + u64::from(i) * 25_000;
+            (
+                launch(ts, 100 + i % 3, Some(&names[(i * 7 % 500) as usize]), i),
+                Some(u64::from(i)),
+            )
+        })
+        .collect();
+    let plain = write_with(&calls, false);
+    let packed = write_with(&calls, true);
+    assert!(
+        packed.len() * 2 < plain.len(),
+        "{} vs {}",
+        packed.len(),
+        plain.len()
+    );
+    let trace = Trace::decode(&packed[..]).unwrap();
+    assert!(trace.packet.len() > 2);
+    for p in &trace.packet {
+        assert!(p.encoded_len() < 512 * 1024);
+        assert!(p.compressed_packets.is_some());
+    }
+    let (back, problems, summary) = read_all(&packed);
+    assert!(problems.is_empty(), "{problems:?}");
+    assert!(summary.is_some());
+    let want: Vec<Call> = calls.iter().map(|(c, _)| as_written(c)).collect();
+    assert_eq!(back, want);
+}
+
+#[test]
 fn nested_calls_and_renamed_processes_round_trip() {
     let base = 1_700_000_000_000_000_000u64;
     let outer_args = Args::RuntimeLaunch {
@@ -325,12 +365,12 @@ fn other_files_are_refused_in_one_message() {
     );
 }
 
-fn sample() -> (Vec<Call>, Vec<u8>) {
+fn sample(compress: bool) -> (Vec<Call>, Vec<u8>) {
     let calls: Vec<_> = every_api_calls()
         .into_iter()
         .map(|c| (c, Some(1)))
         .collect();
-    let data = write_all(&calls);
+    let data = write_with(&calls, compress);
     (
         calls.into_iter().map(|(c, _)| as_written(&c)).collect(),
         data,
@@ -343,8 +383,8 @@ proptest! {
     /// Any prefix: no panic; what is read is the start of what was written;
     /// a cut inside a packet is reported with its offset.
     #[test]
-    fn any_prefix_reads(cut in 0usize..100_000) {
-        let (calls, data) = sample();
+    fn any_prefix_reads(cut in 0usize..100_000, compress in any::<bool>()) {
+        let (calls, data) = sample(compress);
         let cut = cut % (data.len() + 1);
         let (back, problems, summary) = read_all(&data[..cut]);
         prop_assert!(back.len() <= calls.len());
@@ -359,8 +399,8 @@ proptest! {
 
     /// Bytes overwritten anywhere: no panic, no more calls than written.
     #[test]
-    fn corrupted_bytes_never_panic(edits in proptest::collection::vec((0usize..1_000_000, any::<u8>()), 1..20)) {
-        let (calls, mut data) = sample();
+    fn corrupted_bytes_never_panic(edits in proptest::collection::vec((0usize..1_000_000, any::<u8>()), 1..20), compress in any::<bool>()) {
+        let (calls, mut data) = sample(compress);
         for (at, b) in edits {
             let n = data.len();
             data[at % n] = b;
