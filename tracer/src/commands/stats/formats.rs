@@ -131,7 +131,7 @@ pub fn read_perfetto<R: Read>(input: R) -> std::io::Result<StatsInput> {
     let unfinished = reader.unfinished();
     if unfinished > 0 {
         problems.add(
-            0,
+            reader.packets(),
             format!("{unfinished} call(s) begun and never ended (the file was cut short)"),
         );
     }

@@ -167,6 +167,11 @@ impl<R: Read> PerfettoReader<R> {
         self.summary.as_ref()
     }
 
+    /// Packets read so far (those inside compressed bundles included).
+    pub fn packets(&self) -> u64 {
+        self.packets
+    }
+
     /// Slices begun and never ended (a file cut between the two).
     pub fn unfinished(&self) -> usize {
         self.open.values().map(Vec::len).sum()
