@@ -176,12 +176,11 @@ pub fn annotate(args: &Args, s: &mut impl AnnotationSink) {
             if let Some(b) = n.bytes() {
                 s.uint("bytes", b);
             }
-            match n.redop {
-                Some(op) => match nccl_redop_name(op) {
+            if let Some(op) = n.redop {
+                match nccl_redop_name(op) {
                     Some(name) => s.string("redop", name),
                     None => s.int("redop", op),
-                },
-                None => {}
+                }
             }
             opt_int(s, "root", n.root);
             opt_int(s, "peer", n.peer);

@@ -8,6 +8,7 @@
 //! live summary again). See `writer.rs` for the layout.
 
 mod args;
+mod intern;
 pub mod proto;
 mod reader;
 mod wire;

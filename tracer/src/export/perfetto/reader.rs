@@ -327,7 +327,7 @@ impl<R: Read> PerfettoReader<R> {
             .ok_or("a track event without a track")?;
         match kind {
             TYPE_SLICE_BEGIN | TYPE_INSTANT => {
-                let call = self.begin(seq_id, track, te, kind == TYPE_INSTANT, ts)?;
+                let call = self.begin(seq_id, track, te, kind == TYPE_INSTANT)?;
                 if kind == TYPE_INSTANT {
                     return finish(call, ts, None).map(Some);
                 }
@@ -383,7 +383,6 @@ impl<R: Read> PerfettoReader<R> {
         track: u64,
         te: &TrackEvent,
         instant: bool,
-        _ts: u64,
     ) -> Result<Map<String, Value>, String> {
         let seq = &self.sequences[&seq_id];
         let (pid, tid) = match self.tracks.get(&track) {
