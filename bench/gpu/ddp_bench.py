@@ -1,5 +1,6 @@
 # One rank of the DDP benchmark (issue 13): a GPT-2-small-shaped model
-# (transformers GPT2Config/GPT2LMHeadModel, random weights, no download),
+# (transformers GPT2Config/GPT2LMHeadModel, random weights, no download;
+# the same shape from torch.nn alone where transformers is missing),
 # bf16, batch 8x512, trained with DistributedDataParallel under torchrun.
 # Every step's end time and length go to DIR/rank{R}.steps as they happen,
 # so the driver (ddp_bench.sh) can cut them into windows by wall clock.
@@ -67,22 +68,49 @@ if a.dry:
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from transformers import GPT2Config, GPT2LMHeadModel
 
 dist.init_process_group("nccl")
 rank = dist.get_rank()
 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
 torch.manual_seed(rank)
-cfg = GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=512, vocab_size=50257)
-model = GPT2LMHeadModel(cfg).to(device="cuda", dtype=torch.bfloat16)
-model = DDP(model)
+VOCAB = 50257
+try:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=512, vocab_size=VOCAB)
+    net = GPT2LMHeadModel(cfg)
+    forward = lambda m, x: m(input_ids=x, labels=x).loss
+    print(f"rank {rank}: transformers GPT2LMHeadModel", flush=True)
+except ImportError:
+    # Without transformers: the same shape from torch alone (12 pre-norm
+    # layers, 768 wide, 12 heads, causal, tied-size LM head).
+    class GPT2Shape(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = torch.nn.Embedding(VOCAB, 768)
+            self.pos = torch.nn.Embedding(512, 768)
+            layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.1, activation="gelu", batch_first=True, norm_first=True)
+            self.blocks = torch.nn.TransformerEncoder(layer, 12)
+            self.norm = torch.nn.LayerNorm(768)
+            self.head = torch.nn.Linear(768, VOCAB, bias=False)
+
+        def forward(self, x):
+            mask = torch.nn.Transformer.generate_square_subsequent_mask(x.shape[1], device=x.device, dtype=self.head.weight.dtype)
+            h = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))
+            logits = self.head(self.norm(self.blocks(h, mask=mask, is_causal=True)))
+            return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), x[:, 1:].flatten())
+
+    net = GPT2Shape()
+    forward = lambda m, x: m(x)
+    print(f"rank {rank}: no transformers here; a GPT-2-shaped torch model", flush=True)
+model = DDP(net.to(device="cuda", dtype=torch.bfloat16))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-x = torch.randint(0, cfg.vocab_size, (8, 512), device="cuda")
+x = torch.randint(0, VOCAB, (8, 512), device="cuda")
 
 
 def step():
     opt.zero_grad(set_to_none=True)
-    loss = model(input_ids=x, labels=x).loss
+    loss = forward(model, x)
     loss.backward()
     opt.step()
     torch.cuda.synchronize()

@@ -51,6 +51,7 @@ cleanup() {
   rm -rf "$W"
 }
 trap cleanup EXIT
+trap "exit 1" INT TERM
 
 # --- the job ---
 if [ $DRY = 1 ]; then
@@ -117,8 +118,9 @@ for r in $(seq 0 $((ROUNDS - 1))); do
 import json, sys
 s = json.load(open(sys.argv[1]))
 n = {p["pid"]: sum(a["calls"] for a in p["apis"] if a["name"].startswith("cuLaunchKernel")) for p in s["processes"]}
-t = s["total"]
-print(n.get(int(sys.argv[2]), "-"), n.get(int(sys.argv[3]), "-"), s["events"], t["first_ts_ns"] / 1e9, t["last_ts_ns"] / 1e9)
+span = {p["pid"]: (p["first_ts_ns"] / 1e9, p["last_ts_ns"] / 1e9) for p in s["processes"]}
+a, b = (span.get(int(p), (0, 0)) for p in sys.argv[2:4])
+print(n.get(int(sys.argv[2]), "-"), n.get(int(sys.argv[3]), "-"), s["events"], f"{a[0]:.6f},{b[0]:.6f}", f"{a[1]:.6f},{b[1]:.6f}")
 PYEOF
 )
         bytes=$(stat -c %s "$f")
@@ -164,12 +166,14 @@ win = []
 for w in rows:
     on, off = float(w["t_on"]), float(w["t_off"])
     ms = [m for (_, t, m) in steps if on + SETTLE <= t <= off]
-    if w["c_on"] not in ("-", ""):
-        c_on, c_off = float(w["c_on"]), float(w["c_off"])
-    else:
-        c_on, c_off = on, off
-    # Steps that ended inside the span the launch counts cover.
-    per_rank = [sum(1 for (r, t, _) in steps if r == k and c_on <= t <= c_off) for k in (0, 1)]
+    # Steps that ended inside the span the launch counts cover (per rank
+    # for a traced window: its first and last call in that process).
+    def span(k):
+        if w["c_on"] in ("-", ""):
+            return on, off
+        a, b = w["c_on"].split(","), w["c_off"].split(",")
+        return float(a[min(k, len(a) - 1)]), float(b[min(k, len(b) - 1)])
+    per_rank = [sum(1 for (r, t, _) in steps if r == k and span(k)[0] <= t <= span(k)[1]) for k in (0, 1)]
     win.append((w, ms, per_rank))
 base = [st.median(ms) for (w, ms, _) in win if w["mode"] == "untraced" and ms]
 ref = st.median(base) if base else float("nan")
