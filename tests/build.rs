@@ -9,9 +9,15 @@ fn main() {
     for f in [
         "Makefile",
         "cuda.c",
+        "capture.c",
+        "graph.c",
+        "exec.c",
+        "sim_internal.h",
         "nccl.c",
         "cudart.c",
         "workload.c",
+        "workload_graphs.c",
+        "workload.h",
         "libcuda.map",
         "include",
     ] {
