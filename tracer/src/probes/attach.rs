@@ -132,6 +132,7 @@ pub struct Probes {
     symbols: HashMap<(u64, u64), Vec<ResolvedSymbol>>,
     /// Programs for multi-uprobe links, when the kernel has them.
     multi: Option<MultiPrograms>,
+    per_task: bool,
 }
 
 /// How probes are attached.
@@ -145,16 +146,54 @@ pub enum AttachMode {
 
 impl Probes {
     /// Loads and verifies the programs; attaches nothing yet.
+    ///
+    /// Calls in flight are kept in task storage where the kernel lets
+    /// uprobe programs use it, else in an LRU hash map (slower: a bucket
+    /// and a list lock at entry and return). `GPUTRACE_INFLIGHT=map` forces
+    /// the map (tests of the fallback).
     pub fn load(selection: ProbeSelection, ring_bytes: u32) -> anyhow::Result<Self> {
+        let forced_map = std::env::var("GPUTRACE_INFLIGHT").as_deref() == Ok("map");
+        if !forced_map {
+            match Self::load_with(selection.clone(), ring_bytes, true) {
+                Ok(p) => return Ok(p),
+                Err(e) => {
+                    if let Ok(p) = Self::load_with(selection, ring_bytes, false) {
+                        eprintln!(
+                            "gputrace: this kernel's uprobe programs cannot use task storage ({:#}); calls in flight are kept in a hash map, which costs each traced call more",
+                            e
+                        );
+                        return Ok(p);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Self::load_with(selection, ring_bytes, false)
+    }
+
+    fn load_with(
+        selection: ProbeSelection,
+        ring_bytes: u32,
+        per_task: bool,
+    ) -> anyhow::Result<Self> {
         let wakeup = u64::from(ring_bytes / 4);
         // The in-flight map keeps an LRU list per CPU (less lock contention
-        // between threads): give each CPU room for 512 calls in flight.
+        // between threads): give each CPU room for 512 calls in flight. With
+        // task storage it is unused: the kernel's minimum, one per CPU.
         let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
-        let inflight = (512 * cpus).max(16384);
+        let inflight = if per_task {
+            cpus
+        } else {
+            (512 * cpus).max(16384)
+        };
+        let per_task_flag = u32::from(per_task);
         let mut ebpf = EbpfLoader::new()
+            // aya 0.14 creates task storage maps but has no type for them.
+            .allow_unsupported_maps()
             .map_max_entries("EVENTS", ring_bytes)
             .map_max_entries("INFLIGHT", inflight)
             .override_global("WAKEUP_BYTES", &wakeup, true)
+            .override_global("INFLIGHT_PER_TASK", &per_task_flag, true)
             .load(crate::EBPF_OBJECT)
             .context("loading the eBPF object")?;
         for name in [ENTRY, RETURN] {
@@ -174,7 +213,13 @@ impl Probes {
             selection,
             symbols: HashMap::new(),
             multi,
+            per_task,
         })
+    }
+
+    /// Whether calls in flight are kept in task storage (else a hash map).
+    pub fn inflight_per_task(&self) -> bool {
+        self.per_task
     }
 
     pub fn attach_mode(&self) -> AttachMode {
