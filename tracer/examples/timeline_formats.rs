@@ -15,12 +15,13 @@ use std::time::Instant;
 
 use gputrace::aggregate::render::{render_json, render_text};
 use gputrace::aggregate::summary::Summary;
-use gputrace::commands::stats::read_timeline;
 use gputrace::events::model::*;
-use gputrace::export::jsonl_zst::JsonlZstWriter;
-use gputrace::export::perfetto::PerfettoWriter;
-use gputrace::export::Timeline;
-use gputrace::probes::catalogue::{api_by_name, Direction};
+use gputrace::events::types::Direction;
+use gputrace::probes::catalogue::api_by_name;
+use gputrace::sinks::timeline::jsonl_zst::JsonlZstWriter;
+use gputrace::sinks::timeline::perfetto::PerfettoWriter;
+use gputrace::sinks::timeline::read::read_timeline;
+use gputrace::sinks::timeline::{Timeline, TimelineFile};
 
 /// A small deterministic generator (xorshift).
 struct Rng(u64);
@@ -126,7 +127,7 @@ fn synthetic(n: usize) -> Vec<(Call, Option<u64>)> {
             )
         } else if r < 880 {
             let n = Nccl {
-                op: gputrace::probes::catalogue::NcclOp::AllReduce,
+                op: gputrace::events::types::NcclOp::AllReduce,
                 count: 6_553_600,
                 datatype: 9,
                 redop: Some(0),
@@ -180,7 +181,7 @@ fn synthetic(n: usize) -> Vec<(Call, Option<u64>)> {
             let a = Alloc {
                 dptr: Some(0x7f90_0000_0000 + mem[rank]),
                 bytes,
-                kind: gputrace::probes::catalogue::AllocKind::Device,
+                kind: gputrace::events::types::AllocKind::Device,
                 stream: None,
                 pitch: None,
             };
@@ -297,7 +298,7 @@ fn main() {
             for (c, d) in &calls {
                 t.write(c, *d).unwrap();
             }
-            t.finish(&json).unwrap();
+            t.finish(Some(&json)).unwrap();
         });
     }
     measure("pftrace plain", &dir.join("p.pftrace"), &mut |p| {

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use gputrace::aggregate::render::{render_json, render_text};
-use gputrace::commands::stats::read_timeline;
 use gputrace::events::model::Call;
-use gputrace::export::Timeline;
+use gputrace::sinks::timeline::read::read_timeline;
+use gputrace::sinks::timeline::record::Record;
+use gputrace::sinks::timeline::{Timeline, TimelineFile};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -31,6 +32,11 @@ fn golden_calls() -> Vec<Call> {
 /// The golden input written in `ext` through the same Timeline the trace
 /// command uses; returns the file's bytes.
 fn write_as(ext: &str) -> Vec<u8> {
+    write_with_records(ext, &[])
+}
+
+/// The same, with `records` written before the call of each one's index.
+fn write_with_records(ext: &str, records: &[(usize, Record)]) -> Vec<u8> {
     let s = read_timeline(&input()[..]).unwrap();
     static N: AtomicU64 = AtomicU64::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
@@ -38,10 +44,13 @@ fn write_as(ext: &str) -> Vec<u8> {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("t.{ext}"));
     let mut w = Timeline::create(&path, 1_700_000_000_000_000_000 - 1_000_000).unwrap();
-    for c in golden_calls() {
-        w.write(&c, Some(4096)).unwrap();
+    for (i, c) in golden_calls().iter().enumerate() {
+        for (_, r) in records.iter().filter(|(at, _)| *at == i) {
+            w.record(r).unwrap();
+        }
+        w.write(c, Some(4096)).unwrap();
     }
-    w.finish(&render_json(&s.summary)).unwrap();
+    w.finish(Some(&render_json(&s.summary))).unwrap();
     let data = std::fs::read(&path).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     data
@@ -60,6 +69,51 @@ fn every_format_gives_the_jsonl_summary() {
             render_text(&want.summary),
             "{ext}"
         );
+        assert_eq!(
+            render_json(&back.summary),
+            render_json(&want.summary),
+            "{ext}"
+        );
+    }
+}
+
+/// Entries that are not calls (sampling windows, later graph records...)
+/// go through every format and are skipped by the reader, which counts
+/// them: the summary stays the calls'.
+#[test]
+fn every_format_carries_records_and_reads_past_them() {
+    let want = read_timeline(&input()[..]).unwrap();
+    let calls = golden_calls();
+    let mut fields = serde_json::Map::new();
+    fields.insert("family".into(), Value::from("launch"));
+    fields.insert("ratio".into(), Value::from(0.25));
+    fields.insert(
+        "stages".into(),
+        serde_json::json!(["entry_only", "sampled"]),
+    );
+    let window = Record {
+        kind: "sampling",
+        ts_ns: calls[0].ts_ns,
+        dur_ns: Some(1_000_000),
+        pid: calls[0].pid,
+        tid: None,
+        fields: fields.clone(),
+    };
+    // One for a process no call names yet, an instant on a thread.
+    let other = Record {
+        kind: "marker",
+        ts_ns: calls[3].ts_ns,
+        dur_ns: None,
+        pid: 999_999,
+        tid: Some(5),
+        fields,
+    };
+    for ext in ["jsonl", "json", "jsonl.zst", "pftrace"] {
+        let data = write_with_records(ext, &[(0, window.clone()), (3, other.clone())]);
+        let back = read_timeline(&data[..]).unwrap();
+        assert_eq!(back.problems.count, 0, "{ext}: {:?}", back.problems.first);
+        assert!(back.complete, "{ext}");
+        assert_eq!(back.records, 2, "{ext}");
         assert_eq!(
             render_json(&back.summary),
             render_json(&want.summary),

@@ -22,15 +22,19 @@ pub enum Mode {
     Gputrace,
     /// gputrace with `launch:args,memcpy:args,nccl:args` (no return probes).
     GputraceArgs,
+    /// gputrace with calls in flight in the eBPF hash map instead of task
+    /// storage (`GPUTRACE_INFLIGHT=map`): what the task storage saves.
+    GputraceMap,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 5] = [
+    pub const ALL: [Mode; 6] = [
         Mode::None,
         Mode::Bare,
         Mode::BareRet,
         Mode::Gputrace,
         Mode::GputraceArgs,
+        Mode::GputraceMap,
     ];
 
     fn name(self) -> &'static str {
@@ -40,13 +44,14 @@ impl Mode {
             Mode::BareRet => "bare uprobe+uretprobe",
             Mode::Gputrace => "gputrace",
             Mode::GputraceArgs => "gputrace :args",
+            Mode::GputraceMap => "gputrace (in-flight map)",
         }
     }
 
     /// The row this one is compared with.
     fn floor(self) -> Option<Mode> {
         match self {
-            Mode::Gputrace => Some(Mode::BareRet),
+            Mode::Gputrace | Mode::GputraceMap => Some(Mode::BareRet),
             Mode::GputraceArgs => Some(Mode::Bare),
             _ => None,
         }
@@ -162,7 +167,7 @@ impl Bench {
                 }
                 Some(a)
             }
-            Mode::Gputrace | Mode::GputraceArgs => {
+            Mode::Gputrace | Mode::GputraceArgs | Mode::GputraceMap => {
                 let mut a = vec![
                     "--pid".to_string(),
                     pid.clone(),
@@ -187,6 +192,14 @@ impl Bench {
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .env("GPUTRACE_CACHE_DIR", self.scratch.join("cache"))
+                    .env(
+                        "GPUTRACE_INFLIGHT",
+                        if mode == Mode::GputraceMap {
+                            "map"
+                        } else {
+                            "task"
+                        },
+                    )
                     .spawn()
                     .context("starting gputrace")?;
                 let mut err: BufReader<ChildStderr> =
@@ -240,7 +253,10 @@ impl Bench {
             }
             s.cpu_s = cpu;
             s.max_rss_kb = rss;
-            if matches!(mode, Mode::Gputrace | Mode::GputraceArgs) {
+            if matches!(
+                mode,
+                Mode::Gputrace | Mode::GputraceArgs | Mode::GputraceMap
+            ) {
                 let v: Value = serde_json::from_str(stdout.trim())
                     .with_context(|| format!("summary: {stdout}"))?;
                 s.events = v["events"].as_u64().unwrap_or(0);
@@ -341,7 +357,10 @@ pub fn run(bench: &Bench, o: &Options) -> Result<()> {
                         s.cpu_ns_per_call
                     })
                 });
-                let traced = matches!(mode, Mode::Gputrace | Mode::GputraceArgs);
+                let traced = matches!(
+                    mode,
+                    Mode::Gputrace | Mode::GputraceArgs | Mode::GputraceMap
+                );
                 let events_s = med(i, &|s| s.events as f64 / s.busy_s.max(1e-9));
                 let lost = samples[i].iter().map(|s| s.lost).sum::<u64>();
                 let cpu_us = med(i, &|s| {

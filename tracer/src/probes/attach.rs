@@ -14,12 +14,10 @@ use super::catalogue::ProbeSelection;
 use super::discover::LibraryFile;
 use super::multi::{MultiLink, MultiPrograms};
 use super::symbols::{resolve_symbols, ResolvedSymbol};
+use crate::events::types::LostCounts;
 
 const ENTRY: &str = "call_entry";
 const RETURN: &str = "call_return";
-
-/// Default ring buffer size: 16 MiB holds ~80,000 call records.
-pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
 
 /// Who a set of probes fires for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -105,26 +103,6 @@ fn drop_in_parallel(links: Vec<Link>) {
     });
 }
 
-/// Counts of what the probes could not record, summed over CPUs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct LostCounts {
-    /// The ring buffer was full.
-    pub ring_full: u64,
-    /// The in-flight map could not take an entry record.
-    pub inflight_full: u64,
-    /// Returns whose entry record had been evicted.
-    pub unpaired: u64,
-    /// Stack/struct reads that failed (the call was still recorded).
-    pub read_failed: u64,
-}
-
-impl LostCounts {
-    /// Calls that were made but are missing from the trace.
-    pub fn events_lost(&self) -> u64 {
-        self.ring_full + self.inflight_full + self.unpaired
-    }
-}
-
 /// The loaded eBPF programs and every attachment made with them.
 pub struct Probes {
     ebpf: Ebpf,
@@ -149,18 +127,19 @@ impl Probes {
     ///
     /// Calls in flight are kept in task storage where the kernel lets
     /// uprobe programs use it, else in an LRU hash map (slower: a bucket
-    /// and a list lock at entry and return). `GPUTRACE_INFLIGHT=map` forces
-    /// the map (tests of the fallback).
-    pub fn load(selection: ProbeSelection, ring_bytes: u32) -> anyhow::Result<Self> {
-        let forced_map = std::env::var("GPUTRACE_INFLIGHT").as_deref() == Ok("map");
-        if !forced_map {
-            match Self::load_with(selection.clone(), ring_bytes, true) {
+    /// and a list lock at entry and return). `config.inflight_map`
+    /// (`GPUTRACE_INFLIGHT=map`) forces the map. `config.perf_events`:
+    /// attach one perf event per probe even where the kernel has
+    /// multi-uprobe links.
+    pub fn load(selection: ProbeSelection, config: &crate::config::Config) -> anyhow::Result<Self> {
+        let (ring_bytes, perf_events) = (config.ring_bytes, config.perf_events);
+        if !config.inflight_map {
+            match Self::load_with(selection.clone(), ring_bytes, perf_events, true) {
                 Ok(p) => return Ok(p),
                 Err(e) => {
-                    if let Ok(p) = Self::load_with(selection, ring_bytes, false) {
+                    if let Ok(p) = Self::load_with(selection, ring_bytes, perf_events, false) {
                         eprintln!(
-                            "gputrace: this kernel's uprobe programs cannot use task storage ({:#}); calls in flight are kept in a hash map, which costs each traced call more",
-                            e
+                            "gputrace: this kernel's uprobe programs cannot use task storage ({e:#}); calls in flight are kept in a hash map, which costs each traced call more"
                         );
                         return Ok(p);
                     }
@@ -168,12 +147,13 @@ impl Probes {
                 }
             }
         }
-        Self::load_with(selection, ring_bytes, false)
+        Self::load_with(selection, ring_bytes, perf_events, false)
     }
 
     fn load_with(
         selection: ProbeSelection,
         ring_bytes: u32,
+        perf_events: bool,
         per_task: bool,
     ) -> anyhow::Result<Self> {
         let wakeup = u64::from(ring_bytes / 4);
@@ -204,9 +184,10 @@ impl Probes {
             prog.load()
                 .with_context(|| format!("verifying eBPF program {name}"))?;
         }
-        let multi = match std::env::var("GPUTRACE_ATTACH").as_deref() {
-            Ok("perf") => None,
-            _ => MultiPrograms::load(&ebpf, crate::EBPF_OBJECT).ok(),
+        let multi = if perf_events {
+            None
+        } else {
+            MultiPrograms::load(&ebpf, crate::EBPF_OBJECT).ok()
         };
         Ok(Self {
             ebpf,
