@@ -66,6 +66,8 @@ pub struct Session {
     /// Events made outside a drain (processes seen at the start, exits),
     /// handed on at the next drain or maintenance.
     pending: Vec<Event>,
+    /// Installed by [`Session::announce`], used by [`Session::run`].
+    signals: Option<run::Signals>,
 }
 
 impl Session {
@@ -153,6 +155,7 @@ impl Session {
             by_pid_read: None,
             undecodable: 0,
             pending: Vec::new(),
+            signals: None,
         };
         for e in pending {
             session.note(&e);
@@ -161,8 +164,12 @@ impl Session {
         Ok(session)
     }
 
-    /// The `gputrace: attached ...` line scripts wait for.
-    pub fn announce(&self) {
+    /// The `gputrace: attached ...` line scripts wait for; SIGINT and
+    /// SIGTERM are caught from here on (see [`Session::run`]).
+    pub fn announce(&mut self) -> Result<()> {
+        if self.signals.is_none() {
+            self.signals = Some(run::Signals::install()?);
+        }
         let probes = self.attacher.probe_count();
         if self.node.is_some() {
             eprintln!(
@@ -175,6 +182,7 @@ impl Session {
                 if n == 1 { "" } else { "es" }
             );
         }
+        Ok(())
     }
 
     /// Lets a command started with `-- CMD` run (a no-op without one).

@@ -97,7 +97,7 @@ async fn daemon(
             args.max_file_mb
         );
     }
-    session.announce();
+    session.announce()?;
 
     let options = RunOptions {
         deadline: None,
