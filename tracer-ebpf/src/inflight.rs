@@ -150,13 +150,14 @@ pub fn push(api: u32, sp: u64) -> Option<&'static mut CallEvent> {
 
 /// The in-flight record of the call of `api` returning with stack pointer
 /// `sp`, taken off the thread's stack (with any stale slots above it).
-/// `None` (counted) when there is none. The record stays valid until the
+/// `None` when there is none, which is not counted: that call began before
+/// the entry probe was attached (return probes are attached first), or its
+/// entry was refused and counted then. The record stays valid until the
 /// program returns (nothing else writes this thread's storage).
 #[inline(always)]
 pub fn pop(api: u32, sp: u64) -> Option<&'static mut CallEvent> {
     let st = INFLIGHT_TASK.current(false);
     if st.is_null() {
-        count_lost(LostReason::Unpaired);
         return None;
     }
     // SAFETY: as in `push`.
@@ -188,8 +189,6 @@ pub fn pop(api: u32, sp: u64) -> Option<&'static mut CallEvent> {
     }
     if st.overflow > 0 {
         st.overflow -= 1; // its entry was counted when refused
-    } else {
-        count_lost(LostReason::Unpaired);
     }
     None
 }

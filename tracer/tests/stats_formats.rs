@@ -110,6 +110,11 @@ fn every_format_carries_records_and_reads_past_them() {
     };
     for ext in ["jsonl", "json", "jsonl.zst", "pftrace"] {
         let data = write_with_records(ext, &[(0, window.clone()), (3, other.clone())]);
+        // For checking the file with Perfetto's own protos
+        // (bench/perfetto/check_trace.py).
+        if let Some(dir) = std::env::var_os("GPUTRACE_TEST_KEEP") {
+            std::fs::write(PathBuf::from(dir).join(format!("records.{ext}")), &data).unwrap();
+        }
         let back = read_timeline(&data[..]).unwrap();
         assert_eq!(back.problems.count, 0, "{ext}: {:?}", back.problems.first);
         assert!(back.complete, "{ext}");

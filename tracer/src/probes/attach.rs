@@ -47,6 +47,9 @@ pub struct Attachment {
     /// link per probe (the fallback on older kernels).
     entry: Vec<Link>,
     ret: Vec<Link>,
+    /// Calls in flight are in task storage: detach entries first (see
+    /// [`detach_many`]).
+    per_task: bool,
 }
 
 /// Held for its Drop, which detaches.
@@ -72,20 +75,33 @@ impl Attachment {
     }
 }
 
-/// Detaches return probes before entry probes: a return probe is armed by
-/// its own link at the call's entry, so with the entry probe gone first a
-/// call in between would return without an entry record.
+/// Detaches in the order that leaves no call half-recorded and counted as
+/// lost. With the in-flight map: return probes first (a return probe is
+/// armed by its own link at the call's entry, so with the entry probe gone
+/// first a call in between would return without an entry record, which the
+/// map counts). With task storage: entry probes first (a return without
+/// its entry is not counted there; an entry whose return probe is gone
+/// stays in its slot and is counted stale by the thread's next call, so
+/// detaching returns first would count every call of the tens of
+/// milliseconds between the two).
 pub fn detach_many(attachments: Vec<Attachment>) {
     let mut entry = Vec::new();
     let mut ret = Vec::new();
+    let mut per_task = false;
     for a in attachments {
+        per_task |= a.per_task;
         entry.extend(a.entry);
         ret.extend(a.ret);
     }
-    // Returns first, then entries; within each, links close in parallel:
-    // each multi-uprobe link waits for its own grace period when closed.
-    drop_in_parallel(ret);
-    drop_in_parallel(entry);
+    // Within each half, links close in parallel: each multi-uprobe link
+    // waits for its own grace period when closed.
+    if per_task {
+        drop_in_parallel(entry);
+        drop_in_parallel(ret);
+    } else {
+        drop_in_parallel(ret);
+        drop_in_parallel(entry);
+    }
 }
 
 fn drop_in_parallel(links: Vec<Link>) {
@@ -242,7 +258,10 @@ impl Probes {
         runtime_stubs: bool,
     ) -> anyhow::Result<Attachment> {
         let symbols = self.symbols(file)?;
-        let mut att = Attachment::default();
+        let mut att = Attachment {
+            per_task: self.per_task,
+            ..Attachment::default()
+        };
         if symbols.is_empty() {
             return Ok(att);
         }
@@ -304,14 +323,28 @@ impl Probes {
                 ret.1.push(cookie.0);
             }
         }
-        // Entry first, so no return fires without its entry record.
-        let entry_link = multi.attach(&file.path, &entry.0, &entry.1, pid, false)?;
-        let ret_link = if ret.0.is_empty() {
-            None
-        } else {
-            Some(multi.attach(&file.path, &ret.0, &ret.1, pid, true)?)
+        let attach_ret = || -> std::io::Result<Option<MultiLink>> {
+            if ret.0.is_empty() {
+                Ok(None)
+            } else {
+                Ok(Some(multi.attach(&file.path, &ret.0, &ret.1, pid, true)?))
+            }
         };
-        Ok((entry_link, ret_link))
+        if self.per_task {
+            // Returns first: a call entered before the entry probe is
+            // attached then returns to no slot, which is not counted (it
+            // began before tracing). Entries first would leave every call
+            // made between the two attachments an entry whose return never
+            // comes, counted as lost (tens of milliseconds of calls).
+            let ret_link = attach_ret()?;
+            let entry_link = multi.attach(&file.path, &entry.0, &entry.1, pid, false)?;
+            Ok((entry_link, ret_link))
+        } else {
+            // Entry first, so no return fires without its entry record (the
+            // map counts a return without one as lost).
+            let entry_link = multi.attach(&file.path, &entry.0, &entry.1, pid, false)?;
+            Ok((entry_link, attach_ret()?))
+        }
     }
 
     fn attach_symbols(
@@ -329,29 +362,34 @@ impl Probes {
                 location: UProbeAttachLocation::AbsoluteOffset(sym.file_offset),
                 cookie: Some(c),
             };
-            let entry = self.program(ENTRY)?;
-            let id = entry
-                .attach(point(cookie.0), &file.path, uscope)
-                .with_context(|| {
-                    format!(
-                        "attaching a uprobe to {} in {}",
-                        sym.api.name,
-                        file.path.display()
-                    )
-                })?;
-            att.entry.push(Link::Perf(entry.take_link(id)?));
-            if !args_only {
-                let ret = self.program(RETURN)?;
-                let id = ret
+            // The same order as for multi-uprobe links (see `attach_multi`).
+            let order: &[bool] = match (args_only, self.per_task) {
+                (true, _) => &[false],
+                (false, true) => &[true, false],
+                (false, false) => &[false, true],
+            };
+            for &is_ret in order {
+                let (name, what) = if is_ret {
+                    (RETURN, "uretprobe")
+                } else {
+                    (ENTRY, "uprobe")
+                };
+                let prog = self.program(name)?;
+                let id = prog
                     .attach(point(cookie.0), &file.path, uscope)
                     .with_context(|| {
                         format!(
-                            "attaching a uretprobe to {} in {}",
+                            "attaching a {what} to {} in {}",
                             sym.api.name,
                             file.path.display()
                         )
                     })?;
-                att.ret.push(Link::Perf(ret.take_link(id)?));
+                let link = Link::Perf(prog.take_link(id)?);
+                if is_ret {
+                    att.ret.push(link);
+                } else {
+                    att.entry.push(link);
+                }
             }
         }
         Ok(())
