@@ -73,6 +73,7 @@ struct worker {
     uint64_t calls;      /* counted calls made by this thread */
     uint64_t passes;
     uint64_t bench_ns;
+    uint64_t bench_cpu_ns; /* the thread's CPU time in the loop */
     uint64_t bench_calls;
     /* kernel arguments (never dereferenced by the simulator) */
     CUdeviceptr arg_a, arg_b, arg_c;

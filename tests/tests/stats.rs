@@ -11,7 +11,7 @@ fn stats(args: &[&str]) -> Finished {
 
 #[test]
 fn stats_of_a_trace_equals_the_live_summary() {
-    for ext in ["jsonl", "json"] {
+    for ext in ["jsonl", "json", "jsonl.zst", "pftrace"] {
         let args = [
             "--launches",
             "30",

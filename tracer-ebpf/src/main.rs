@@ -6,13 +6,14 @@
 #![no_main]
 #![feature(asm_experimental_arch)]
 
+mod inflight;
 mod stack;
 
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
-        bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
-        bpf_probe_read_user, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
+        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes, generated,
     },
     macros::{map, uprobe, uretprobe},
     maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
@@ -22,17 +23,18 @@ use aya_ebpf::{
 use tracer_common::{
     Blob, BlobCallEvent, CallEvent, EventKind, LostReason, NamedCallEvent, ProbeCookie,
     BLOB_FROM_STACK, BLOB_LEN, DEREF_BYTES, LOST_SLOTS, MAX_ARGS, NO_RETURN, READABLE_SLOT,
-    RUNTIME_SLOT, STACK_ARGS,
+    REG_ARGS, RUNTIME_SLOT, STACK_ARGS,
 };
 
 /// Completed calls, drained by userspace. Its size is set at load time.
 #[map]
 pub(crate) static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 
-/// Calls between entry and return, keyed by (tid, api). LRU so a thread that
-/// never returns (killed mid-call) cannot leak an entry forever; one LRU list
-/// per CPU, so threads on different CPUs do not contend for one lock (its
-/// size is set at load time from the number of CPUs).
+/// Calls between entry and return, keyed by (tid, api), where task storage
+/// cannot be used (see `INFLIGHT_PER_TASK`). LRU so a thread that never
+/// returns (killed mid-call) cannot leak an entry forever; one LRU list per
+/// CPU, so threads on different CPUs do not contend for one lock (its size
+/// is set at load time from the number of CPUs).
 #[map]
 static INFLIGHT: LruHashMap<u64, CallEvent> =
     LruHashMap::with_max_entries(16384, aya_ebpf::bindings::BPF_F_NO_COMMON_LRU);
@@ -66,6 +68,19 @@ static LOST_BY_PID: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max_entr
 /// at load time to a quarter of the ring buffer.
 #[unsafe(no_mangle)]
 static WAKEUP_BYTES: u64 = 512 << 10;
+
+/// 1: calls in flight live in task storage (`inflight`); 0: in the
+/// `INFLIGHT` hash map, for kernels whose uprobe programs cannot use task
+/// storage. Set at load time; the verifier drops the branch not taken, so
+/// a kernel without the task storage helpers still loads the program.
+#[unsafe(no_mangle)]
+static INFLIGHT_PER_TASK: u32 = 1;
+
+#[inline(always)]
+fn per_task() -> bool {
+    // SAFETY: a global the loader may have overridden; read it, don't fold it.
+    unsafe { core::ptr::read_volatile(&INFLIGHT_PER_TASK) != 0 }
+}
 
 /// Adds one to a counter in a per-CPU slot. Uprobe programs run with
 /// migration disabled but may be preempted, so another task's program can
@@ -207,7 +222,10 @@ fn send_blob(e: &CallEvent, key: u64) {
 }
 
 /// Fills a whole entry record (every field: it may be uninitialised
-/// ring buffer memory).
+/// memory). Fields are written in place, never built on the stack and
+/// copied: LLVM turns large copies and zeroing into a byte-at-a-time
+/// memcpy/memset subprogram, which cost the entry probe more than all of
+/// its helpers together.
 #[inline(always)]
 fn fill_entry(
     ctx: &ProbeContext,
@@ -225,7 +243,8 @@ fn fill_entry(
     e.start_ns = start_ns;
     e.dur_ns = NO_RETURN;
     e.ret = 0;
-    e.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    // SAFETY: writes the 16 bytes of `comm` (zeros when it fails).
+    unsafe { generated::bpf_get_current_comm(e.comm.as_mut_ptr().cast(), 16) };
     e.args[0] = regs.rdi;
     e.args[1] = regs.rsi;
     e.args[2] = regs.rdx;
@@ -233,36 +252,44 @@ fn fill_entry(
     e.args[4] = regs.r8;
     e.args[5] = regs.r9;
     // Arguments 7.. are on the stack above the return address at `sp`.
-    let stack: [u64; STACK_ARGS] = if cookie.stack_args() {
-        // SAFETY: a user-memory read; failure is handled.
-        match unsafe { bpf_probe_read_user((regs.rsp + 8) as *const [u64; STACK_ARGS]) } {
-            Ok(v) => v,
-            Err(_) => {
-                count_lost(LostReason::ReadFailed);
-                [0; STACK_ARGS]
-            }
+    let _: [(); MAX_ARGS - REG_ARGS - STACK_ARGS] = [];
+    if cookie.stack_args() {
+        // SAFETY: a user-memory read into args[6..11] (40 bytes), which the
+        // kernel zeroes when it fails.
+        let r = unsafe {
+            generated::bpf_probe_read_user(
+                e.args.as_mut_ptr().add(REG_ARGS).cast(),
+                (STACK_ARGS * 8) as u32,
+                (regs.rsp + 8) as *const _,
+            )
+        };
+        if r != 0 {
+            count_lost(LostReason::ReadFailed);
         }
     } else {
-        [0; STACK_ARGS]
-    };
-    e.args[6] = stack[0];
-    e.args[7] = stack[1];
-    e.args[8] = stack[2];
-    e.args[9] = stack[3];
-    e.args[10] = stack[4];
-    let _: [(); MAX_ARGS - 11] = [];
-    e.extra = [0; 6];
+        e.args[6] = 0;
+        e.args[7] = 0;
+        e.args[8] = 0;
+        e.args[9] = 0;
+        e.args[10] = 0;
+    }
+    e.extra[0] = 0;
+    e.extra[1] = 0;
+    e.extra[2] = 0;
+    e.extra[3] = 0;
+    e.extra[4] = 0;
+    e.extra[5] = 0;
     if let Some(p) = arg_at(e, cookie.deref_arg()) {
-        // SAFETY: a user-memory read; failure leaves zeros.
-        match unsafe { bpf_probe_read_user(p as *const [u64; DEREF_BYTES / 8]) } {
-            Ok(v) => {
-                e.extra[0] = v[0];
-                e.extra[1] = v[1];
-                e.extra[2] = v[2];
-                e.extra[3] = v[3];
-                e.extra[4] = v[4];
-            }
-            Err(_) => count_lost(LostReason::ReadFailed),
+        // SAFETY: a user-memory read into extra[0..5], zeroed when it fails.
+        let r = unsafe {
+            generated::bpf_probe_read_user(
+                e.extra.as_mut_ptr().cast(),
+                DEREF_BYTES as u32,
+                p as *const _,
+            )
+        };
+        if r != 0 {
+            count_lost(LostReason::ReadFailed);
         }
     }
     if cookie.probe_readable() {
@@ -330,10 +357,20 @@ pub fn call_entry(ctx: ProbeContext) -> u32 {
         entry.submit(submit_flags());
         return 0;
     }
+    if !cookie.entry_only() && per_task() {
+        // SAFETY: uprobe programs get the user registers.
+        let sp = unsafe { (*ctx.regs).rsp };
+        if let Some(slot) = inflight::push(cookie.api(), sp) {
+            fill_entry(&ctx, cookie, pid_tgid, start_ns, slot);
+            keep_blob(&ctx, cookie, slot);
+        }
+        return 0;
+    }
     // Built on the stack (192 bytes): a per-CPU buffer is not safe, since a
     // uprobe program can be preempted and another task's run on this CPU.
-    let mut ev = CallEvent::zeroed();
-    let e = &mut ev;
+    let mut ev = core::mem::MaybeUninit::<CallEvent>::uninit();
+    // SAFETY: fill_entry writes every field before anything reads one.
+    let e = unsafe { &mut *ev.as_mut_ptr() };
     fill_entry(&ctx, cookie, pid_tgid, start_ns, e);
     if cookie.entry_only() {
         send(e, cookie);
@@ -344,22 +381,31 @@ pub fn call_entry(ctx: ProbeContext) -> u32 {
         count_lost(LostReason::InflightFull);
         return 0;
     }
-    if cookie.blob_source() != 0 {
-        let Some(zero) = BLOB_TEMPLATE.get(0) else {
-            return 0;
-        };
-        if INFLIGHT_BLOB.insert(&key, zero, 0).is_err() {
-            return 0; // the return finds no blob and counts it
-        }
-        if let Some(b) = INFLIGHT_BLOB.get_ptr_mut(&key) {
-            // SAFETY: the entry just inserted under this thread's key.
-            let b = unsafe { &mut *b };
-            // SAFETY: uprobe programs get the user registers.
-            let rsp = unsafe { (*ctx.regs).rsp };
-            b.len = read_blob(rsp, e, cookie, &mut b.data);
-        }
-    }
+    keep_blob(&ctx, cookie, e);
     0
+}
+
+/// A call with a return probe and a blob: its bytes wait for the return in
+/// `INFLIGHT_BLOB`, keyed like the call (thread, API).
+#[inline(always)]
+fn keep_blob(ctx: &ProbeContext, cookie: ProbeCookie, e: &CallEvent) {
+    if cookie.blob_source() == 0 {
+        return;
+    }
+    let key = ((e.tid as u64) << 32) | e.api as u64;
+    let Some(zero) = BLOB_TEMPLATE.get(0) else {
+        return;
+    };
+    if INFLIGHT_BLOB.insert(&key, zero, 0).is_err() {
+        return; // the return finds no blob and counts it
+    }
+    if let Some(b) = INFLIGHT_BLOB.get_ptr_mut(&key) {
+        // SAFETY: the entry just inserted under this thread's key.
+        let b = unsafe { &mut *b };
+        // SAFETY: uprobe programs get the user registers.
+        let rsp = unsafe { (*ctx.regs).rsp };
+        b.len = read_blob(rsp, e, cookie, &mut b.data);
+    }
 }
 
 #[uretprobe]
@@ -367,16 +413,24 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
     let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: the helper reads the cookie of the link that ran us.
     let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
-    let tid = bpf_get_current_pid_tgid() as u32;
-    let key = ((tid as u64) << 32) | cookie.api() as u64;
-    let Some(e) = INFLIGHT.get_ptr_mut(&key) else {
-        count_lost(LostReason::Unpaired);
-        return 0;
-    };
-    // SAFETY: the entry is ours: keyed by this thread, which is here.
-    let e = unsafe { &mut *e };
     // SAFETY: uretprobe programs get the user registers.
     let regs = unsafe { &*ctx.regs };
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let key = ((tid as u64) << 32) | cookie.api() as u64;
+    let per_task = per_task();
+    let e = if per_task {
+        match inflight::pop(cookie.api(), regs.rsp) {
+            Some(e) => e,
+            None => return 0,
+        }
+    } else {
+        let Some(e) = INFLIGHT.get_ptr_mut(&key) else {
+            count_lost(LostReason::Unpaired);
+            return 0;
+        };
+        // SAFETY: the entry is ours: keyed by this thread, which is here.
+        unsafe { &mut *e }
+    };
     e.dur_ns = now.wrapping_sub(e.start_ns);
     e.ret = regs.rax;
     for slot in 0..2u32 {
@@ -394,7 +448,9 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
     } else {
         send(e, cookie);
     }
-    let _ = INFLIGHT.remove(&key);
+    if !per_task {
+        let _ = INFLIGHT.remove(&key);
+    }
     if cookie.runtime_set_arg() != 0 {
         let _ = RUNTIME_STUB.remove(&tid);
     }

@@ -23,7 +23,7 @@ pub struct Cli {
 pub enum Command {
     /// Live terminal view of every GPU process's CUDA and NCCL activity.
     Top(TopArgs),
-    /// Print the summary of a .jsonl or .json timeline written by gputrace.
+    /// Print the summary of a timeline written by gputrace (.jsonl, .jsonl.zst, .json, .pftrace).
     Stats(StatsArgs),
     /// List the processes that map libcuda/libnccl, with the library files.
     List,
@@ -85,7 +85,7 @@ pub struct TraceArgs {
     /// Stop after this long (e.g. 10s, 2m, 500ms).
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Write the timeline here: .jsonl (one event per line) or .json (Chrome trace / Perfetto).
+    /// Write the timeline here: .jsonl (one event per line), .jsonl.zst (the same, zstd-compressed), .json (Chrome trace) or .pftrace / .perfetto-trace (Perfetto's protobuf trace, for large traces).
     #[arg(long, value_name = "FILE", value_parser = parse_output)]
     pub output: Option<PathBuf>,
     /// Summary printed at the end.
@@ -154,7 +154,7 @@ pub struct TopArgs {
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
-    /// A .jsonl or .json timeline.
+    /// A .jsonl, .jsonl.zst, .json or .pftrace timeline.
     pub file: PathBuf,
     #[arg(long, value_enum, default_value_t = StatsFormat::Text)]
     pub format: StatsFormat,
@@ -222,7 +222,7 @@ fn parse_output(s: &str) -> Result<PathBuf, String> {
     match crate::sinks::timeline::TimelineFormat::from_path(&p) {
         Some(_) => Ok(p),
         None => Err(format!(
-            "`{s}` must end in .jsonl (events) or .json (Chrome trace)"
+            "`{s}` must end in .jsonl (events), .jsonl.zst (compressed events), .json (Chrome trace) or .pftrace (Perfetto trace)"
         )),
     }
 }

@@ -33,6 +33,9 @@ pub struct Config {
     /// the Nth call reaches its outputs, to show that a panic still ends
     /// the outputs with what was recorded.
     pub fault_panic_after: Option<u64>,
+    /// `GPUTRACE_INFLIGHT=map`: keep calls in flight in the eBPF hash map
+    /// even where task storage works (for comparison and its tests).
+    pub inflight_map: bool,
 }
 
 impl Default for Config {
@@ -44,6 +47,7 @@ impl Default for Config {
             cache_dir: PathBuf::from("/var/cache/gputrace"),
             perf_events: false,
             fault_panic_after: None,
+            inflight_map: false,
         }
     }
 }
@@ -99,6 +103,15 @@ impl Config {
                     format!("GPUTRACE_FAULT_PANIC_AFTER={v}: give a number of calls")
                 })?);
         }
+        match text("GPUTRACE_INFLIGHT")?.as_deref() {
+            None | Some("") | Some("task") => {}
+            Some("map") => c.inflight_map = true,
+            Some(other) => {
+                return Err(format!(
+                    "GPUTRACE_INFLIGHT={other}: give `map` (the eBPF hash map) or `task` (task storage, the default)"
+                ))
+            }
+        }
         Ok(c)
     }
 }
@@ -124,6 +137,7 @@ mod tests {
             ("GPUTRACE_NO_CALIBRATION", "1"),
             ("GPUTRACE_CACHE_DIR", "/tmp/c"),
             ("GPUTRACE_ATTACH", "perf"),
+            ("GPUTRACE_INFLIGHT", "map"),
         ])
         .unwrap();
         assert_eq!(
@@ -135,6 +149,7 @@ mod tests {
                 cache_dir: PathBuf::from("/tmp/c"),
                 perf_events: true,
                 fault_panic_after: None,
+                inflight_map: true,
             }
         );
     }
@@ -147,6 +162,7 @@ mod tests {
             ("GPUTRACE_RING_BYTES", "1024"),
             ("GPUTRACE_DETACH_AFTER", "soon"),
             ("GPUTRACE_ATTACH", "kprobe"),
+            ("GPUTRACE_INFLIGHT", "lru"),
         ] {
             let e = config(&[(var, value)]).unwrap_err();
             assert!(

@@ -26,10 +26,13 @@ pub enum Mode {
     GputraceStacks,
     /// gputrace with `--stacks` (launches sampled, one in 64).
     GputraceStacks64,
+    /// gputrace with calls in flight in the eBPF hash map instead of task
+    /// storage (`GPUTRACE_INFLIGHT=map`): what the task storage saves.
+    GputraceMap,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 7] = [
+    pub const ALL: [Mode; 8] = [
         Mode::None,
         Mode::Bare,
         Mode::BareRet,
@@ -37,6 +40,7 @@ impl Mode {
         Mode::GputraceArgs,
         Mode::GputraceStacks,
         Mode::GputraceStacks64,
+        Mode::GputraceMap,
     ];
 
     fn name(self) -> &'static str {
@@ -48,20 +52,25 @@ impl Mode {
             Mode::GputraceArgs => "gputrace :args",
             Mode::GputraceStacks => "gputrace --stacks",
             Mode::GputraceStacks64 => "gputrace --stacks 1/64",
+            Mode::GputraceMap => "gputrace (in-flight map)",
         }
     }
 
     fn traced(self) -> bool {
         matches!(
             self,
-            Mode::Gputrace | Mode::GputraceArgs | Mode::GputraceStacks | Mode::GputraceStacks64
+            Mode::Gputrace
+                | Mode::GputraceArgs
+                | Mode::GputraceStacks
+                | Mode::GputraceStacks64
+                | Mode::GputraceMap
         )
     }
 
     /// The row this one is compared with.
     fn floor(self) -> Option<Mode> {
         match self {
-            Mode::Gputrace => Some(Mode::BareRet),
+            Mode::Gputrace | Mode::GputraceMap => Some(Mode::BareRet),
             Mode::GputraceArgs => Some(Mode::Bare),
             Mode::GputraceStacks | Mode::GputraceStacks64 => Some(Mode::Gputrace),
             _ => None,
@@ -73,6 +82,10 @@ impl Mode {
 #[derive(Clone, Debug, Default)]
 pub struct Sample {
     pub ns_per_call: f64,
+    /// CPU time of the workload's threads per call: unlike the wall time,
+    /// it leaves out time other processes took (a shared machine), so it
+    /// tells the probe's own cost apart from the reader's CPU.
+    pub cpu_ns_per_call: f64,
     pub calls: u64,
     pub events: u64,
     pub lost: u64,
@@ -226,6 +239,14 @@ impl Bench {
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .env("GPUTRACE_CACHE_DIR", self.scratch.join("cache"))
+                    .env(
+                        "GPUTRACE_INFLIGHT",
+                        if mode == Mode::GputraceMap {
+                            "map"
+                        } else {
+                            "task"
+                        },
+                    )
                     .spawn()
                     .context("starting gputrace")?;
                 let mut err: BufReader<ChildStderr> =
@@ -251,6 +272,11 @@ impl Bench {
             .find_map(|f| f.strip_prefix("ns_per_call="))
             .ok_or_else(|| anyhow!("no ns_per_call in {line:?}"))?
             .parse()?;
+        let cpu_ns_per_call: f64 = line
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("cpu_ns_per_call="))
+            .unwrap_or("NaN")
+            .parse()?;
         let total_calls: u64 = line
             .split_whitespace()
             .find_map(|f| f.strip_prefix("calls="))
@@ -258,6 +284,7 @@ impl Bench {
             .parse()?;
         let mut s = Sample {
             ns_per_call,
+            cpu_ns_per_call,
             calls: total_calls,
             busy_s: ns_per_call * (total_calls / threads as u64) as f64 / 1e9,
             ..Default::default()
@@ -333,12 +360,14 @@ pub fn run(bench: &Bench, o: &Options) -> Result<()> {
     let mut rows = Vec::new();
     println!("machine: {}", machine());
     println!(
-        "{:<7} {:>3}  {:<22} {:>11} {:>9} {:>8} {:>11} {:>8} {:>12} {:>9}",
+        "{:<7} {:>3}  {:<22} {:>11} {:>9} {:>8} {:>11} {:>8} {:>11} {:>8} {:>12} {:>9}",
         "kind",
         "thr",
         "mode",
         "ns/call",
         "spread",
+        "vs floor",
+        "CPU ns/call",
         "vs floor",
         "events/s",
         "lost",
@@ -369,6 +398,12 @@ pub fn run(bench: &Bench, o: &Options) -> Result<()> {
                         s.ns_per_call
                     })
                 });
+                let cpu = med(i, &|s| s.cpu_ns_per_call);
+                let cpu_ratio = mode.floor().map(|f| {
+                    cpu / med(Mode::ALL.iter().position(|m| *m == f).unwrap(), &|s| {
+                        s.cpu_ns_per_call
+                    })
+                });
                 let traced = mode.traced();
                 let events_s = med(i, &|s| s.events as f64 / s.busy_s.max(1e-9));
                 let lost = samples[i].iter().map(|s| s.lost).sum::<u64>();
@@ -382,13 +417,15 @@ pub fn run(bench: &Bench, o: &Options) -> Result<()> {
                 let rss =
                     samples[i].iter().map(|s| s.max_rss_kb).max().unwrap_or(0) as f64 / 1024.0;
                 println!(
-                    "{:<7} {:>3}  {:<22} {:>11.1} {:>9} {:>8} {:>11} {:>8} {:>12} {:>9}",
+                    "{:<7} {:>3}  {:<22} {:>11.1} {:>9} {:>8} {:>11.1} {:>8} {:>11} {:>8} {:>12} {:>9}",
                     kind,
                     threads,
                     mode.name(),
                     ns,
                     format!("±{:.0}%", (hi - lo) / ns.max(1e-9) * 50.0),
                     ratio.map_or("".into(), |r| format!("{r:.3}x")),
+                    cpu,
+                    cpu_ratio.map_or("".into(), |r| format!("{r:.3}x")),
                     if traced {
                         format!("{events_s:.0}")
                     } else {
@@ -409,7 +446,7 @@ pub fn run(bench: &Bench, o: &Options) -> Result<()> {
                 rows.push(json!({
                     "kind": kind, "threads": threads, "mode": mode.name(), "reps": o.reps,
                     "ns_per_call_median": ns, "ns_per_call_min": lo, "ns_per_call_max": hi,
-                    "ratio_to_floor": ratio, "events_per_s": if traced { Some(events_s) } else { None },
+                    "ratio_to_floor": ratio, "cpu_ns_per_call_median": cpu, "cpu_ratio_to_floor": cpu_ratio, "events_per_s": if traced { Some(events_s) } else { None },
                     "events_lost": lost, "cpu_us_per_event": if traced { Some(cpu_us) } else { None },
                     "peak_rss_mib": rss,
                 }));

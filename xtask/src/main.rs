@@ -52,6 +52,13 @@ enum Task {
         /// Instead: `gputrace stats` on a synthetic file of this many GiB.
         #[arg(long)]
         stats_gib: Option<f64>,
+        /// Instead: bytes per event and write/read speed of each timeline
+        /// format, on this many synthetic DDP-like calls.
+        #[arg(long, value_name = "CALLS", num_args = 0..=1, default_missing_value = "1000000")]
+        formats: Option<u64>,
+        /// With --formats: the calls of this .jsonl file instead.
+        #[arg(long, requires = "formats")]
+        input: Option<PathBuf>,
         /// Where to write the JSON results (default bench/results/HOST-DATE.json).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -149,9 +156,29 @@ fn main() -> Result<()> {
             throughput,
             soak,
             stats_gib,
+            formats,
+            input,
             out,
             prebuilt,
         } => {
+            if let Some(calls) = formats {
+                // Formats need no eBPF, no root and no simulator.
+                let mut c = cargo();
+                c.args([
+                    "run",
+                    "--release",
+                    "-p",
+                    "tracer",
+                    "--example",
+                    "timeline_formats",
+                    "--",
+                ]);
+                c.args(["--events", &calls.to_string()]);
+                if let Some(i) = input {
+                    c.arg("--input").arg(i);
+                }
+                return run(&mut c);
+            }
             // --prebuilt DIR: a copied build (gputrace and the simulator
             // beside it), for a machine without cargo.
             let (sim, gputrace, scratch) = match prebuilt {

@@ -40,8 +40,9 @@ pub fn run(args: &StatsArgs) -> Result<ExitCode> {
             eprintln!("gputrace: {}:{line}: {what}", args.file.display());
         }
         let (line, what) = &input.problems.first[0];
+        let unit = input.problems.unit();
         return Err(Failure::runtime(format!(
-            "{} has {} unreadable line(s), first at line {line}: {what}; the summary covers the readable lines",
+            "{} has {} unreadable {unit}(s), first at {unit} {line}: {what}; the summary covers the readable {unit}s",
             args.file.display(),
             input.problems.count
         )));

@@ -49,6 +49,9 @@ pub struct Attachment {
     /// link per probe (the fallback on older kernels).
     entry: Vec<Link>,
     ret: Vec<Link>,
+    /// Calls in flight are in task storage: detach entries first (see
+    /// [`detach_many`]).
+    per_task: bool,
 }
 
 /// Held for its Drop, which detaches.
@@ -74,20 +77,33 @@ impl Attachment {
     }
 }
 
-/// Detaches return probes before entry probes: a return probe is armed by
-/// its own link at the call's entry, so with the entry probe gone first a
-/// call in between would return without an entry record.
+/// Detaches in the order that leaves no call half-recorded and counted as
+/// lost. With the in-flight map: return probes first (a return probe is
+/// armed by its own link at the call's entry, so with the entry probe gone
+/// first a call in between would return without an entry record, which the
+/// map counts). With task storage: entry probes first (a return without
+/// its entry is not counted there; an entry whose return probe is gone
+/// stays in its slot and is counted stale by the thread's next call, so
+/// detaching returns first would count every call of the tens of
+/// milliseconds between the two).
 pub fn detach_many(attachments: Vec<Attachment>) {
     let mut entry = Vec::new();
     let mut ret = Vec::new();
+    let mut per_task = false;
     for a in attachments {
+        per_task |= a.per_task;
         entry.extend(a.entry);
         ret.extend(a.ret);
     }
-    // Returns first, then entries; within each, links close in parallel:
-    // each multi-uprobe link waits for its own grace period when closed.
-    drop_in_parallel(ret);
-    drop_in_parallel(entry);
+    // Within each half, links close in parallel: each multi-uprobe link
+    // waits for its own grace period when closed.
+    if per_task {
+        drop_in_parallel(entry);
+        drop_in_parallel(ret);
+    } else {
+        drop_in_parallel(ret);
+        drop_in_parallel(entry);
+    }
 }
 
 fn drop_in_parallel(links: Vec<Link>) {
@@ -114,6 +130,7 @@ pub struct Probes {
     multi: Option<MultiPrograms>,
     /// `--stacks`: every probe captures its caller's stack.
     stacks: Option<StackSettings>,
+    per_task: bool,
 }
 
 /// How probes are attached.
@@ -127,25 +144,66 @@ pub enum AttachMode {
 
 impl Probes {
     /// Loads and verifies the programs; attaches nothing yet.
-    /// `perf_events`: attach one perf event per probe even where the kernel
-    /// has multi-uprobe links. `stacks`: capture call stacks (`--stacks`).
+    ///
+    /// Calls in flight are kept in task storage where the kernel lets
+    /// uprobe programs use it, else in an LRU hash map (slower: a bucket
+    /// and a list lock at entry and return). `config.inflight_map`
+    /// (`GPUTRACE_INFLIGHT=map`) forces the map. `config.perf_events`:
+    /// attach one perf event per probe even where the kernel has
+    /// multi-uprobe links.
+    /// `stacks`: capture call stacks (`--stacks`).
     pub fn load(
+        selection: ProbeSelection,
+        config: &crate::config::Config,
+        stacks: Option<StackSettings>,
+    ) -> anyhow::Result<Self> {
+        let (ring_bytes, perf_events) = (config.ring_bytes, config.perf_events);
+        if !config.inflight_map {
+            match Self::load_with(selection.clone(), ring_bytes, perf_events, stacks, true) {
+                Ok(p) => return Ok(p),
+                Err(e) => {
+                    if let Ok(p) =
+                        Self::load_with(selection, ring_bytes, perf_events, stacks, false)
+                    {
+                        eprintln!(
+                            "gputrace: this kernel's uprobe programs cannot use task storage ({e:#}); calls in flight are kept in a hash map, which costs each traced call more"
+                        );
+                        return Ok(p);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Self::load_with(selection, ring_bytes, perf_events, stacks, false)
+    }
+
+    fn load_with(
         selection: ProbeSelection,
         ring_bytes: u32,
         perf_events: bool,
         stacks: Option<StackSettings>,
+        per_task: bool,
     ) -> anyhow::Result<Self> {
         let wakeup = u64::from(ring_bytes / 4);
         // The in-flight map keeps an LRU list per CPU (less lock contention
-        // between threads): give each CPU room for 512 calls in flight.
+        // between threads): give each CPU room for 512 calls in flight. With
+        // task storage it is unused: the kernel's minimum, one per CPU.
         let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
-        let inflight = (512 * cpus).max(16384);
+        let inflight = if per_task {
+            cpus
+        } else {
+            (512 * cpus).max(16384)
+        };
+        let per_task_flag = u32::from(per_task);
         let globals = stacks.map(|s| s.globals());
         let mut loader = EbpfLoader::new();
         loader
+            // aya 0.14 creates task storage maps but has no type for them.
+            .allow_unsupported_maps()
             .map_max_entries("EVENTS", ring_bytes)
             .map_max_entries("INFLIGHT", inflight)
-            .override_global("WAKEUP_BYTES", &wakeup, true);
+            .override_global("WAKEUP_BYTES", &wakeup, true)
+            .override_global("INFLIGHT_PER_TASK", &per_task_flag, true);
         if let Some(globals) = &globals {
             // One stack scratch buffer per CPU (only with --stacks: ~34 KiB each).
             loader.map_max_entries("STACK_SCRATCH", cpus);
@@ -175,7 +233,13 @@ impl Probes {
             symbols: HashMap::new(),
             multi,
             stacks,
+            per_task,
         })
+    }
+
+    /// Whether calls in flight are kept in task storage (else a hash map).
+    pub fn inflight_per_task(&self) -> bool {
+        self.per_task
     }
 
     pub fn attach_mode(&self) -> AttachMode {
@@ -217,7 +281,10 @@ impl Probes {
         runtime_stubs: bool,
     ) -> anyhow::Result<Attachment> {
         let symbols = self.symbols(file)?;
-        let mut att = Attachment::default();
+        let mut att = Attachment {
+            per_task: self.per_task,
+            ..Attachment::default()
+        };
         if symbols.is_empty() {
             return Ok(att);
         }
@@ -279,14 +346,28 @@ impl Probes {
                 ret.1.push(cookie.0);
             }
         }
-        // Entry first, so no return fires without its entry record.
-        let entry_link = multi.attach(&file.path, &entry.0, &entry.1, pid, false)?;
-        let ret_link = if ret.0.is_empty() {
-            None
-        } else {
-            Some(multi.attach(&file.path, &ret.0, &ret.1, pid, true)?)
+        let attach_ret = || -> std::io::Result<Option<MultiLink>> {
+            if ret.0.is_empty() {
+                Ok(None)
+            } else {
+                Ok(Some(multi.attach(&file.path, &ret.0, &ret.1, pid, true)?))
+            }
         };
-        Ok((entry_link, ret_link))
+        if self.per_task {
+            // Returns first: a call entered before the entry probe is
+            // attached then returns to no slot, which is not counted (it
+            // began before tracing). Entries first would leave every call
+            // made between the two attachments an entry whose return never
+            // comes, counted as lost (tens of milliseconds of calls).
+            let ret_link = attach_ret()?;
+            let entry_link = multi.attach(&file.path, &entry.0, &entry.1, pid, false)?;
+            Ok((entry_link, ret_link))
+        } else {
+            // Entry first, so no return fires without its entry record (the
+            // map counts a return without one as lost).
+            let entry_link = multi.attach(&file.path, &entry.0, &entry.1, pid, false)?;
+            Ok((entry_link, attach_ret()?))
+        }
     }
 
     fn attach_symbols(
@@ -304,29 +385,34 @@ impl Probes {
                 location: UProbeAttachLocation::AbsoluteOffset(sym.file_offset),
                 cookie: Some(c),
             };
-            let entry = self.program(ENTRY)?;
-            let id = entry
-                .attach(point(cookie.0), &file.path, uscope)
-                .with_context(|| {
-                    format!(
-                        "attaching a uprobe to {} in {}",
-                        sym.api.name,
-                        file.path.display()
-                    )
-                })?;
-            att.entry.push(Link::Perf(entry.take_link(id)?));
-            if !args_only {
-                let ret = self.program(RETURN)?;
-                let id = ret
+            // The same order as for multi-uprobe links (see `attach_multi`).
+            let order: &[bool] = match (args_only, self.per_task) {
+                (true, _) => &[false],
+                (false, true) => &[true, false],
+                (false, false) => &[false, true],
+            };
+            for &is_ret in order {
+                let (name, what) = if is_ret {
+                    (RETURN, "uretprobe")
+                } else {
+                    (ENTRY, "uprobe")
+                };
+                let prog = self.program(name)?;
+                let id = prog
                     .attach(point(cookie.0), &file.path, uscope)
                     .with_context(|| {
                         format!(
-                            "attaching a uretprobe to {} in {}",
+                            "attaching a {what} to {} in {}",
                             sym.api.name,
                             file.path.display()
                         )
                     })?;
-                att.ret.push(Link::Perf(ret.take_link(id)?));
+                let link = Link::Perf(prog.take_link(id)?);
+                if is_ret {
+                    att.ret.push(link);
+                } else {
+                    att.entry.push(link);
+                }
             }
         }
         Ok(())

@@ -86,12 +86,7 @@ impl Session {
         }
         .open()?;
         let stack_settings = spec.stacks.as_ref().map(stacks::settings).transpose()?;
-        let mut probes = Probes::load(
-            selection.clone(),
-            config.ring_bytes,
-            config.perf_events,
-            stack_settings,
-        )?;
+        let mut probes = Probes::load(selection.clone(), config, stack_settings)?;
         let stacks = match stack_settings {
             Some(_) => Some(SessionStacks::new(&mut probes)?),
             None => None,

@@ -63,6 +63,14 @@ impl ChromeWriter {
         );
     }
 
+    /// Writes one non-call entry (category `gputrace.record`).
+    pub fn record(&mut self, r: &super::record::Record) -> std::io::Result<()> {
+        self.line.clear();
+        self.begin_event();
+        r.write_chrome(&mut self.line, self.origin_ns);
+        self.out.write_all(self.line.as_bytes())
+    }
+
     pub fn write(&mut self, c: &Call, device_bytes: Option<u64>) -> std::io::Result<()> {
         self.line.clear();
         let origin = self.origin_ns;

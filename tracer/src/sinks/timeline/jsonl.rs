@@ -10,6 +10,25 @@ use crate::events::graph_json::write_record;
 use crate::events::json::{write_call, write_stack};
 use crate::events::model::Call;
 
+/// The lines of one call: its stack's record the first time a file needs
+/// it (`stacks`: the ids it holds), then the call.
+pub(super) fn call_lines(line: &mut String, stacks: &mut FxHashSet<u32>, call: &Call) {
+    if let Some(stack) = &call.stack {
+        if stacks.insert(stack.id) {
+            write_stack(line, stack);
+            line.push('\n');
+        }
+    }
+    write_call(line, call);
+    line.push('\n');
+}
+
+/// The `{"type":"graph"}` line of an executable graph.
+pub(super) fn graph_line(line: &mut String, record: &GraphRecord) {
+    write_record(line, record);
+    line.push('\n');
+}
+
 pub struct JsonlWriter {
     out: BufWriter<File>,
     line: String,
@@ -32,14 +51,7 @@ impl JsonlWriter {
 
     pub fn write(&mut self, call: &Call) -> std::io::Result<()> {
         self.line.clear();
-        if let Some(stack) = &call.stack {
-            if self.stacks.insert(stack.id) {
-                write_stack(&mut self.line, stack);
-                self.line.push('\n');
-            }
-        }
-        write_call(&mut self.line, call);
-        self.line.push('\n');
+        call_lines(&mut self.line, &mut self.stacks, call);
         self.out.write_all(self.line.as_bytes())?;
         self.written += self.line.len() as u64;
         Ok(())
@@ -48,7 +60,16 @@ impl JsonlWriter {
     /// Writes a `{"type":"graph"}` record.
     pub fn graph(&mut self, record: &GraphRecord) -> std::io::Result<()> {
         self.line.clear();
-        write_record(&mut self.line, record);
+        graph_line(&mut self.line, record);
+        self.out.write_all(self.line.as_bytes())?;
+        self.written += self.line.len() as u64;
+        Ok(())
+    }
+
+    /// Writes one non-call entry as its JSONL line.
+    pub fn record(&mut self, r: &super::record::Record) -> std::io::Result<()> {
+        self.line.clear();
+        r.write_jsonl(&mut self.line);
         self.line.push('\n');
         self.out.write_all(self.line.as_bytes())?;
         self.written += self.line.len() as u64;

@@ -110,11 +110,7 @@ impl RotatingTimeline {
     /// Writes one call; closes the file and starts the next at the size cap.
     fn write_call(&mut self, call: &Call) -> std::io::Result<()> {
         let lost = self.lost;
-        if self.current.is_none() {
-            self.current = Some(self.create_next()?);
-            self.lost_at_open = lost;
-            self.prune()?;
-        }
+        self.open_current()?;
         let w = self.current.as_mut().expect("opened above");
         if let Args::Graph(g) = &call.args {
             if let Some((record, said)) = self.graphs.get_mut(&(call.pid, g.exec)) {
@@ -128,6 +124,16 @@ impl RotatingTimeline {
         self.summary.record(call);
         if w.bytes_written() >= self.max_bytes {
             self.close(lost)?;
+        }
+        Ok(())
+    }
+
+    /// Opens the next file when none is being written.
+    fn open_current(&mut self) -> std::io::Result<()> {
+        if self.current.is_none() {
+            self.current = Some(self.create_next()?);
+            self.lost_at_open = self.lost;
+            self.prune()?;
         }
         Ok(())
     }
@@ -184,6 +190,11 @@ impl TimelineFile for RotatingTimeline {
         self.graphs
             .insert((record.pid, record.exec), (record.clone(), false));
         Ok(())
+    }
+
+    fn record(&mut self, r: &super::record::Record) -> std::io::Result<()> {
+        self.open_current()?;
+        self.current.as_mut().expect("opened above").record(r)
     }
 
     fn lost(&mut self, lost: LostCounts) {

@@ -31,6 +31,7 @@ type Batch = Vec<Item>;
 
 enum Message {
     Calls(Batch),
+    Record(super::record::Record),
     Lost(crate::events::types::LostCounts),
     Flush,
 }
@@ -73,6 +74,7 @@ fn write_messages<T: TimelineFile>(
                 Item::Call(call, device_bytes) => file.write(call, *device_bytes),
                 Item::Graph(record) => file.graph(record),
             }),
+            Message::Record(r) => file.record(&r),
             Message::Lost(lost) => {
                 file.lost(lost);
                 Ok(())
@@ -154,6 +156,15 @@ impl<T: TimelineFile> TimelineSink<T> {
         }
         let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
         self.send(Message::Calls(batch));
+    }
+
+    /// Queues a non-call entry, in order with the calls before it.
+    pub fn record(&mut self, r: super::record::Record) {
+        if self.tx.is_none() {
+            return;
+        }
+        self.send_batch();
+        self.send(Message::Record(r));
     }
 
     fn take_error(&self) -> Option<std::io::Error> {

@@ -1,5 +1,7 @@
-//! Reading a `.jsonl` or `.json` timeline back into the summary it would
-//! have given live (`gputrace stats FILE`).
+//! Reading a timeline back into the summary it would have given live
+//! (`gputrace stats FILE`). [`read_timeline`] tells the format from the
+//! file's first bytes: `.jsonl` and `.json` are read here, `.jsonl.zst`
+//! and `.pftrace` in [`formats`].
 //!
 //! Streams the file line by line (a 1 GB file is read in bounded memory).
 //! Unreadable lines are reported with their number and what was wrong; what
@@ -21,6 +23,9 @@ use crate::stacks::table::{CallStack, FoldedStacks, StackTable};
 
 /// Executable graphs remembered while reading, at most.
 const MAX_GRAPHS: usize = 1 << 16;
+use crate::sinks::timeline::record::{Record, CHROME_CATEGORY};
+
+pub mod formats;
 
 /// Longest line accepted; longer ones are reported as corrupt, not buffered.
 const MAX_LINE: usize = 16 << 20;
@@ -30,9 +35,19 @@ const MAX_LINE: usize = 16 << 20;
 pub struct Problems {
     pub first: Vec<(u64, String)>,
     pub count: u64,
+    /// What the numbers count: "line" (the default) or "packet".
+    pub unit: &'static str,
 }
 
 impl Problems {
+    pub fn unit(&self) -> &'static str {
+        if self.unit.is_empty() {
+            "line"
+        } else {
+            self.unit
+        }
+    }
+
     fn add(&mut self, line: u64, what: String) {
         self.count += 1;
         if self.first.len() < 5 {
@@ -47,6 +62,8 @@ pub struct StatsInput {
     pub problems: Problems,
     /// Whether the file ended with gputrace's summary (a complete file).
     pub complete: bool,
+    /// Entries that are not calls (`sinks::timeline::record`), skipped.
+    pub records: u64,
     /// Host time per distinct stack (`--folded`), when asked for.
     pub folded: Option<FoldedStacks>,
 }
@@ -96,7 +113,7 @@ enum Format {
     },
 }
 
-fn lost_from(v: &Value) -> Option<LostCounts> {
+pub(crate) fn lost_from(v: &Value) -> Option<LostCounts> {
     let d = v.get("lost_detail")?;
     Some(LostCounts {
         ring_full: d.get("ring_full")?.as_u64()?,
@@ -141,19 +158,26 @@ fn read_line<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Result<Option
     }
 }
 
-/// Reads a `.jsonl` or `.json` timeline written by gputrace.
+/// Reads a timeline written by gputrace, whatever its format.
 pub fn read_timeline<R: Read>(input: R) -> std::io::Result<StatsInput> {
     read_timeline_with(input, false)
 }
 
-/// Reads a timeline; `folded`: also sum host time per distinct stack.
+/// Reads a timeline of any format; `folded`: also sum host time per
+/// distinct stack (text formats: JSONL, .jsonl.zst, Chrome).
 pub fn read_timeline_with<R: Read>(input: R, folded: bool) -> std::io::Result<StatsInput> {
+    formats::read_any(input, folded)
+}
+
+/// Reads a `.jsonl` or `.json` timeline.
+pub(crate) fn read_text_timeline<R: Read>(input: R, folded: bool) -> std::io::Result<StatsInput> {
     let mut r = BufReader::with_capacity(1 << 20, input);
     let mut folded = folded.then(FoldedStacks::new);
     let mut stacks = Stacks::default();
     let mut summary = Summary::default();
     let mut problems = Problems::default();
     let mut complete = false;
+    let mut records = 0u64;
     let mut format: Option<Format> = None;
     let mut buf = Vec::with_capacity(4096);
     let mut lineno = 0u64;
@@ -227,6 +251,7 @@ pub fn read_timeline_with<R: Read>(input: R, folded: bool) -> std::io::Result<St
                         Err(e) => problems.add(lineno, e),
                     }
                 }
+                Ok(v) if Record::is_jsonl_record(&v) => records += 1,
                 Ok(v) => match parse_call(&v) {
                     Ok(mut c) => {
                         // What a graph launch runs: from the record before it.
@@ -270,6 +295,9 @@ pub fn read_timeline_with<R: Read>(input: R, folded: bool) -> std::io::Result<St
                     continue;
                 }
                 match serde_json::from_str::<Value>(t) {
+                    Ok(v) if v.get("cat").and_then(Value::as_str) == Some(CHROME_CATEGORY) => {
+                        records += 1
+                    }
                     Ok(v) => match chrome_event(&v, *origin, comms, &mut stacks.inline) {
                         Ok(Some(c)) => record(&mut summary, &mut folded, &c),
                         Ok(None) => {}
@@ -286,6 +314,7 @@ pub fn read_timeline_with<R: Read>(input: R, folded: bool) -> std::io::Result<St
         problems,
         complete,
         folded,
+        records,
     })
 }
 

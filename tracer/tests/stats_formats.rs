@@ -1,0 +1,202 @@
+//! `gputrace stats` on the binary timelines: the golden input written as
+//! `.jsonl.zst` and `.pftrace` the way gputrace writes them gives the same
+//! summary as the `.jsonl`; damaged files are summarised up to the damage
+//! and reported with a position; nothing panics.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use gputrace::aggregate::render::{render_json, render_text};
+use gputrace::events::model::Call;
+use gputrace::sinks::timeline::read::read_timeline;
+use gputrace::sinks::timeline::record::Record;
+use gputrace::sinks::timeline::{Timeline, TimelineFile};
+use proptest::prelude::*;
+use serde_json::Value;
+
+fn input() -> Vec<u8> {
+    std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/input.jsonl"))
+        .unwrap()
+}
+
+fn golden_calls() -> Vec<Call> {
+    std::str::from_utf8(&input())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v.get("type").is_none())
+        .map(|v| gputrace::events::json::parse_call(&v).unwrap())
+        .collect()
+}
+
+/// The golden input written in `ext` through the same Timeline the trace
+/// command uses; returns the file's bytes.
+fn write_as(ext: &str) -> Vec<u8> {
+    write_with_records(ext, &[])
+}
+
+/// The same, with `records` written before the call of each one's index.
+fn write_with_records(ext: &str, records: &[(usize, Record)]) -> Vec<u8> {
+    let s = read_timeline(&input()[..]).unwrap();
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("gputrace-fmt-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("t.{ext}"));
+    let mut w = Timeline::create(&path, 1_700_000_000_000_000_000 - 1_000_000).unwrap();
+    for (i, c) in golden_calls().iter().enumerate() {
+        for (_, r) in records.iter().filter(|(at, _)| *at == i) {
+            w.record(r).unwrap();
+        }
+        w.write(c, Some(4096)).unwrap();
+    }
+    w.finish(Some(&render_json(&s.summary))).unwrap();
+    let data = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    data
+}
+
+#[test]
+fn every_format_gives_the_jsonl_summary() {
+    let want = read_timeline(&input()[..]).unwrap();
+    for ext in ["jsonl.zst", "pftrace", "perfetto-trace"] {
+        let data = write_as(ext);
+        let back = read_timeline(&data[..]).unwrap();
+        assert_eq!(back.problems.count, 0, "{ext}: {:?}", back.problems.first);
+        assert!(back.complete, "{ext}");
+        assert_eq!(
+            render_text(&back.summary),
+            render_text(&want.summary),
+            "{ext}"
+        );
+        assert_eq!(
+            render_json(&back.summary),
+            render_json(&want.summary),
+            "{ext}"
+        );
+    }
+}
+
+/// Entries that are not calls (sampling windows, later graph records...)
+/// go through every format and are skipped by the reader, which counts
+/// them: the summary stays the calls'.
+#[test]
+fn every_format_carries_records_and_reads_past_them() {
+    let want = read_timeline(&input()[..]).unwrap();
+    let calls = golden_calls();
+    let mut fields = serde_json::Map::new();
+    fields.insert("family".into(), Value::from("launch"));
+    fields.insert("ratio".into(), Value::from(0.25));
+    fields.insert(
+        "stages".into(),
+        serde_json::json!(["entry_only", "sampled"]),
+    );
+    let window = Record {
+        kind: "sampling",
+        ts_ns: calls[0].ts_ns,
+        dur_ns: Some(1_000_000),
+        pid: calls[0].pid,
+        tid: None,
+        fields: fields.clone(),
+    };
+    // One for a process no call names yet, an instant on a thread.
+    let other = Record {
+        kind: "marker",
+        ts_ns: calls[3].ts_ns,
+        dur_ns: None,
+        pid: 999_999,
+        tid: Some(5),
+        fields,
+    };
+    for ext in ["jsonl", "json", "jsonl.zst", "pftrace"] {
+        let data = write_with_records(ext, &[(0, window.clone()), (3, other.clone())]);
+        // For checking the file with Perfetto's own protos
+        // (bench/perfetto/check_trace.py).
+        if let Some(dir) = std::env::var_os("GPUTRACE_TEST_KEEP") {
+            std::fs::write(PathBuf::from(dir).join(format!("records.{ext}")), &data).unwrap();
+        }
+        let back = read_timeline(&data[..]).unwrap();
+        assert_eq!(back.problems.count, 0, "{ext}: {:?}", back.problems.first);
+        assert!(back.complete, "{ext}");
+        assert_eq!(back.records, 2, "{ext}");
+        assert_eq!(
+            render_json(&back.summary),
+            render_json(&want.summary),
+            "{ext}"
+        );
+    }
+}
+
+#[test]
+fn zst_is_the_jsonl_compressed() {
+    let data = write_as("jsonl.zst");
+    let plain = zstd::stream::decode_all(&data[..]).unwrap();
+    let text = String::from_utf8(plain).unwrap();
+    let want = String::from_utf8(input()).unwrap();
+    // Event lines are identical; the summary line is gputrace's rendering.
+    let events = |t: &str| {
+        t.lines()
+            .filter(|l| !l.contains("\"summary\""))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(events(&text), events(&want));
+    assert!(text
+        .lines()
+        .last()
+        .unwrap()
+        .contains("\"type\":\"summary\""));
+}
+
+#[test]
+fn cut_zst_is_summarised_up_to_the_cut() {
+    let data = write_as("jsonl.zst");
+    let s = read_timeline(&data[..data.len() - 20]).unwrap();
+    assert!(!s.complete);
+    assert!(s.problems.count >= 1);
+    let last = s.problems.first.last().unwrap();
+    assert!(last.1.contains("zstd"), "{:?}", s.problems.first);
+    assert!(last.1.contains("compressed byte"), "{:?}", s.problems.first);
+}
+
+#[test]
+fn cut_pftrace_is_reported_with_its_offset() {
+    // Packets are deflated in bundles: a cut loses the bundle it falls in.
+    let data = write_as("pftrace");
+    let s = read_timeline(&data[..data.len() - 10]).unwrap();
+    assert!(!s.complete);
+    assert_eq!(s.problems.unit(), "packet");
+    let (_, what) = &s.problems.first[0];
+    assert!(
+        what.contains("at byte 0: truncated packet"),
+        "{:?}",
+        s.problems.first
+    );
+    assert!(s.summary.events() < 25);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+
+    #[test]
+    fn any_prefix_of_either_format_reads(cut in 0usize..100_000, zst in any::<bool>()) {
+        let data = write_as(if zst { "jsonl.zst" } else { "pftrace" });
+        let cut = cut % (data.len() + 1);
+        let s = read_timeline(&data[..cut]).unwrap();
+        prop_assert!(s.summary.events() <= 25);
+        if cut < data.len() {
+            prop_assert!(!s.complete || s.problems.count == 0);
+        }
+    }
+
+    #[test]
+    fn corrupted_bytes_never_panic(edits in proptest::collection::vec((0usize..100_000, any::<u8>()), 1..10), zst in any::<bool>()) {
+        let mut data = write_as(if zst { "jsonl.zst" } else { "pftrace" });
+        for (at, b) in edits {
+            let n = data.len();
+            data[at % n] = b;
+        }
+        let s = read_timeline(&data[..]).unwrap();
+        prop_assert!(s.summary.events() <= 26);
+    }
+}
