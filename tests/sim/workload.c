@@ -8,6 +8,7 @@
 #include "cuda_sim.h"
 #include "cudart_sim.h"
 #include "nccl_sim.h"
+#include "workload_nccl.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -178,8 +179,7 @@ enum bench_kind { BENCH_NONE = 0, BENCH_LAUNCH, BENCH_LAUNCH_EX, BENCH_MEMCPY, B
 static const char *const k_bench_names[] = { "", "launch", "launch-ex", "memcpy", "nccl", "alloc" };
 
 struct options {
-    uint64_t launches, launch_ex, coop, graphs, runtime, allocs, copies, syncs, fail, nccl;
-    int nccl_config;
+    uint64_t launches, launch_ex, coop, graphs, runtime, allocs, copies, syncs, fail;
     int ptsz;            /* --ptsz: cuLaunchKernel_ptsz instead of cuLaunchKernel */
     int per_thread;      /* --per-thread-stream: every per-thread variant */
     unsigned threads;
@@ -210,6 +210,7 @@ struct worker {
     CUevent event;
     uint64_t calls;      /* counted calls made by this thread */
     uint64_t passes;
+    int halted;          /* this rank stopped or was interrupted: no more passes */
     uint64_t bench_ns;
     uint64_t bench_calls;
     /* kernel arguments (never dereferenced by the simulator) */
@@ -234,7 +235,7 @@ static CUgraphExec g_gexec;
 static void **g_fatbin_handle;       /* from __cudaRegisterFatBinary (--runtime only) */
 static struct worker *g_workers;
 static pthread_barrier_t g_started, g_go;
-static volatile sig_atomic_t g_stop;
+volatile sig_atomic_t g_stop; /* also read by workload_nccl.c */
 static int g_skip;                   /* written before g_go, read after */
 static struct timespec g_start;      /* written before g_go, read after */
 
@@ -244,7 +245,9 @@ static struct timespec g_start;      /* written before g_go, read after */
 
 static const char *usage_text =
     "usage: gputrace-workload [--threads T] [--launches N] [--launch-ex N] [--coop N] [--graphs N] "
-    "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--fail N] [--nccl N] [--nccl-config] [--ptsz] "
+    "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--fail N] [--nccl N] [--nccl-config] "
+    "[--ranks N --rank R [--id-file PATH] [--nccl-init-early] [--nccl-allreduce-only] [--nccl-scalable] "
+    "[--split-color C] [--late-ms D [--late-every K]] [--stop-after N] [--nccl-timeout-ms MS] [--cuda-dev N]] [--ptsz] "
     "[--per-thread-stream] [--wait-stdin] [--delay-ms N] [--names-after-wait] [--loop] "
     "[--duration-ms N] [--sync-us US] [--print-handles] "
     "[--bench launch|launch-ex|memcpy|nccl|alloc [--calls N]]";
@@ -347,6 +350,7 @@ static void on_signal(int sig)
     (void)sig;
     if (g_stop) _exit(0); /* second signal: leave at once */
     g_stop = 1;
+    simNcclInterrupt(); /* a rank blocked in a collective gives up now */
 }
 
 static void print_handle(const char *name, const void *p)
@@ -410,26 +414,6 @@ static void register_runtime(void)
             print_handle(name, simCudartFunctionFor(g_stubs[i]));
         }
         fflush(stdout);
-    }
-}
-
-static void nccl_comm_init(struct worker *w, ncclComm_t *comm, int counted)
-{
-    ncclUniqueId id;
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 1;
-    config.cgaClusterSize = 4;
-    config.minCTAs = 2;
-    config.maxCTAs = 16;
-    config.commName = "gputrace-sim";
-    if (counted) {
-        NC(ncclGetUniqueId(&id));
-        if (opt.nccl_config) NC(ncclCommInitRankConfig(comm, 1, id, 0, &config));
-        else NC(ncclCommInitRank(comm, 1, id, 0));
-    } else {
-        WSETUP_NCCL(ncclGetUniqueId(&id));
-        if (opt.nccl_config) WSETUP_NCCL(ncclCommInitRankConfig(comm, 1, id, 0, &config));
-        else WSETUP_NCCL(ncclCommInitRank(comm, 1, id, 0));
     }
 }
 
@@ -618,30 +602,8 @@ static void run_pass(struct worker *w)
         if (d != (CUdeviceptr)FAIL_SENTINEL) die_msg((int)w->idx, "failed cuMemAlloc_v2 modified its out-pointer");
     }
 
-    /* --nccl: 4 + 9 per iteration + 3 */
-    if (opt.nccl) {
-        CUdeviceptr sendbuf = 0, recvbuf = 0;
-        ncclComm_t comm = NULL;
-        CC(cuMemAlloc_v2(&sendbuf, 8 * MiB));
-        CC(cuMemAlloc_v2(&recvbuf, 8 * MiB));
-        nccl_comm_init(w, &comm, 1);
-        const void *sb = (const void *)(uintptr_t)sendbuf;
-        void *rb = (void *)(uintptr_t)recvbuf;
-        for (uint64_t i = 0; i < opt.nccl; i++) {
-            NC(ncclAllReduce(sb, rb, 1048576, ncclFloat32, ncclSum, comm, s));
-            NC(ncclBroadcast(sb, rb, 1000, ncclInt8, 0, comm, s));
-            NC(ncclReduce(sb, rb, 4096, ncclFloat64, ncclMax, 0, comm, s));
-            NC(ncclAllGather(sb, rb, 2048, ncclBfloat16, comm, s));
-            NC(ncclReduceScatter(sb, rb, 512, ncclInt32, ncclMin, comm, s));
-            NC(ncclGroupStart());
-            NC(ncclSend(sb, 256, ncclFloat16, 0, comm, s));
-            NC(ncclRecv(rb, 256, ncclFloat16, 0, comm, s));
-            NC(ncclGroupEnd());
-        }
-        NC(ncclCommDestroy(comm));
-        CC(cuMemFree_v2(sendbuf));
-        CC(cuMemFree_v2(recvbuf));
-    }
+    /* --nccl (workload_nccl.c) */
+    if (wnccl_pass((int)w->idx, s, &w->calls)) w->halted = 1;
 }
 
 static int keep_going(void)
@@ -669,7 +631,7 @@ static void bench_setup(struct worker *w)
     case BENCH_NCCL:
         WSETUP(cuMemAlloc_v2(&w->b_send, 8 * MiB));
         WSETUP(cuMemAlloc_v2(&w->b_recv, 8 * MiB));
-        nccl_comm_init(w, &w->b_comm, 0);
+        wnccl_bench_init((int)w->idx, &w->b_comm);
         break;
     default:
         break;
@@ -828,7 +790,8 @@ static void *worker_main(void *arg)
     do {
         run_pass(w);
         w->passes++;
-    } while (keep_going());
+    } while (!w->halted && keep_going());
+    wnccl_finish((int)w->idx, &w->calls);
     return NULL;
 }
 
@@ -847,9 +810,80 @@ static uint64_t parse_u64(const char *flag, const char *s)
     return (uint64_t)v;
 }
 
+/* The multi-rank NCCL flags (README.md, "Several ranks"); 1 if `a` was one. */
+static int parse_nccl_flag(const char *a, const char *val, int argc, char **argv, int *i)
+{
+#define NCCL_VALUE() (val != NULL ? val : (*i + 1 < argc ? argv[++*i] : NULL))
+#define NCCL_SWITCH() do { if (val != NULL) usage_error("%s takes no value", a); } while (0)
+    if (!strcmp(a, "--ranks")) {
+        uint64_t n = parse_u64(a, NCCL_VALUE());
+        if (n < 1 || n > 64) usage_error("--ranks must be 1..64, got %s", argv[*i]);
+        nopt.ranks = (int)n;
+    } else if (!strcmp(a, "--rank")) {
+        uint64_t r = parse_u64(a, NCCL_VALUE());
+        if (r > 63) usage_error("--rank must be 0..63, got %s", argv[*i]);
+        nopt.rank = (int)r;
+        nopt.have_rank = 1;
+    } else if (!strcmp(a, "--id-file")) {
+        nopt.id_file = NCCL_VALUE();
+        if (nopt.id_file == NULL || *nopt.id_file == '\0') usage_error("%s needs a path", a);
+    } else if (!strcmp(a, "--nccl-init-early")) { NCCL_SWITCH(); nopt.init_early = 1; }
+    else if (!strcmp(a, "--nccl-allreduce-only")) { NCCL_SWITCH(); nopt.allreduce_only = 1; }
+    else if (!strcmp(a, "--nccl-scalable")) { NCCL_SWITCH(); nopt.scalable = 1; }
+    else if (!strcmp(a, "--split-color")) {
+        uint64_t c = parse_u64(a, NCCL_VALUE());
+        if (c > 0x7fffffff) usage_error("--split-color too large: %s", argv[*i]);
+        nopt.split_color = (int)c;
+        nopt.have_split = 1;
+    } else if (!strcmp(a, "--late-ms")) { nopt.late_ms = parse_u64(a, NCCL_VALUE()); }
+    else if (!strcmp(a, "--late-every")) {
+        nopt.late_every = parse_u64(a, NCCL_VALUE());
+        if (nopt.late_every == 0) usage_error("%s must be at least 1", "--late-every");
+    } else if (!strcmp(a, "--stop-after")) {
+        nopt.stop_after = parse_u64(a, NCCL_VALUE());
+        nopt.have_stop = 1;
+    } else if (!strcmp(a, "--nccl-timeout-ms")) {
+        const char *v = NCCL_VALUE();
+        if (parse_u64(a, v) > 0x7fffffff) usage_error("--nccl-timeout-ms too large: %s", v);
+        setenv("GPUTRACE_SIM_NCCL_TIMEOUT_MS", v, 1);
+    } else if (!strcmp(a, "--cuda-dev")) {
+        const char *v = NCCL_VALUE();
+        if (parse_u64(a, v) > 1023) usage_error("--cuda-dev must be 0..1023, got %s", v);
+        setenv("GPUTRACE_SIM_NCCL_CUDA_DEV", v, 1);
+    } else {
+        return 0;
+    }
+    return 1;
+#undef NCCL_VALUE
+#undef NCCL_SWITCH
+}
+
+static void check_nccl_flags(int ranks_flags)
+{
+    if (nopt.ranks == 0) {
+        if (ranks_flags) usage_error("%s", "--rank, --id-file, --nccl-init-early, --nccl-allreduce-only, --nccl-scalable, "
+                                           "--split-color, --late-ms, --late-every, --stop-after, --nccl-timeout-ms and "
+                                           "--cuda-dev require --ranks");
+        return;
+    }
+    if (opt.bench) usage_error("%s cannot be combined with --bench", "--ranks");
+    if (nopt.iters == 0) usage_error("%s requires --nccl N (N >= 1)", "--ranks");
+    if (opt.threads != 1) usage_error("%s requires --threads 1 (one rank per process)", "--ranks");
+    if (nopt.ranks > 1 && !nopt.have_rank) usage_error("%s > 1 requires --rank", "--ranks");
+    if (nopt.rank >= nopt.ranks) {
+        char msg[64];
+        snprintf(msg, sizeof(msg), "%d (--ranks %d)", nopt.rank, nopt.ranks);
+        usage_error("--rank must be below --ranks, got %s", msg);
+    }
+    if (nopt.ranks > 1 && nopt.id_file == NULL) usage_error("%s > 1 requires --id-file", "--ranks");
+    if (nopt.ranks > 1 && opt.have_duration)
+        usage_error("%s", "--duration-ms cannot be used with --ranks > 1 (ranks would disagree on the number of passes)");
+    if (nopt.config && nopt.scalable) usage_error("%s", "--nccl-config and --nccl-scalable exclude each other");
+}
+
 static void parse_args(int argc, char **argv)
 {
-    int counted_flags = 0;
+    int counted_flags = 0, ranks_flags = 0;
     for (int i = 1; i < argc; i++) {
         char *a = argv[i];
         char *val = NULL;
@@ -879,8 +913,9 @@ static void parse_args(int argc, char **argv)
         else if (!strcmp(a, "--copies")) { opt.copies = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--syncs")) { opt.syncs = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--fail")) { opt.fail = parse_u64(a, TAKE_VALUE()); counted_flags++; }
-        else if (!strcmp(a, "--nccl")) { opt.nccl = parse_u64(a, TAKE_VALUE()); counted_flags++; }
-        else if (!strcmp(a, "--nccl-config")) { NO_VALUE(); opt.nccl_config = 1; }
+        else if (!strcmp(a, "--nccl")) { nopt.iters = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--nccl-config")) { NO_VALUE(); nopt.config = 1; }
+        else if (parse_nccl_flag(a, val, argc, argv, &i)) { ranks_flags++; }
         else if (!strcmp(a, "--ptsz")) { NO_VALUE(); opt.ptsz = 1; }
         else if (!strcmp(a, "--per-thread-stream")) { NO_VALUE(); opt.per_thread = 1; }
         else if (!strcmp(a, "--wait-stdin")) { NO_VALUE(); opt.wait_stdin = 1; }
@@ -911,6 +946,7 @@ static void parse_args(int argc, char **argv)
 #undef NO_VALUE
     }
     if (opt.have_calls && !opt.bench) usage_error("%s requires --bench", "--calls");
+    check_nccl_flags(ranks_flags);
     if (opt.bench && counted_flags)
         usage_error("%s cannot be combined with counted-phase flags, --loop or --duration-ms", "--bench");
 }
@@ -970,6 +1006,8 @@ int main(int argc, char **argv)
         print_handle("graph_exec", g_gexec);
     }
 
+    wnccl_setup_early(); /* --ranks --nccl-init-early: the communicator exists before the ready lines */
+
     if (pthread_barrier_init(&g_started, NULL, T + 1) != 0 || pthread_barrier_init(&g_go, NULL, T + 1) != 0) {
         fprintf(stderr, "gputrace-workload: pthread_barrier_init failed\n");
         return 1;
@@ -1023,6 +1061,7 @@ int main(int argc, char **argv)
     if (g_library) SETUP(cuLibraryUnload(g_library));
     if (g_module) SETUP(cuModuleUnload(g_module));
     if (g_fatbin_handle) __cudaUnregisterFatBinary(g_fatbin_handle);
+    wnccl_teardown_early();
     SETUP(cuDevicePrimaryCtxRelease_v2(g_dev));
 
     if (opt.bench && !g_skip) {
@@ -1030,6 +1069,7 @@ int main(int argc, char **argv)
         printf("bench kind=%s threads=%u calls=%" PRIu64 " ns_per_call=%.3f\n", k_bench_names[opt.bench], T,
                (uint64_t)T * per_thread_calls, ns_per_call);
     }
+    wnccl_print_figures();
     printf("done calls=%" PRIu64 "\n", total);
     fflush(stdout);
     pthread_barrier_destroy(&g_started);
