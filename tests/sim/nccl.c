@@ -29,6 +29,10 @@
     __attribute__((visibility("default"))) __attribute__((weak))        \
     ret func(args)
 
+/* Real NCCL carries this literal (its VERSION_STRING) in .rodata: a reader of
+ * the library file can learn the version, hence the commHash function, from it. */
+__attribute__((used)) static const char k_version_string[] = "NCCL version 2.28.3+cuda13.0";
+
 static __thread int t_group_depth;
 static __thread char t_last_error[SIM_LAST_ERROR_BYTES];
 
