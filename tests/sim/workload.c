@@ -252,7 +252,7 @@ static const char *usage_text =
     "[--duration-ms N] [--sync-us US] [--print-handles] "
     "[--bench launch|launch-ex|memcpy|nccl|alloc [--calls N]]";
 
-static void usage_error(const char *fmt, const char *arg)
+void usage_error(const char *fmt, const char *arg)
 {
     fprintf(stderr, "gputrace-workload: ");
     fprintf(stderr, fmt, arg);
@@ -799,7 +799,7 @@ static void *worker_main(void *arg)
 /* Argument parsing                                                    */
 /* ------------------------------------------------------------------ */
 
-static uint64_t parse_u64(const char *flag, const char *s)
+uint64_t parse_u64(const char *flag, const char *s)
 {
     if (s == NULL) usage_error("%s needs a value", flag);
     if (*s < '0' || *s > '9') usage_error("bad number '%s'", s);
@@ -808,77 +808,6 @@ static uint64_t parse_u64(const char *flag, const char *s)
     unsigned long long v = strtoull(s, &end, 10);
     if (errno != 0 || end == NULL || *end != '\0') usage_error("bad number '%s'", s);
     return (uint64_t)v;
-}
-
-/* The multi-rank NCCL flags (README.md, "Several ranks"); 1 if `a` was one. */
-static int parse_nccl_flag(const char *a, const char *val, int argc, char **argv, int *i)
-{
-#define NCCL_VALUE() (val != NULL ? val : (*i + 1 < argc ? argv[++*i] : NULL))
-#define NCCL_SWITCH() do { if (val != NULL) usage_error("%s takes no value", a); } while (0)
-    if (!strcmp(a, "--ranks")) {
-        uint64_t n = parse_u64(a, NCCL_VALUE());
-        if (n < 1 || n > 64) usage_error("--ranks must be 1..64, got %s", argv[*i]);
-        nopt.ranks = (int)n;
-    } else if (!strcmp(a, "--rank")) {
-        uint64_t r = parse_u64(a, NCCL_VALUE());
-        if (r > 63) usage_error("--rank must be 0..63, got %s", argv[*i]);
-        nopt.rank = (int)r;
-        nopt.have_rank = 1;
-    } else if (!strcmp(a, "--id-file")) {
-        nopt.id_file = NCCL_VALUE();
-        if (nopt.id_file == NULL || *nopt.id_file == '\0') usage_error("%s needs a path", a);
-    } else if (!strcmp(a, "--nccl-init-early")) { NCCL_SWITCH(); nopt.init_early = 1; }
-    else if (!strcmp(a, "--nccl-allreduce-only")) { NCCL_SWITCH(); nopt.allreduce_only = 1; }
-    else if (!strcmp(a, "--nccl-scalable")) { NCCL_SWITCH(); nopt.scalable = 1; }
-    else if (!strcmp(a, "--split-color")) {
-        uint64_t c = parse_u64(a, NCCL_VALUE());
-        if (c > 0x7fffffff) usage_error("--split-color too large: %s", argv[*i]);
-        nopt.split_color = (int)c;
-        nopt.have_split = 1;
-    } else if (!strcmp(a, "--late-ms")) { nopt.late_ms = parse_u64(a, NCCL_VALUE()); }
-    else if (!strcmp(a, "--late-every")) {
-        nopt.late_every = parse_u64(a, NCCL_VALUE());
-        if (nopt.late_every == 0) usage_error("%s must be at least 1", "--late-every");
-    } else if (!strcmp(a, "--stop-after")) {
-        nopt.stop_after = parse_u64(a, NCCL_VALUE());
-        nopt.have_stop = 1;
-    } else if (!strcmp(a, "--nccl-timeout-ms")) {
-        const char *v = NCCL_VALUE();
-        if (parse_u64(a, v) > 0x7fffffff) usage_error("--nccl-timeout-ms too large: %s", v);
-        setenv("GPUTRACE_SIM_NCCL_TIMEOUT_MS", v, 1);
-    } else if (!strcmp(a, "--cuda-dev")) {
-        const char *v = NCCL_VALUE();
-        if (parse_u64(a, v) > 1023) usage_error("--cuda-dev must be 0..1023, got %s", v);
-        setenv("GPUTRACE_SIM_NCCL_CUDA_DEV", v, 1);
-    } else {
-        return 0;
-    }
-    return 1;
-#undef NCCL_VALUE
-#undef NCCL_SWITCH
-}
-
-static void check_nccl_flags(int ranks_flags)
-{
-    if (nopt.ranks == 0) {
-        if (ranks_flags) usage_error("%s", "--rank, --id-file, --nccl-init-early, --nccl-allreduce-only, --nccl-scalable, "
-                                           "--split-color, --late-ms, --late-every, --stop-after, --nccl-timeout-ms and "
-                                           "--cuda-dev require --ranks");
-        return;
-    }
-    if (opt.bench) usage_error("%s cannot be combined with --bench", "--ranks");
-    if (nopt.iters == 0) usage_error("%s requires --nccl N (N >= 1)", "--ranks");
-    if (opt.threads != 1) usage_error("%s requires --threads 1 (one rank per process)", "--ranks");
-    if (nopt.ranks > 1 && !nopt.have_rank) usage_error("%s > 1 requires --rank", "--ranks");
-    if (nopt.rank >= nopt.ranks) {
-        char msg[64];
-        snprintf(msg, sizeof(msg), "%d (--ranks %d)", nopt.rank, nopt.ranks);
-        usage_error("--rank must be below --ranks, got %s", msg);
-    }
-    if (nopt.ranks > 1 && nopt.id_file == NULL) usage_error("%s > 1 requires --id-file", "--ranks");
-    if (nopt.ranks > 1 && opt.have_duration)
-        usage_error("%s", "--duration-ms cannot be used with --ranks > 1 (ranks would disagree on the number of passes)");
-    if (nopt.config && nopt.scalable) usage_error("%s", "--nccl-config and --nccl-scalable exclude each other");
 }
 
 static void parse_args(int argc, char **argv)
@@ -946,7 +875,7 @@ static void parse_args(int argc, char **argv)
 #undef NO_VALUE
     }
     if (opt.have_calls && !opt.bench) usage_error("%s requires --bench", "--calls");
-    check_nccl_flags(ranks_flags);
+    check_nccl_flags(ranks_flags, opt.bench != BENCH_NONE, opt.threads, opt.have_duration);
     if (opt.bench && counted_flags)
         usage_error("%s cannot be combined with counted-phase flags, --loop or --duration-ms", "--bench");
 }

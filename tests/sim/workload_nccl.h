@@ -32,6 +32,15 @@ struct nccl_opts {
 };
 
 extern struct nccl_opts nopt;
+
+/* workload.c: one-line usage error (exit 2), decimal parsing. */
+void usage_error(const char *fmt, const char *arg) __attribute__((noreturn));
+uint64_t parse_u64(const char *flag, const char *s);
+
+/* The multi-rank flags; 1 if `a` was one (value in val or argv[++*i]). */
+int parse_nccl_flag(const char *a, const char *val, int argc, char **argv, int *i);
+/* After parsing: the combinations README.md forbids are usage errors. */
+void check_nccl_flags(int ranks_flags, int bench, unsigned threads, int have_duration);
 extern volatile sig_atomic_t g_stop; /* workload.c: set by SIGTERM/SIGINT */
 
 /* Multi-rank, --nccl-init-early: buffers, id and communicator during setup (uncounted). */
