@@ -9,6 +9,10 @@ fn main() {
     for f in [
         "Makefile",
         "cuda.c",
+        "capture.c",
+        "graph.c",
+        "exec.c",
+        "sim_internal.h",
         "nccl.c",
         "nccl_rdv.c",
         "nccl_comm.h",
@@ -16,6 +20,8 @@ fn main() {
         "workload_nccl.h",
         "cudart.c",
         "workload.c",
+        "workload_graphs.c",
+        "workload.h",
         "libcuda.map",
         "include",
     ] {

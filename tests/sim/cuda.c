@@ -13,7 +13,7 @@
  *     are not folded into one another.
  */
 #define _GNU_SOURCE
-#include "cuda_sim.h"
+#include "sim_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -23,102 +23,27 @@
 #include <string.h>
 #include <time.h>
 
-#define UNUSED(x) ((void)(x))
-#define LIKELY(x) __builtin_expect(!!(x), 1)
-#define UNLIKELY(x) __builtin_expect(!!(x), 0)
-
-/* ------------------------------------------------------------------ */
-/* Handle layouts                                                      */
-/* ------------------------------------------------------------------ */
-
-#define MAGIC_FUNC    0x434e5546434d4953ULL /* "SIMCFUNC" */
-#define MAGIC_KERNEL  0x4e52454b434d4953ULL /* "SIMCKERN" */
-#define MAGIC_MODULE  0x444f4d43434d4953ULL /* "SIMCCMOD" */
-#define MAGIC_LIBRARY 0x42494c43434d4953ULL /* "SIMCCLIB" */
-#define MAGIC_CTX     0x58544343434d4953ULL /* "SIMCCCTX" */
-#define MAGIC_STREAM  0x4d525453434d4953ULL /* "SIMCSTRM" */
-#define MAGIC_EVENT   0x544e5645434d4953ULL /* "SIMCEVNT" */
-#define MAGIC_GRAPH   0x48505247434d4953ULL /* "SIMCGRPH" */
-#define MAGIC_GEXEC   0x43455847434d4953ULL /* "SIMCGXEC" */
-#define MAGIC_DEAD    0x44414544434d4953ULL /* "SIMCDEAD" */
-
-enum func_kind {
-    FUNC_KIND_MODULE_FUNCTION = 1, /* from cuModuleGetFunction */
-    FUNC_KIND_LIBRARY_KERNEL  = 2, /* CUkernel from cuLibraryGetKernel */
-    FUNC_KIND_KERNEL_FUNCTION = 3, /* CUfunction from cuKernelGetFunction */
-};
-
-/*
- * CUfunction.  The kernel name pointer deliberately does NOT sit at offset 8:
- * it is at offset 40, after a magic, the owning module and a few 32-bit
- * attributes.  The name string is owned by the module/library.
- */
-struct CUfunc_st {
-    uint64_t magic;                 /*  0 */
-    void *owner;                    /*  8: struct sim_image * */
-    uint32_t index;                 /* 16: entry index in the image */
-    uint32_t kind;                  /* 20: enum func_kind */
-    uint32_t num_regs;              /* 24 */
-    uint32_t max_threads_per_block; /* 28 */
-    uint32_t shared_size_bytes;     /* 32 */
-    uint32_t ptx_version;           /* 36 */
-    const char *name;               /* 40 */
-    struct CUfunc_st *function;     /* 48: for a CUkernel, its CUfunction */
-};
-_Static_assert(offsetof(struct CUfunc_st, name) == 40, "CUfunc_st.name must be at offset 40");
-
-/* CUkernel: same layout as CUfunction (name at offset 40 too). */
-struct CUkern_st {
-    struct CUfunc_st f;
-};
-_Static_assert(offsetof(struct CUkern_st, f.name) == 40, "CUkern_st name must be at offset 40");
-
-/* Common representation of a loaded module (CUmodule) or library (CUlibrary). */
-struct sim_image {
-    uint64_t magic;
-    unsigned count;
-    char **names;                 /* malloc'd copies, owned here */
-    struct CUfunc_st **funcs;     /* module: functions; library: kernel functions */
-    struct CUkern_st **kernels;   /* library only */
-};
-struct CUmod_st { struct sim_image img; };
-struct CUlib_st { struct sim_image img; };
-
-struct CUctx_st {
-    uint64_t magic;
-    CUdevice dev;
-    unsigned int flags;
-    int primary;
-};
-
-struct CUstream_st { uint64_t magic; unsigned int flags; unsigned int id; };
-struct CUevent_st  { uint64_t magic; unsigned int flags; unsigned int id; };
-struct CUgraph_st  { uint64_t magic; unsigned int flags; unsigned int id; };
-struct CUgraphExec_st { uint64_t magic; struct CUgraph_st *graph; unsigned long long flags; };
-
 /* ------------------------------------------------------------------ */
 /* Global state                                                        */
 /* ------------------------------------------------------------------ */
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static int g_initialized;          /* accessed with __atomic builtins */
-static unsigned long g_sync_us;    /* GPUTRACE_SIM_SYNC_US, read at cuInit */
-static unsigned int g_next_id = 1; /* stream/event/graph ids (under g_lock) */
+SIM_HIDDEN pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+SIM_HIDDEN int g_initialized;          /* accessed with __atomic builtins */
+static unsigned long g_sync_us;        /* GPUTRACE_SIM_SYNC_US, read at cuInit */
+SIM_HIDDEN unsigned int g_next_id = 1; /* stream/event/graph ids (under g_lock) */
 static struct CUctx_st g_primary_ctx = { MAGIC_CTX, 0, 0, 1 };
 static unsigned int g_primary_refs; /* under g_lock */
 static __thread CUcontext t_current_ctx;
 
 static const char k_device_name[] = "Simulated GPU";
 
-static inline int initialized(void)
+SIM_HIDDEN unsigned int sim_next_id(void)
 {
-    return __atomic_load_n(&g_initialized, __ATOMIC_ACQUIRE);
+    pthread_mutex_lock(&g_lock);
+    unsigned int id = g_next_id++;
+    pthread_mutex_unlock(&g_lock);
+    return id;
 }
-
-#define REQUIRE_INIT()                                                  \
-    do {                                                                \
-        if (UNLIKELY(!initialized())) return CUDA_ERROR_NOT_INITIALIZED; \
-    } while (0)
 
 static void sim_sync_sleep(void)
 {
@@ -127,16 +52,6 @@ static void sim_sync_sleep(void)
     struct timespec ts = { (time_t)(us / 1000000UL), (long)(us % 1000000UL) * 1000L };
     while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
     }
-}
-
-static inline int stream_ok(CUstream s)
-{
-    return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD || s->magic == MAGIC_STREAM;
-}
-
-static inline int ctx_ok(CUcontext c)
-{
-    return c != NULL && c->magic == MAGIC_CTX;
 }
 
 /* ------------------------------------------------------------------ */
@@ -248,6 +163,14 @@ static struct rec *rec_find_containing(uint64_t addr, uint64_t len, int kinds)
 static void rec_remove(struct rec *r)
 {
     *r = g_recs[--g_nrecs];
+}
+
+SIM_HIDDEN CUmemorytype sim_memory_type(uint64_t addr)
+{
+    pthread_mutex_lock(&g_lock);
+    struct rec *r = rec_find_containing(addr, 1, REC_FREEABLE);
+    pthread_mutex_unlock(&g_lock);
+    return r ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
 }
 
 /* Device-style allocation: fake address, 2 MiB aligned. */
@@ -768,27 +691,40 @@ CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
 /* Launches: kept to an init check and a NULL check                    */
 /* ------------------------------------------------------------------ */
 
-static inline CUresult launch_impl(CUfunction f)
+/*
+ * A launch on a stream under capture is not run: it becomes a kernel node of
+ * the capture graph, and the call still returns CUDA_SUCCESS.  The check is a
+ * pointer compare and two loads on the fast path.
+ */
+static inline CUresult launch_impl(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                   unsigned int bx, unsigned int by, unsigned int bz,
+                                   unsigned int shmem, CUstream s, void **params)
 {
     REQUIRE_INIT();
     if (UNLIKELY(f == NULL)) return CUDA_ERROR_INVALID_HANDLE;
+    if (UNLIKELY(stream_capturing(s))) {
+        struct sim_captured_kernel k = { f, NULL, { gx, gy, gz }, { bx, by, bz }, shmem, params };
+        return sim_capture_kernel(s, &k);
+    }
     return CUDA_SUCCESS;
 }
 
-static inline CUresult launch_ex_impl(const CUlaunchConfig *config, CUfunction f)
+static inline CUresult launch_ex_impl(const CUlaunchConfig *config, CUfunction f, void **params)
 {
     REQUIRE_INIT();
     if (UNLIKELY(config == NULL)) return CUDA_ERROR_INVALID_VALUE;
     if (UNLIKELY(f == NULL)) return CUDA_ERROR_INVALID_HANDLE;
+    if (UNLIKELY(stream_capturing(config->hStream))) {
+        struct sim_captured_kernel k = {
+            f, NULL,
+            { config->gridDimX, config->gridDimY, config->gridDimZ },
+            { config->blockDimX, config->blockDimY, config->blockDimZ },
+            config->sharedMemBytes, params,
+        };
+        return sim_capture_kernel(config->hStream, &k);
+    }
     return CUDA_SUCCESS;
 }
-
-#define LAUNCH_UNUSED()                                                   \
-    do {                                                                  \
-        UNUSED(gridDimX); UNUSED(gridDimY); UNUSED(gridDimZ);             \
-        UNUSED(blockDimX); UNUSED(blockDimY); UNUSED(blockDimZ);          \
-        UNUSED(sharedMemBytes); UNUSED(hStream); UNUSED(kernelParams);    \
-    } while (0)
 
 CUresult CUDAAPI cuLaunchKernel(CUfunction f,
                                 unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
@@ -796,9 +732,9 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f,
                                 unsigned int sharedMemBytes, CUstream hStream,
                                 void **kernelParams, void **extra)
 {
-    LAUNCH_UNUSED();
     UNUSED(extra);
-    return launch_impl(f);
+    return launch_impl(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                       hStream, kernelParams);
 }
 
 CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f,
@@ -807,23 +743,21 @@ CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f,
                                 unsigned int sharedMemBytes, CUstream hStream,
                                 void **kernelParams, void **extra)
 {
-    LAUNCH_UNUSED();
     UNUSED(extra);
-    return launch_impl(f);
+    return launch_impl(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                       hStream, kernelParams);
 }
 
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
-    UNUSED(kernelParams);
     UNUSED(extra);
-    return launch_ex_impl(config, f);
+    return launch_ex_impl(config, f, kernelParams);
 }
 
 CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
-    UNUSED(kernelParams);
     UNUSED(extra);
-    return launch_ex_impl(config, f);
+    return launch_ex_impl(config, f, kernelParams);
 }
 
 CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f,
@@ -831,8 +765,8 @@ CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f,
                                 unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                                 unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    LAUNCH_UNUSED();
-    return launch_impl(f);
+    return launch_impl(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                       hStream, kernelParams);
 }
 
 CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f,
@@ -840,76 +774,8 @@ CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f,
                                 unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                                 unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    LAUNCH_UNUSED();
-    return launch_impl(f);
-}
-
-/* ------------------------------------------------------------------ */
-/* Graphs                                                              */
-/* ------------------------------------------------------------------ */
-
-CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags)
-{
-    REQUIRE_INIT();
-    if (phGraph == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-    struct CUgraph_st *g = calloc(1, sizeof(*g));
-    if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
-    g->magic = MAGIC_GRAPH;
-    g->flags = flags;
-    pthread_mutex_lock(&g_lock);
-    g->id = g_next_id++;
-    pthread_mutex_unlock(&g_lock);
-    *phGraph = g;
-    return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
-{
-    REQUIRE_INIT();
-    if (hGraph == NULL || hGraph->magic != MAGIC_GRAPH) return CUDA_ERROR_INVALID_VALUE;
-    hGraph->magic = MAGIC_DEAD;
-    free(hGraph);
-    return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
-{
-    REQUIRE_INIT();
-    if (phGraphExec == NULL || hGraph == NULL || hGraph->magic != MAGIC_GRAPH) return CUDA_ERROR_INVALID_VALUE;
-    struct CUgraphExec_st *e = calloc(1, sizeof(*e));
-    if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
-    e->magic = MAGIC_GEXEC;
-    e->graph = hGraph;
-    e->flags = flags;
-    *phGraphExec = e;
-    return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
-{
-    REQUIRE_INIT();
-    if (hGraphExec == NULL || hGraphExec->magic != MAGIC_GEXEC) return CUDA_ERROR_INVALID_VALUE;
-    hGraphExec->magic = MAGIC_DEAD;
-    free(hGraphExec);
-    return CUDA_SUCCESS;
-}
-
-static inline CUresult graph_launch_impl(CUgraphExec hGraphExec, CUstream hStream)
-{
-    REQUIRE_INIT();
-    if (UNLIKELY(hGraphExec == NULL || hGraphExec->magic != MAGIC_GEXEC)) return CUDA_ERROR_INVALID_VALUE;
-    if (UNLIKELY(!stream_ok(hStream))) return CUDA_ERROR_INVALID_HANDLE;
-    return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
-{
-    return graph_launch_impl(hGraphExec, hStream);
-}
-
-CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
-{
-    return graph_launch_impl(hGraphExec, hStream);
+    return launch_impl(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                       hStream, kernelParams);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1133,14 +999,50 @@ static inline CUresult copy_peer_impl(CUcontext dst, CUcontext src, CUstream hSt
 
 #define UNUSED3(a, b, c) do { UNUSED(a); UNUSED(b); UNUSED(c); } while (0)
 
+/* Memory types: HOST/DEVICE where the API says so, inferred (sim_memory_type)
+ * for the unified cuMemcpyAsync. */
+#define MT_INFER ((CUmemorytype)0)
+
+/*
+ * An asynchronous copy: on a stream under capture it becomes a memcpy node
+ * (CUDA_MEMCPY3D, 1-D) instead of being done.
+ */
+static CUresult copy_async_impl(CUmemorytype dt, uint64_t dst, CUmemorytype st, uint64_t src, size_t n,
+                                CUstream s)
+{
+    REQUIRE_INIT();
+    if (UNLIKELY(!stream_ok(s))) return CUDA_ERROR_INVALID_HANDLE;
+    if (LIKELY(!stream_capturing(s))) return CUDA_SUCCESS;
+    CUDA_MEMCPY3D p;
+    memset(&p, 0, sizeof(p));
+    p.dstMemoryType = dt == MT_INFER ? sim_memory_type(dst) : dt;
+    p.srcMemoryType = st == MT_INFER ? sim_memory_type(src) : st;
+    if (p.dstMemoryType == CU_MEMORYTYPE_HOST) p.dstHost = (void *)(uintptr_t)dst;
+    else p.dstDevice = dst;
+    if (p.srcMemoryType == CU_MEMORYTYPE_HOST) p.srcHost = (const void *)(uintptr_t)src;
+    else p.srcDevice = src;
+    p.WidthInBytes = n;
+    p.Height = 1;
+    p.Depth = 1;
+    return sim_capture_memcpy(s, &p);
+}
+
+static CUresult memset_async_impl(CUdeviceptr dst, unsigned int value, unsigned int elem, size_t n, CUstream s)
+{
+    REQUIRE_INIT();
+    if (UNLIKELY(!stream_ok(s))) return CUDA_ERROR_INVALID_HANDLE;
+    if (LIKELY(!stream_capturing(s))) return CUDA_SUCCESS;
+    return sim_capture_memset(s, dst, value, elem, n);
+}
+
 CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 { UNUSED3(dst, src, ByteCount); return copy_impl(NULL); }
 CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 { UNUSED3(dst, src, ByteCount); return copy_impl(NULL); }
 CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
-{ UNUSED3(dst, src, ByteCount); return copy_impl(hStream); }
+{ return copy_async_impl(MT_INFER, dst, MT_INFER, src, ByteCount, hStream); }
 CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
-{ UNUSED3(dst, src, ByteCount); return copy_impl(hStream); }
+{ return copy_async_impl(MT_INFER, dst, MT_INFER, src, ByteCount, hStream); }
 
 CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 { UNUSED(dstDevice); return copy_host_impl(srcHost, ByteCount, NULL); }
@@ -1156,26 +1058,46 @@ CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevi
 { UNUSED3(dstDevice, srcDevice, ByteCount); return copy_impl(NULL); }
 
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
-{ UNUSED(dstDevice); return copy_host_impl(srcHost, ByteCount, hStream); }
+{
+    if (UNLIKELY(srcHost == NULL && ByteCount != 0)) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    return copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_HOST, (uintptr_t)srcHost, ByteCount, hStream);
+}
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
-{ UNUSED(dstDevice); return copy_host_impl(srcHost, ByteCount, hStream); }
+{
+    if (UNLIKELY(srcHost == NULL && ByteCount != 0)) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    return copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_HOST, (uintptr_t)srcHost, ByteCount, hStream);
+}
 CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
-{ UNUSED(srcDevice); return copy_host_impl(dstHost, ByteCount, hStream); }
+{
+    if (UNLIKELY(dstHost == NULL && ByteCount != 0)) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    return copy_async_impl(CU_MEMORYTYPE_HOST, (uintptr_t)dstHost, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream);
+}
 CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
-{ UNUSED(srcDevice); return copy_host_impl(dstHost, ByteCount, hStream); }
+{
+    if (UNLIKELY(dstHost == NULL && ByteCount != 0)) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    return copy_async_impl(CU_MEMORYTYPE_HOST, (uintptr_t)dstHost, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream);
+}
 CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
-{ UNUSED3(dstDevice, srcDevice, ByteCount); return copy_impl(hStream); }
+{ return copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream); }
 CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
-{ UNUSED3(dstDevice, srcDevice, ByteCount); return copy_impl(hStream); }
+{ return copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream); }
 
 CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 { UNUSED3(dstDevice, srcDevice, ByteCount); return copy_peer_impl(dstContext, srcContext, NULL); }
 CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 { UNUSED3(dstDevice, srcDevice, ByteCount); return copy_peer_impl(dstContext, srcContext, NULL); }
 CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
-{ UNUSED3(dstDevice, srcDevice, ByteCount); return copy_peer_impl(dstContext, srcContext, hStream); }
+{
+    CUresult rc = copy_peer_impl(dstContext, srcContext, hStream);
+    if (rc != CUDA_SUCCESS) return rc;
+    return copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream);
+}
 CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
-{ UNUSED3(dstDevice, srcDevice, ByteCount); return copy_peer_impl(dstContext, srcContext, hStream); }
+{
+    CUresult rc = copy_peer_impl(dstContext, srcContext, hStream);
+    if (rc != CUDA_SUCCESS) return rc;
+    return copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream);
+}
 
 CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 { UNUSED3(dstDevice, uc, N); return copy_impl(NULL); }
@@ -1190,17 +1112,17 @@ CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N
 CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 { UNUSED3(dstDevice, ui, N); return copy_impl(NULL); }
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
-{ UNUSED3(dstDevice, uc, N); return copy_impl(hStream); }
+{ return memset_async_impl(dstDevice, uc, 1, N, hStream); }
 CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
-{ UNUSED3(dstDevice, uc, N); return copy_impl(hStream); }
+{ return memset_async_impl(dstDevice, uc, 1, N, hStream); }
 CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
-{ UNUSED3(dstDevice, us, N); return copy_impl(hStream); }
+{ return memset_async_impl(dstDevice, us, 2, N, hStream); }
 CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
-{ UNUSED3(dstDevice, us, N); return copy_impl(hStream); }
+{ return memset_async_impl(dstDevice, us, 2, N, hStream); }
 CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
-{ UNUSED3(dstDevice, ui, N); return copy_impl(hStream); }
+{ return memset_async_impl(dstDevice, ui, 4, N, hStream); }
 CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
-{ UNUSED3(dstDevice, ui, N); return copy_impl(hStream); }
+{ return memset_async_impl(dstDevice, ui, 4, N, hStream); }
 
 /* ------------------------------------------------------------------ */
 /* Streams and events                                                  */
@@ -1227,7 +1149,11 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
     if (hStream == NULL || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ||
         hStream->magic != MAGIC_STREAM)
         return CUDA_ERROR_INVALID_HANDLE;
+    /* The simulator refuses to destroy a stream in the middle of a capture. */
+    if (stream_capturing(hStream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     hStream->magic = MAGIC_DEAD;
+    free(hStream->deps.nodes);
+    free(hStream->edge_data);
     free(hStream);
     return CUDA_SUCCESS;
 }
@@ -1236,6 +1162,7 @@ static inline CUresult stream_sync_impl(CUstream hStream)
 {
     REQUIRE_INIT();
     if (!stream_ok(hStream)) return CUDA_ERROR_INVALID_HANDLE;
+    if (UNLIKELY(stream_capturing(hStream))) return sim_capture_sync_stream(hStream);
     sim_sync_sleep();
     return CUDA_SUCCESS;
 }
@@ -1250,16 +1177,15 @@ CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
     return stream_sync_impl(hStream);
 }
 
-static inline int event_ok(CUevent e)
-{
-    return e != NULL && e->magic == MAGIC_EVENT;
-}
-
 static inline CUresult stream_wait_event_impl(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
     REQUIRE_INIT();
     if (!stream_ok(hStream) || !event_ok(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
     if (Flags & ~1u) return CUDA_ERROR_INVALID_VALUE; /* CU_EVENT_WAIT_DEFAULT / CU_EVENT_WAIT_EXTERNAL */
+    /* Joining a capture (waiting on an event recorded in one) or waiting
+     * inside one is capture bookkeeping; an ordinary wait does nothing. */
+    if (UNLIKELY(hEvent->cap_id != 0 || stream_capturing(hStream)))
+        return sim_capture_stream_wait(hStream, hEvent, Flags);
     return CUDA_SUCCESS;
 }
 
@@ -1293,6 +1219,7 @@ CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
 {
     REQUIRE_INIT();
     if (!event_ok(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
+    sim_capture_event_destroy(hEvent);
     hEvent->magic = MAGIC_DEAD;
     free(hEvent);
     return CUDA_SUCCESS;
@@ -1302,6 +1229,9 @@ static inline CUresult event_record_impl(CUevent hEvent, CUstream hStream)
 {
     REQUIRE_INIT();
     if (!event_ok(hEvent) || !stream_ok(hStream)) return CUDA_ERROR_INVALID_HANDLE;
+    /* Recording in a capturing stream (or re-recording an event that was
+     * recorded in a capture) goes through the capture bookkeeping. */
+    if (UNLIKELY(stream_capturing(hStream) || hEvent->cap_id != 0)) return sim_capture_event_record(hEvent, hStream);
     return CUDA_SUCCESS;
 }
 
@@ -1319,6 +1249,7 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
 {
     REQUIRE_INIT();
     if (!event_ok(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
+    if (UNLIKELY(hEvent->cap_id != 0 && sim_capture_event_live(hEvent))) return CUDA_ERROR_CAPTURED_EVENT;
     sim_sync_sleep();
     return CUDA_SUCCESS;
 }

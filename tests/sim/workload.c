@@ -5,9 +5,8 @@
  * two in sync.
  */
 #define _GNU_SOURCE
-#include "cuda_sim.h"
+#include "workload.h"
 #include "cudart_sim.h"
-#include "nccl_sim.h"
 #include "workload_nccl.h"
 
 #include <errno.h>
@@ -23,9 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define UNLIKELY(x) __builtin_expect(!!(x), 0)
-
-#define MiB (1ULL << 20)
 #define GiB (1ULL << 30)
 #define MAX_THREADS 1024
 #define DEFAULT_BENCH_CALLS 1000000ULL
@@ -178,62 +174,23 @@ static const simFatBinWrapper k_runtime_fatbin = {
 enum bench_kind { BENCH_NONE = 0, BENCH_LAUNCH, BENCH_LAUNCH_EX, BENCH_MEMCPY, BENCH_NCCL, BENCH_ALLOC };
 static const char *const k_bench_names[] = { "", "launch", "launch-ex", "memcpy", "nccl", "alloc" };
 
-struct options {
-    uint64_t launches, launch_ex, coop, graphs, runtime, allocs, copies, syncs, fail;
-    int ptsz;            /* --ptsz: cuLaunchKernel_ptsz instead of cuLaunchKernel */
-    int per_thread;      /* --per-thread-stream: every per-thread variant */
-    unsigned threads;
-    int wait_stdin;
-    uint64_t delay_ms;
-    int names_after_wait;
-    int loop;
-    int have_duration;
-    uint64_t duration_ms;
-    const char *sync_us;
-    enum bench_kind bench;
-    int have_calls;
-    uint64_t calls;
-    int print_handles;
-};
-
-static struct options opt = { .threads = 1, .calls = DEFAULT_BENCH_CALLS };
+struct options opt = { .threads = 1, .calls = DEFAULT_BENCH_CALLS };
 
 /* ------------------------------------------------------------------ */
 /* Shared state                                                        */
 /* ------------------------------------------------------------------ */
 
-struct worker {
-    unsigned idx;
-    pthread_t thread;
-    pid_t tid;
-    CUstream stream;
-    CUevent event;
-    uint64_t calls;      /* counted calls made by this thread */
-    uint64_t passes;
-    int halted;          /* this rank stopped or was interrupted: no more passes */
-    uint64_t bench_ns;
-    uint64_t bench_calls;
-    /* kernel arguments (never dereferenced by the simulator) */
-    CUdeviceptr arg_a, arg_b, arg_c;
-    int arg_n, arg_m, arg_k;
-    void *params[6];
-    /* bench resources */
-    CUdeviceptr b_dev, b_send, b_recv;
-    void *b_pinned;
-    ncclComm_t b_comm;
-};
-
 static CUdevice g_dev;
-static CUcontext g_ctx;
+CUcontext g_ctx;
 static CUmodule g_module;
-static CUfunction g_funcs[3];
+CUfunction g_funcs[3];
 static CUlibrary g_library;
-static CUkernel g_gemm_kernel;
-static CUfunction g_gemm_func;
+CUkernel g_gemm_kernel;
+CUfunction g_gemm_func;
 static CUgraph g_graph;
 static CUgraphExec g_gexec;
 static void **g_fatbin_handle;       /* from __cudaRegisterFatBinary (--runtime only) */
-static struct worker *g_workers;
+struct worker *g_workers;
 static pthread_barrier_t g_started, g_go;
 volatile sig_atomic_t g_stop; /* also read by workload_nccl.c */
 static int g_skip;                   /* written before g_go, read after */
@@ -248,6 +205,7 @@ static const char *usage_text =
     "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--fail N] [--nccl N] [--nccl-config] "
     "[--ranks N --rank R [--id-file PATH] [--nccl-init-early] [--nccl-allreduce-only] [--nccl-scalable] "
     "[--split-color C] [--late-ms D [--late-every K]] [--stop-after N] [--nccl-timeout-ms MS] [--cuda-dev N]] [--ptsz] "
+    "[--graph-replays R] [--graph-update] [--graphs-before-wait] "
     "[--per-thread-stream] [--wait-stdin] [--delay-ms N] [--names-after-wait] [--loop] "
     "[--duration-ms N] [--sync-us US] [--print-handles] "
     "[--bench launch|launch-ex|memcpy|nccl|alloc [--calls N]]";
@@ -260,7 +218,7 @@ void usage_error(const char *fmt, const char *arg)
     exit(2);
 }
 
-static void die_cu(int thread, const char *what, int rc)
+void die_cu(int thread, const char *what, int rc)
 {
     if (thread < 0) fprintf(stderr, "gputrace-workload: main: %s failed: CUresult %d\n", what, rc);
     else fprintf(stderr, "gputrace-workload: thread %d: %s failed: CUresult %d\n", thread, what, rc);
@@ -282,19 +240,12 @@ static void die_nccl(int thread, const char *what, int rc)
     exit(1);
 }
 
-static void die_msg(int thread, const char *what)
+void die_msg(int thread, const char *what)
 {
     fprintf(stderr, "gputrace-workload: thread %d: %s\n", thread, what);
     fflush(stderr);
     exit(1);
 }
-
-/* Setup / teardown call (not counted). */
-#define SETUP(call)                                                     \
-    do {                                                                \
-        CUresult r_ = (call);                                           \
-        if (UNLIKELY(r_ != CUDA_SUCCESS)) die_cu(-1, #call, r_);        \
-    } while (0)
 
 /* Uncounted call made by a worker (bench setup/teardown, ctx binding). */
 #define WSETUP(call)                                                    \
@@ -353,7 +304,7 @@ static void on_signal(int sig)
     simNcclInterrupt(); /* a rank blocked in a collective gives up now */
 }
 
-static void print_handle(const char *name, const void *p)
+void print_handle(const char *name, const void *p)
 {
     printf("handle %s=0x%" PRIxPTR "\n", name, (uintptr_t)p);
 }
@@ -604,6 +555,9 @@ static void run_pass(struct worker *w)
 
     /* --nccl (workload_nccl.c) */
     if (wnccl_pass((int)w->idx, s, &w->calls)) w->halted = 1;
+
+    /* --graph-replays: capture, node-by-node construction, replays, updates */
+    if (opt.graph_replays) graphs_pass(w);
 }
 
 static int keep_going(void)
@@ -777,10 +731,14 @@ static void *worker_main(void *arg)
 
     WSETUP(cuCtxSetCurrent(g_ctx));
     if (opt.bench) bench_setup(w);
+    if (opt.graph_replays && opt.graphs_before_wait) graphs_worker_setup(w);
 
     pthread_barrier_wait(&g_started);
     pthread_barrier_wait(&g_go);
-    if (g_skip) return NULL;
+    if (g_skip) {
+        if (opt.graph_replays) graphs_worker_teardown(w);
+        return NULL;
+    }
 
     if (opt.bench) {
         run_bench(w);
@@ -792,6 +750,7 @@ static void *worker_main(void *arg)
         w->passes++;
     } while (!w->halted && keep_going());
     wnccl_finish((int)w->idx, &w->calls);
+    if (opt.graph_replays) graphs_worker_teardown(w);
     return NULL;
 }
 
@@ -843,6 +802,9 @@ static void parse_args(int argc, char **argv)
         else if (!strcmp(a, "--syncs")) { opt.syncs = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--fail")) { opt.fail = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--nccl")) { nopt.iters = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--graph-replays")) { opt.graph_replays = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--graph-update")) { NO_VALUE(); opt.graph_update = 1; }
+        else if (!strcmp(a, "--graphs-before-wait")) { NO_VALUE(); opt.graphs_before_wait = 1; }
         else if (!strcmp(a, "--nccl-config")) { NO_VALUE(); nopt.config = 1; }
         else if (parse_nccl_flag(a, val, argc, argv, &i)) { ranks_flags++; }
         else if (!strcmp(a, "--ptsz")) { NO_VALUE(); opt.ptsz = 1; }
@@ -876,6 +838,10 @@ static void parse_args(int argc, char **argv)
     }
     if (opt.have_calls && !opt.bench) usage_error("%s requires --bench", "--calls");
     check_nccl_flags(ranks_flags, opt.bench != BENCH_NONE, opt.threads, opt.have_duration);
+    if ((opt.graph_update || opt.graphs_before_wait) && !opt.graph_replays)
+        usage_error("%s requires --graph-replays (at least 1)", opt.graph_update ? "--graph-update" : "--graphs-before-wait");
+    if (opt.graphs_before_wait && opt.names_after_wait)
+        usage_error("%s cannot be combined with --names-after-wait (the graphs need the kernels)", "--graphs-before-wait");
     if (opt.bench && counted_flags)
         usage_error("%s cannot be combined with counted-phase flags, --loop or --duration-ms", "--bench");
 }
@@ -923,6 +889,7 @@ int main(int argc, char **argv)
     }
     SETUP(cuGraphCreate(&g_graph, 0));
     SETUP(cuGraphInstantiateWithFlags(&g_gexec, g_graph, 0));
+    if (opt.graph_replays) graphs_setup_main();
     if (opt.print_handles) {
         char name[32];
         for (unsigned t = 0; t < T; t++) {
@@ -933,6 +900,16 @@ int main(int argc, char **argv)
         }
         print_handle("graph", g_graph);
         print_handle("graph_exec", g_gexec);
+        if (opt.graph_replays) {
+            for (unsigned t = 0; t < T; t++) {
+                snprintf(name, sizeof(name), "stream2[%u]", t);
+                print_handle(name, g_workers[t].gs.stream2);
+                snprintf(name, sizeof(name), "event_fork[%u]", t);
+                print_handle(name, g_workers[t].gs.ev_fork);
+                snprintf(name, sizeof(name), "event_join[%u]", t);
+                print_handle(name, g_workers[t].gs.ev_join);
+            }
+        }
     }
 
     wnccl_setup_early(); /* --ranks --nccl-init-early: the communicator exists before the ready lines */
@@ -949,6 +926,7 @@ int main(int argc, char **argv)
         }
     }
     pthread_barrier_wait(&g_started);
+    if (opt.print_handles && opt.graph_replays && opt.graphs_before_wait) graphs_print_exec_handles();
 
     printf("ready pid=%d\n", (int)getpid());
     for (unsigned t = 0; t < T; t++) printf("thread %u tid=%d\n", t, (int)g_workers[t].tid);
@@ -985,6 +963,7 @@ int main(int argc, char **argv)
         SETUP(cuEventDestroy_v2(g_workers[t].event));
         SETUP(cuStreamDestroy_v2(g_workers[t].stream));
     }
+    if (opt.graph_replays) graphs_teardown_main();
     SETUP(cuGraphExecDestroy(g_gexec));
     SETUP(cuGraphDestroy(g_graph));
     if (g_library) SETUP(cuLibraryUnload(g_library));
@@ -999,6 +978,7 @@ int main(int argc, char **argv)
                (uint64_t)T * per_thread_calls, ns_per_call);
     }
     wnccl_print_figures();
+    if (opt.graph_replays) graphs_report();
     printf("done calls=%" PRIu64 "\n", total);
     fflush(stdout);
     pthread_barrier_destroy(&g_started);

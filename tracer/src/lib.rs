@@ -8,6 +8,7 @@ pub mod events;
 pub mod export;
 pub mod names;
 pub mod probes;
+pub mod stacks;
 
 /// The eBPF object built from `tracer-ebpf` by build.rs.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
