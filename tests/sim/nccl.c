@@ -33,6 +33,33 @@
  * the library file can learn the version, hence the commHash function, from it. */
 __attribute__((used)) static const char k_version_string[] = "NCCL version 2.28.3+cuda13.0";
 
+/*
+ * The NVTX range every NCCL collective opens first
+ * (NVTX3_FUNC_WITH_PARAMS): its payload carries comm->commHash, read
+ * before anything else of the communicator, then the bytes and the op. The
+ * simulator keeps the last payload per thread instead of calling NVTX.
+ */
+static int type_ok(ncclDataType_t t);
+static size_t type_size(ncclDataType_t t);
+
+struct nvtx_payload {
+    uint64_t comm_hash;
+    size_t bytes;
+    int op;
+};
+static __thread struct nvtx_payload t_nvtx;
+
+__attribute__((noinline)) static void nvtx_range(const char *func, uint64_t comm_hash, size_t bytes, int op)
+{
+    (void)func;
+    t_nvtx = (struct nvtx_payload){ comm_hash, bytes, op };
+    __asm__ volatile("" ::: "memory");
+}
+
+#define NVTX_PAYLOAD(name, comm, count, datatype, op)                                                     \
+    nvtx_range(name, (comm) != NULL ? (comm)->commHash : 0,                                               \
+               type_ok(datatype) ? (count) * type_size(datatype) : 0, (op))
+
 static __thread int t_group_depth;
 static __thread char t_last_error[SIM_LAST_ERROR_BYTES];
 
@@ -371,6 +398,16 @@ static const char *const k_func_names[SIM_NUM_FUNCS] = { "Broadcast", "Reduce", 
  * multi-rank launch had some). A 1-rank communicator counts nothing: NCCL
  * turns its collectives into a memcpy without a kernel plan.
  */
+/*
+ * seqNumber[func] +1, atomically, as NCCL 2.28 does in the function of this
+ * name (hostStreamPlanTask -> ncclProfilerStartTaskEvents), whether or not
+ * a profiler is loaded: RAS compares these counters across ranks.
+ */
+__attribute__((noinline)) static void ncclProfilerStartTaskEvents(struct ncclComm *c, enum sim_func func)
+{
+    __atomic_fetch_add(&c->seqNumber[func], 1, __ATOMIC_RELAXED);
+}
+
 static void count_launch(struct ncclComm *c, int ncoll)
 {
     if (c->nRanks > 1) {
@@ -390,7 +427,7 @@ static ncclResult_t issue(struct ncclComm *c, enum pending_kind kind, enum sim_f
     if (c->nRanks == 1) return ncclSuccess;
     count_launch(c, kind == PENDING_COLL);
     if (kind != PENDING_COLL) return ncclSuccess;
-    (*sim_seq_slot(c, func))++;
+    ncclProfilerStartTaskEvents(c, func);
     uint64_t seq = sim_rdv_enter(c);
     ncclResult_t res = sim_rdv_wait(c, seq, op);
     return res == ncclSuccess ? res : fail(c, res);
@@ -429,7 +466,7 @@ static ncclResult_t flush_group(void)
         }
         if (!seen) count_launch(p->comm, ncoll);
         if (p->kind == PENDING_COLL) {
-            (*sim_seq_slot(p->comm, p->func))++;
+            ncclProfilerStartTaskEvents(p->comm, p->func);
             seqs[i] = sim_rdv_enter(p->comm);
         }
     }
@@ -456,6 +493,7 @@ ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, nccl
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
 {
     (void)stream;
+    NVTX_PAYLOAD("Reduce", comm, count, datatype, op);
     ncclResult_t r = coll_check(comm, datatype);
     if (r != ncclSuccess) return r;
     if (!op_ok(op) || root < 0 || root >= comm->nRanks || !buf_ok(sendbuff, count)) return ncclInvalidArgument;
@@ -469,6 +507,7 @@ ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int ro
                        ncclComm_t comm, cudaStream_t stream)
 {
     (void)stream;
+    NVTX_PAYLOAD("Broadcast", comm, count, datatype, 0);
     ncclResult_t r = coll_check(comm, datatype);
     if (r != ncclSuccess) return r;
     if (root < 0 || root >= comm->nRanks || !buf_ok(buff, count)) return ncclInvalidArgument;
@@ -481,6 +520,7 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, n
                            int root, ncclComm_t comm, cudaStream_t stream)
 {
     (void)stream;
+    NVTX_PAYLOAD("Broadcast", comm, count, datatype, 0);
     ncclResult_t r = coll_check(comm, datatype);
     if (r != ncclSuccess) return r;
     if (root < 0 || root >= comm->nRanks || !buf_ok(recvbuff, count)) return ncclInvalidArgument;
@@ -494,6 +534,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
     (void)stream;
+    NVTX_PAYLOAD("AllReduce", comm, count, datatype, op);
     ncclResult_t r = coll_check(comm, datatype);
     if (r != ncclSuccess) return r;
     if (!op_ok(op) || !buf_ok(sendbuff, count) || !buf_ok(recvbuff, count)) return ncclInvalidArgument;
@@ -508,6 +549,7 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
                                cudaStream_t stream)
 {
     (void)stream;
+    NVTX_PAYLOAD("ReduceScatter", comm, recvcount, datatype, op);
     ncclResult_t r = coll_check(comm, datatype);
     if (r != ncclSuccess) return r;
     if (!op_ok(op) || !buf_ok(sendbuff, recvcount) || !buf_ok(recvbuff, recvcount)) return ncclInvalidArgument;
@@ -520,6 +562,7 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
     (void)stream;
+    NVTX_PAYLOAD("AllGather", comm, sendcount, datatype, 0);
     ncclResult_t r = coll_check(comm, datatype);
     if (r != ncclSuccess) return r;
     if (!buf_ok(sendbuff, sendcount) || !buf_ok(recvbuff, sendcount)) return ncclInvalidArgument;

@@ -49,12 +49,12 @@ struct ncclComm {
     uint8_t junk2[0x2a0 - 0x1d0];
     uint64_t opCount;                        /* 0x2a0 +1 per launch (ungrouped call or group end) */
     uint64_t commHash;                       /* 0x2a8 */
-    uint8_t junk3[0x3f0 - 0x2b0];
-    int32_t rank;                            /* 0x3f0 */
-    int32_t asyncResult;                     /* 0x3f4 */
+    int32_t rank;                            /* 0x2b0 right after commHash, as in every NCCL 2.18 .. 2.30 */
+    int32_t asyncResult;                     /* 0x2b4 */
+    uint8_t junk3[0x3f8 - 0x2b8];
     uint64_t bytesQueued;                    /* 0x3f8 decoy: bytes of every collective and p2p call */
     uint8_t junk4[0x520 - 0x400];
-    uint64_t seqNumber[SIM_NUM_FUNCS];       /* 0x520 stored AllReduce, ReduceScatter, AllGather, Reduce, Broadcast */
+    uint64_t seqNumber[SIM_NUM_FUNCS];       /* 0x520 indexed by enum sim_func (NCCL's ncclFunc_t) */
     uint64_t collOpCount;                    /* 0x548 += collectives per launch */
     uint8_t junk5[0x800 - 0x550];
     struct sim_comm_private priv;            /* 0x800 */
@@ -66,7 +66,7 @@ _Static_assert(offsetof(struct ncclComm, apiCalls) == 0x1c0, "apiCalls");
 _Static_assert(offsetof(struct ncclComm, nRanks) == 0x1c8, "nRanks");
 _Static_assert(offsetof(struct ncclComm, opCount) == 0x2a0, "opCount");
 _Static_assert(offsetof(struct ncclComm, commHash) == 0x2a8, "commHash");
-_Static_assert(offsetof(struct ncclComm, rank) == 0x3f0, "rank");
+_Static_assert(offsetof(struct ncclComm, rank) == 0x2b0, "rank");
 _Static_assert(offsetof(struct ncclComm, bytesQueued) == 0x3f8, "bytesQueued");
 _Static_assert(offsetof(struct ncclComm, seqNumber) == 0x520, "seqNumber");
 _Static_assert(offsetof(struct ncclComm, collOpCount) == 0x548, "collOpCount");
@@ -76,11 +76,6 @@ _Static_assert(sizeof(struct ncclComm) == SIM_COMM_BYTES, "ncclComm size");
 #define SIM_COMM_MAGIC 0x4d4d4f434c43434eULL /* "NCCLCOMM" */
 #define SIM_COMM_DEAD  0x444145444c43434eULL /* "NCCLDEAD" */
 
-/* seqNumber is stored in reverse ncclFunc_t order. */
-static inline uint64_t *sim_seq_slot(struct ncclComm *c, enum sim_func f)
-{
-    return &c->seqNumber[SIM_NUM_FUNCS - 1 - (int)f];
-}
 
 /* Allocates a communicator (junk-filled, fields set, no rendezvous yet). */
 struct ncclComm *sim_comm_alloc(int nranks, int rank, uint64_t hash, int blocking);

@@ -7,6 +7,7 @@ pub mod error;
 pub mod events;
 pub mod export;
 pub mod names;
+pub mod nccl;
 pub mod probes;
 pub mod stacks;
 
