@@ -19,6 +19,14 @@ pub const EXTRA_WORDS: usize = 6;
 pub const DEREF_BYTES: usize = 40;
 /// Longest string argument (a kernel name) copied by the probe, NUL included.
 pub const NAME_LEN: usize = 512;
+/// Most bytes a probe copies at entry into a [`BlobCallEvent`] (a struct
+/// behind a pointer argument, or a struct passed by value on the stack).
+pub const BLOB_LEN: usize = 256;
+/// [`ProbeCookie::blob_source`] value meaning "the caller's stack at
+/// `rsp + 8`": where the System V ABI puts an argument passed by value in
+/// memory (a struct over 16 bytes, e.g. the 128-byte `ncclUniqueId`), and
+/// the seventh and later integer arguments.
+pub const BLOB_FROM_STACK: u32 = 15;
 
 /// Where the readability bits of arguments 0 and 1 go in `extra` (copies).
 pub const READABLE_SLOT: usize = 5;
@@ -36,6 +44,8 @@ pub enum EventKind {
     Call = 1,
     /// A [`NamedCallEvent`]: a call with a string argument (kernel name).
     NamedCall = 2,
+    /// A [`BlobCallEvent`]: a call with bytes copied at its entry.
+    BlobCall = 3,
 }
 
 impl EventKind {
@@ -43,6 +53,7 @@ impl EventKind {
         match v {
             1 => Some(Self::Call),
             2 => Some(Self::NamedCall),
+            3 => Some(Self::BlobCall),
             _ => None,
         }
     }
@@ -109,6 +120,44 @@ impl NamedCallEvent {
     pub const SIZE: usize = core::mem::size_of::<Self>();
 }
 
+/// A call with up to [`BLOB_LEN`] bytes copied at its entry, from where the
+/// cookie's blob bits say. For a call with a return probe the bytes wait in
+/// a map of their own between entry and return, so in-flight calls without
+/// a blob stay [`CallEvent`]-sized.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BlobCallEvent {
+    pub call: CallEvent,
+    /// Bytes of `blob` that were read: the cookie's length, or 0 when the
+    /// read failed (counted as [`LostReason::ReadFailed`]).
+    pub blob_len: u32,
+    pub _pad: u32,
+    pub blob: [u8; BLOB_LEN],
+}
+
+impl BlobCallEvent {
+    pub const SIZE: usize = core::mem::size_of::<Self>();
+}
+
+/// The bytes of a [`BlobCallEvent`] between a call's entry and its return.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Blob {
+    pub len: u32,
+    pub _pad: u32,
+    pub data: [u8; BLOB_LEN],
+}
+
+impl Blob {
+    pub const fn zeroed() -> Self {
+        Self {
+            len: 0,
+            _pad: 0,
+            data: [0; BLOB_LEN],
+        }
+    }
+}
+
 /// Counters of what the probes could not record, one slot each in a per-CPU array.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +190,13 @@ pub const LOST_SLOTS: u32 = 4;
 ///   for this thread into `extra[RUNTIME_SLOT]`
 /// - 40..44: a runtime launch: argument (1-based) holding the host stub, kept
 ///   per thread from entry to return
+/// - 44..48: where to copy a blob from at entry, sent as a [`BlobCallEvent`]:
+///   0 none; 1..=11 the argument (1-based) is a pointer to the bytes;
+///   [`BLOB_FROM_STACK`] the caller's stack at `rsp + 8` (by-value struct)
+/// - 48..54: the blob's length in 8-byte words (1..=32, so up to
+///   [`BLOB_LEN`] bytes; more is cut to [`BLOB_LEN`])
+///
+/// A blob and a string argument (bits 32..36) are not combined: the blob wins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ProbeCookie(pub u64);
 
@@ -190,6 +246,22 @@ impl ProbeCookie {
     pub const fn runtime_set_arg(self) -> u32 {
         ((self.0 >> 40) & 0xf) as u32
     }
+    /// 0 = no blob, 1..=11 a pointer argument (1-based), [`BLOB_FROM_STACK`].
+    #[inline(always)]
+    pub const fn blob_source(self) -> u32 {
+        ((self.0 >> 44) & 0xf) as u32
+    }
+    /// Bytes to copy, a multiple of 8, at most [`BLOB_LEN`].
+    #[inline(always)]
+    pub const fn blob_len(self) -> usize {
+        let words = ((self.0 >> 48) & 0x3f) as usize;
+        let bytes = words * 8;
+        if bytes > BLOB_LEN {
+            BLOB_LEN
+        } else {
+            bytes
+        }
+    }
 
     pub const fn new(api: u16) -> Self {
         Self(api as u64)
@@ -222,6 +294,20 @@ impl ProbeCookie {
     pub const fn with_str(self, arg: u32) -> Self {
         Self(self.0 | (((arg + 1) as u64 & 0xf) << 32))
     }
+    /// Copies `bytes` (rounded up to 8, at most [`BLOB_LEN`]) from where
+    /// argument `arg` (0-based) points.
+    pub const fn with_blob_arg(self, arg: u32, bytes: usize) -> Self {
+        self.with_blob(arg + 1, bytes)
+    }
+    /// Copies `bytes` from the caller's stack at `rsp + 8`.
+    pub const fn with_blob_stack(self, bytes: usize) -> Self {
+        self.with_blob(BLOB_FROM_STACK, bytes)
+    }
+    const fn with_blob(self, source: u32, bytes: usize) -> Self {
+        let bytes = if bytes > BLOB_LEN { BLOB_LEN } else { bytes };
+        let words = bytes.div_ceil(8) as u64;
+        Self(self.0 | ((source as u64 & 0xf) << 44) | ((words & 0x3f) << 48))
+    }
 }
 
 #[cfg(feature = "user")]
@@ -230,6 +316,10 @@ mod user {
     unsafe impl aya::Pod for super::CallEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::NamedCallEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::BlobCallEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Blob {}
 }
 
 #[cfg(test)]
@@ -244,6 +334,8 @@ mod tests {
             4 * 4 + 3 * 8 + 16 + MAX_ARGS * 8 + EXTRA_WORDS * 8
         );
         assert_eq!(NamedCallEvent::SIZE, CallEvent::SIZE + 8 + NAME_LEN);
+        assert_eq!(BlobCallEvent::SIZE, CallEvent::SIZE + 8 + BLOB_LEN);
+        assert_eq!(core::mem::size_of::<Blob>(), 8 + BLOB_LEN);
         assert_eq!(CallEvent::SIZE % 8, 0);
     }
 
@@ -276,5 +368,23 @@ mod tests {
             (0, 0, 0)
         );
         assert!(!plain.entry_only() && !plain.stack_args());
+        assert_eq!((plain.blob_source(), plain.blob_len()), (0, 0));
+    }
+
+    #[test]
+    fn blob_bits() {
+        let c = ProbeCookie::new(9).with_out(0, 0).with_blob_arg(4, 72);
+        assert_eq!((c.blob_source(), c.blob_len(), c.out_arg(0)), (5, 72, 1));
+        let s = ProbeCookie::new(9).with_blob_stack(128).with_runtime_set(5);
+        assert_eq!((s.blob_source(), s.blob_len()), (BLOB_FROM_STACK, 128));
+        assert_eq!(s.runtime_set_arg(), 6);
+        // Rounded up to whole words, cut at BLOB_LEN.
+        assert_eq!(ProbeCookie::new(1).with_blob_arg(0, 13).blob_len(), 16);
+        assert_eq!(
+            ProbeCookie::new(1).with_blob_arg(0, 4096).blob_len(),
+            BLOB_LEN
+        );
+        assert_eq!(ProbeCookie(63 << 48 | 1 << 44).blob_len(), BLOB_LEN);
+        assert_eq!(c.api(), 9);
     }
 }

@@ -10,16 +10,17 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
-        bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+        bpf_probe_read_user, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
     },
     macros::{map, uprobe, uretprobe},
-    maps::{LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
+    maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext},
     EbpfContext,
 };
 use tracer_common::{
-    CallEvent, EventKind, LostReason, NamedCallEvent, ProbeCookie, DEREF_BYTES, LOST_SLOTS,
-    MAX_ARGS, NO_RETURN, READABLE_SLOT, RUNTIME_SLOT, STACK_ARGS,
+    Blob, BlobCallEvent, CallEvent, EventKind, LostReason, NamedCallEvent, ProbeCookie,
+    BLOB_FROM_STACK, BLOB_LEN, DEREF_BYTES, LOST_SLOTS, MAX_ARGS, NO_RETURN, READABLE_SLOT,
+    RUNTIME_SLOT, STACK_ARGS,
 };
 
 /// Completed calls, drained by userspace. Its size is set at load time.
@@ -33,6 +34,18 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 #[map]
 static INFLIGHT: LruHashMap<u64, CallEvent> =
     LruHashMap::with_max_entries(16384, aya_ebpf::bindings::BPF_F_NO_COMMON_LRU);
+
+/// The bytes a call's entry copied (its cookie's blob bits), waiting for its
+/// return; keyed like `INFLIGHT`. Only calls with a blob have an entry here,
+/// so the records of every other call in flight stay small.
+#[map]
+static INFLIGHT_BLOB: LruHashMap<u64, Blob> = LruHashMap::with_max_entries(4096, 0);
+
+/// One zeroed [`Blob`], never written: what a new `INFLIGHT_BLOB` entry
+/// starts as. A blob does not fit on the 512-byte eBPF stack beside the
+/// call record, so it is inserted from here and filled in place.
+#[map]
+static BLOB_TEMPLATE: Array<Blob> = Array::with_max_entries(1, 0);
 
 /// The host stub of the runtime launch a thread is inside (tid → stub).
 #[map]
@@ -132,6 +145,65 @@ fn send(e: &CallEvent, cookie: ProbeCookie) {
     entry.submit(submit_flags());
 }
 
+/// Copies the cookie's blob into `dst`; returns the bytes read (0 when the
+/// cookie asks for none, the pointer is NULL, or the read fails).
+#[inline(always)]
+fn read_blob(rsp: u64, e: &CallEvent, cookie: ProbeCookie, dst: &mut [u8; BLOB_LEN]) -> u32 {
+    let source = cookie.blob_source();
+    let src = if source == BLOB_FROM_STACK {
+        rsp + 8
+    } else {
+        match arg_at(e, source) {
+            Some(p) => p,
+            None => return 0,
+        }
+    };
+    if src == 0 {
+        return 0; // a NULL argument: the call fails, nothing is lost
+    }
+    let len = cookie.blob_len();
+    let Some(buf) = dst.get_mut(..len) else {
+        return 0;
+    };
+    // SAFETY: a user-memory read of `len` (≤ BLOB_LEN) bytes; failure is handled.
+    match unsafe { bpf_probe_read_user_buf(src as *const u8, buf) } {
+        Ok(()) => len as u32,
+        Err(_) => {
+            count_lost(LostReason::ReadFailed);
+            0
+        }
+    }
+}
+
+/// Sends a call with the blob its entry stored under `key` (if it is still
+/// there: the map is an LRU).
+#[inline(always)]
+fn send_blob(e: &CallEvent, key: u64) {
+    let Some(mut entry) = EVENTS.reserve::<BlobCallEvent>(0) else {
+        count_lost(LostReason::RingFull);
+        return;
+    };
+    let out = entry.as_mut_ptr();
+    // SAFETY: `out` points to a reserved record of the right size; every
+    // field is written (blob bytes past `blob_len` are never read).
+    unsafe {
+        (*out).call = *e;
+        (*out).call.kind = EventKind::BlobCall as u32;
+        (*out)._pad = 0;
+        match INFLIGHT_BLOB.get(&key) {
+            Some(b) => {
+                (*out).blob_len = b.len;
+                (*out).blob = b.data;
+            }
+            None => {
+                count_lost(LostReason::ReadFailed);
+                (*out).blob_len = 0;
+            }
+        }
+    }
+    entry.submit(submit_flags());
+}
+
 /// Fills a whole entry record (every field: it may be uninitialised
 /// ring buffer memory).
 #[inline(always)]
@@ -213,6 +285,24 @@ fn fill_entry(ctx: &ProbeContext, cookie: ProbeCookie, e: &mut CallEvent) {
 pub fn call_entry(ctx: ProbeContext) -> u32 {
     // SAFETY: the helper reads the cookie of the link that ran us.
     let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    if cookie.entry_only() && cookie.blob_source() != 0 {
+        // No return probe: build the record and read the blob in the ring buffer.
+        let Some(mut entry) = EVENTS.reserve::<BlobCallEvent>(0) else {
+            count_lost(LostReason::RingFull);
+            return 0;
+        };
+        let out = entry.as_mut_ptr();
+        // SAFETY: a reserved record of the right size: fill_entry writes the
+        // call, then the blob fields are written.
+        unsafe {
+            fill_entry(&ctx, cookie, &mut (*out).call);
+            (*out).call.kind = EventKind::BlobCall as u32;
+            (*out)._pad = 0;
+            (*out).blob_len = read_blob((*ctx.regs).rsp, &(*out).call, cookie, &mut (*out).blob);
+        }
+        entry.submit(submit_flags());
+        return 0;
+    }
     if cookie.entry_only() && cookie.str_arg() == 0 {
         // No return probe: build the record in the ring buffer itself.
         let Some(mut entry) = EVENTS.reserve::<CallEvent>(0) else {
@@ -236,6 +326,22 @@ pub fn call_entry(ctx: ProbeContext) -> u32 {
     let key = ((e.tid as u64) << 32) | e.api as u64;
     if INFLIGHT.insert(&key, &*e, 0).is_err() {
         count_lost(LostReason::InflightFull);
+        return 0;
+    }
+    if cookie.blob_source() != 0 {
+        let Some(zero) = BLOB_TEMPLATE.get(0) else {
+            return 0;
+        };
+        if INFLIGHT_BLOB.insert(&key, zero, 0).is_err() {
+            return 0; // the return finds no blob and counts it
+        }
+        if let Some(b) = INFLIGHT_BLOB.get_ptr_mut(&key) {
+            // SAFETY: the entry just inserted under this thread's key.
+            let b = unsafe { &mut *b };
+            // SAFETY: uprobe programs get the user registers.
+            let rsp = unsafe { (*ctx.regs).rsp };
+            b.len = read_blob(rsp, e, cookie, &mut b.data);
+        }
     }
     0
 }
@@ -266,7 +372,12 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
             }
         }
     }
-    send(e, cookie);
+    if cookie.blob_source() != 0 {
+        send_blob(e, key);
+        let _ = INFLIGHT_BLOB.remove(&key);
+    } else {
+        send(e, cookie);
+    }
     let _ = INFLIGHT.remove(&key);
     if cookie.runtime_set_arg() != 0 {
         let _ = RUNTIME_STUB.remove(&tid);

@@ -229,6 +229,7 @@ impl ProcessSummary {
                 comm: Some(comm),
                 nranks,
                 rank,
+                ..
             } if ok => {
                 self.comms.insert(*comm, (*nranks, *rank));
             }

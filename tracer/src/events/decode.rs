@@ -1,7 +1,8 @@
 //! Turning ring buffer records into [`Call`] arguments.
 
 use tracer_common::{
-    CallEvent, EventKind, NamedCallEvent, NAME_LEN, NO_RETURN, READABLE_SLOT, RUNTIME_SLOT,
+    BlobCallEvent, CallEvent, EventKind, NamedCallEvent, BLOB_LEN, NAME_LEN, NO_RETURN,
+    READABLE_SLOT, RUNTIME_SLOT,
 };
 
 use super::model::{Alloc, Args, HandleKind, Launch, Memcpy, Nccl};
@@ -23,11 +24,14 @@ pub enum DecodeError {
     Api(u32),
 }
 
-/// A record as the probe wrote it, with the string argument if any.
+/// A record as the probe wrote it, with the string argument or the bytes
+/// copied at entry (the cookie's blob), if any.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawCall<'a> {
     pub event: CallEvent,
     pub name: Option<&'a [u8]>,
+    /// The bytes read (empty when the read failed).
+    pub blob: Option<&'a [u8]>,
 }
 
 impl RawCall<'_> {
@@ -46,8 +50,9 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawCall<'_>, DecodeError> {
     let expected = match kind {
         EventKind::Call => CallEvent::SIZE,
         EventKind::NamedCall => NamedCallEvent::SIZE,
+        EventKind::BlobCall => BlobCallEvent::SIZE,
     };
-    // The ring buffer rounds records up to 8 bytes; both sizes are multiples of 8.
+    // The ring buffer rounds records up to 8 bytes; every size is a multiple of 8.
     if bytes.len() != expected {
         return Err(DecodeError::Size {
             kind,
@@ -58,8 +63,14 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawCall<'_>, DecodeError> {
     // SAFETY: the length was checked; read_unaligned copes with any alignment,
     // and CallEvent is plain old data.
     let event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<CallEvent>()) };
+    let blob = (kind == EventKind::BlobCall).then(|| {
+        let len_at = CallEvent::SIZE;
+        let len = u32::from_ne_bytes(bytes[len_at..len_at + 4].try_into().expect("4 bytes"));
+        let start = len_at + 8;
+        &bytes[start..start + (len as usize).min(BLOB_LEN)]
+    });
     let name = match kind {
-        EventKind::Call => None,
+        EventKind::Call | EventKind::BlobCall => None,
         EventKind::NamedCall => {
             let len_at = CallEvent::SIZE;
             let len = u32::from_ne_bytes(bytes[len_at..len_at + 4].try_into().expect("4 bytes"));
@@ -71,7 +82,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawCall<'_>, DecodeError> {
             Some(&s[..end])
         }
     };
-    Ok(RawCall { event, name })
+    Ok(RawCall { event, name, blob })
 }
 
 /// Encodes a record the way the eBPF side lays it out (for tests and benches).
@@ -92,6 +103,23 @@ pub fn encode_record(event: &CallEvent, name: Option<&[u8]>) -> Vec<u8> {
     }
     out
 }
+
+/// Encodes a call with a blob the way the eBPF side lays it out (tests, benches).
+pub fn encode_blob_record(event: &CallEvent, blob: &[u8]) -> Vec<u8> {
+    let mut out = encode_record(event, None);
+    out[..4].copy_from_slice(&(EventKind::BlobCall as u32).to_ne_bytes());
+    let n = blob.len().min(BLOB_LEN);
+    out.extend_from_slice(&(n as u32).to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes());
+    let mut buf = [0u8; BLOB_LEN];
+    buf[..n].copy_from_slice(&blob[..n]);
+    out.extend_from_slice(&buf);
+    debug_assert_eq!(out.len(), BlobCallEvent::SIZE);
+    out
+}
+
+/// `sizeof(ncclUniqueId)`.
+pub const NCCL_UNIQUE_ID_BYTES: usize = 128;
 
 fn u32_of(v: u64) -> u32 {
     v as u32
@@ -248,11 +276,16 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             comm: out(0),
             nranks: int_of(a(1)),
             rank: Some(int_of(a(2))),
+            unique_id: raw
+                .blob
+                .filter(|b| b.len() == NCCL_UNIQUE_ID_BYTES)
+                .map(Box::from),
         },
         Shape::CommInitAll => Args::CommInit {
             comm: out(0),
             nranks: int_of(a(1)),
             rank: None,
+            unique_id: None,
         },
         Shape::CommEnd => Args::CommEnd { comm: a(0) },
         Shape::RuntimeLaunch => Args::RuntimeLaunch {
@@ -382,14 +415,28 @@ mod tests {
         );
         assert_eq!(n.bytes(), Some(4096 * 8));
         let e = raw_event("ncclCommInitRank", &[0x10, 4, 3], &[0xc0], 0);
+        let id: Vec<u8> = (0..128u8).collect();
+        let raw = encode_blob_record(&e, &id);
+        let raw = parse_record(&raw).unwrap();
+        assert_eq!(raw.blob, Some(&id[..]));
         assert_eq!(
-            round_trip("ncclCommInitRank", &e, None),
+            decode_args(api_by_name("ncclCommInitRank").unwrap(), &raw),
             Args::CommInit {
                 comm: Some(0xc0),
                 nranks: 4,
-                rank: Some(3)
+                rank: Some(3),
+                unique_id: Some(id.into()),
             }
         );
+        // A failed read leaves an empty blob: no id rather than a wrong one.
+        let raw = encode_blob_record(&e, &[]);
+        let Args::CommInit { unique_id, .. } = decode_args(
+            api_by_name("ncclCommInitRank").unwrap(),
+            &parse_record(&raw).unwrap(),
+        ) else {
+            panic!()
+        };
+        assert_eq!(unique_id, None);
     }
 
     #[test]

@@ -281,11 +281,23 @@ pub fn write_args(out: &mut String, args: &Args) {
             out.push('}');
         }
         Args::NcclGroup => out.push_str("{}"),
-        Args::CommInit { comm, nranks, rank } => {
+        Args::CommInit {
+            comm,
+            nranks,
+            rank,
+            unique_id,
+        } => {
             out.push_str("{\"comm\":");
             opt_hex(out, *comm);
             let _ = write!(out, ",\"nranks\":{nranks},\"rank\":");
             opt_int(out, *rank);
+            if let Some(id) = unique_id {
+                out.push_str(",\"unique_id\":\"");
+                for b in id.iter() {
+                    let _ = write!(out, "{b:02x}");
+                }
+                out.push('"');
+            }
             out.push('}');
         }
         Args::CommEnd { comm } => {
@@ -541,6 +553,14 @@ fn parse_args(
             comm: get_opt_hex(a, "comm")?,
             nranks: get_opt_i64(a, "nranks")?.ok_or(ParseError::Field("nranks"))?,
             rank: get_opt_i64(a, "rank")?,
+            unique_id: match a.get("unique_id") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(
+                    v.as_str()
+                        .and_then(parse_hex_bytes)
+                        .ok_or(ParseError::Field("unique_id"))?,
+                ),
+            },
         },
         Shape::CommEnd => Args::CommEnd {
             comm: get_hex(a, "comm")?,
@@ -550,6 +570,17 @@ fn parse_args(
             stream: get_opt_hex(a, "stream")?,
         },
     })
+}
+
+/// `"00ff…"` → bytes.
+fn parse_hex_bytes(s: &str) -> Option<Box<[u8]>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 fn parse_nccl_op(s: &str) -> Option<NcclOp> {
@@ -569,7 +600,7 @@ fn parse_nccl_op(s: &str) -> Option<NcclOp> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::decode::{decode_args, encode_record, parse_record};
+    use crate::events::decode::{decode_args, encode_blob_record, encode_record, parse_record};
     use crate::probes::catalogue::catalogue;
     use tracer_common::CallEvent;
 
@@ -587,7 +618,13 @@ mod tests {
             e.args[3] = 7; // a valid NCCL datatype wherever it sits
             e.extra = [0x10 | 1 << 32, 2 | 3 << 32, 4 | 5 << 32, 6, 0x77, 0];
             // (extra[5] stays 0: the host stub is not part of the schema.)
-            let bytes = encode_record(&e, Some(b"_Z4reluPfi"));
+            let cookie = api.cookie();
+            let bytes = if cookie.blob_source() != 0 {
+                let blob: Vec<u8> = (0..cookie.blob_len()).map(|i| (i * 7) as u8).collect();
+                encode_blob_record(&e, &blob)
+            } else {
+                encode_record(&e, Some(b"_Z4reluPfi"))
+            };
             let raw = parse_record(&bytes).unwrap();
             let call = Call {
                 ts_ns: 1_700_000_000_000_000_000,

@@ -86,6 +86,8 @@ pub enum Args {
         comm: Option<u64>,
         nranks: i64,
         rank: Option<i64>,
+        /// The 128-byte `ncclUniqueId` passed by value (InitRank, InitRankConfig).
+        unique_id: Option<Box<[u8]>>,
     },
     CommEnd {
         comm: u64,

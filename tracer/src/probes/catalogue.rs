@@ -280,9 +280,9 @@ impl Shape {
             Shape::LaunchEx => c.with_deref(0),
             Shape::RuntimeLaunch => c.with_stack().with_runtime_set(0),
             Shape::RuntimeLaunchEx => c.with_deref(0).with_runtime_set(1),
-            Shape::Alloc { .. } | Shape::MemCreate | Shape::CommInit | Shape::CommInitAll => {
-                c.with_out(0, 0)
-            }
+            Shape::Alloc { .. } | Shape::MemCreate | Shape::CommInitAll => c.with_out(0, 0),
+            // The ncclUniqueId is passed by value: on the stack at rsp + 8.
+            Shape::CommInit => c.with_out(0, 0).with_blob_stack(128),
             Shape::AllocPitch => c.with_out(0, 0).with_out(1, 1),
             Shape::ModuleGetFunction | Shape::LibraryGetKernel => c.with_out(0, 0).with_str(2),
             Shape::KernelGetFunction => c.with_out(0, 0),

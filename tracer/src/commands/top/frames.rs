@@ -140,6 +140,7 @@ fn busy_app() -> App {
         comm: Some(0xc0ffee),
         nranks: 8,
         rank: Some(3),
+        unique_id: None,
     };
     m.record(
         &call(4242, "train", "ncclCommInitRank", T0, 1_000, init),
