@@ -4,4 +4,6 @@
 
 pub mod hash;
 pub mod layout;
+pub mod ranks;
+pub mod tracker;
 mod x86;
