@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod node;
+pub mod tmux;
+pub mod trap;
 
 /// The directory holding the simulated libraries and `gputrace-workload`.
 pub fn sim_dir() -> PathBuf {

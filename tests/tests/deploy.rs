@@ -109,6 +109,16 @@ fn daemonset_is_privileged_host_pid_and_consistent() {
         vol["hostPath"]["path"].as_str(),
         Some("/var/cache/gputrace")
     );
+    // In a directory of its own under the mount: the kubelet makes the
+    // hostPath 0755, and gputrace keeps its cache only in a 0700 directory.
+    let cache_dir = c["env"]
+        .as_sequence()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"].as_str() == Some("GPUTRACE_CACHE_DIR"))
+        .and_then(|e| e["value"].as_str())
+        .expect("GPUTRACE_CACHE_DIR set");
+    assert!(cache_dir.starts_with("/var/cache/gputrace/"), "{cache_dir}");
 
     // Resources are stated; memory is capped.
     assert!(c["resources"]["requests"]["memory"].as_str().is_some());

@@ -68,12 +68,20 @@ fn handles_created_before_attach_are_named_by_calibration() {
     let coop = kernels(&events, "cuLaunchCooperativeKernel");
     assert_eq!(coop, vec![json!(VECTOR_ADD); coop.len()]);
     // The layout found (the simulator keeps the name pointer at +40, not the
-    // +8 of driver 580) is cached by the libcuda's identity.
+    // +8 of driver 580) is cached by the libcuda's content.
     let cached: Value =
-        serde_json::from_str(&std::fs::read_to_string(cache.join("calibration-v1.json")).unwrap())
+        serde_json::from_str(&std::fs::read_to_string(cache.join("calibration-v2.json")).unwrap())
             .unwrap();
-    let layouts: Vec<&Value> = cached.as_object().unwrap().values().collect();
-    assert_eq!(layouts, vec![&json!([40])]);
+    let (key, layout) = cached.as_object().unwrap().iter().next().unwrap();
+    assert_eq!(cached.as_object().unwrap().len(), 1, "{cached}");
+    assert_eq!(
+        key,
+        &format!(
+            "sha256:{}",
+            gputrace_tests::trap::sha256(&sim_dir().join("libcuda.so.1"))
+        )
+    );
+    assert_eq!(layout, &json!([40]));
 }
 
 #[test]

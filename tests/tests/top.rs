@@ -4,97 +4,10 @@
 //! Everything waits by polling the screen with a timeout; nothing depends
 //! on how fast the machine is.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use gputrace_tests::tmux::Pane;
 use gputrace_tests::*;
-
-/// A tmux server of our own (its own socket), removed on drop.
-struct Pane {
-    socket: String,
-}
-
-impl Pane {
-    fn start(name: &str, width: u16, height: u16) -> Pane {
-        let pane = Pane {
-            socket: format!("gputrace-test-{}-{name}", std::process::id()),
-        };
-        let (w, h) = (width.to_string(), height.to_string());
-        pane.tmux(&[
-            "new-session",
-            "-d",
-            "-s",
-            "top",
-            "-x",
-            &w,
-            "-y",
-            &h,
-            "env PS1='$ ' sh",
-        ]);
-        // A lone Esc must reach the program at once, not wait for a sequence.
-        pane.tmux(&["set-option", "-s", "escape-time", "0"]);
-        pane
-    }
-
-    fn tmux(&self, args: &[&str]) -> String {
-        // -u: UTF-8 whatever the locale (the screen has ✗ and sparklines).
-        let out = Command::new("tmux")
-            .args(["-u", "-f", "/dev/null", "-L", &self.socket])
-            .args(args)
-            .output()
-            .expect("tmux is installed (cargo xtask setup installs it)");
-        assert!(
-            out.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn send(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "top"];
-        args.extend_from_slice(keys);
-        self.tmux(&args);
-    }
-
-    /// Types `text` literally.
-    fn type_text(&self, text: &str) {
-        self.tmux(&["send-keys", "-t", "top", "-l", text]);
-    }
-
-    fn screen(&self) -> String {
-        self.tmux(&["capture-pane", "-p", "-t", "top"])
-    }
-
-    fn alternate_screen(&self) -> bool {
-        self.tmux(&["display-message", "-p", "-t", "top", "#{alternate_on}"])
-            .trim()
-            == "1"
-    }
-
-    /// Polls the screen until `ok` holds; panics with the screen after `timeout`.
-    fn wait_for(&self, what: &str, timeout: Duration, ok: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let s = self.screen();
-            if ok(&s) {
-                return s;
-            }
-            if Instant::now() > deadline {
-                panic!("waited {timeout:?} for {what}; the screen:\n{s}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Pane {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .output();
-    }
-}
 
 /// `14.3k` → 14300, `1.50M` → 1.5e6, `12.5Mi` → 12.5 × 2^20, `88%` → 0.88.
 fn number(s: &str) -> f64 {
@@ -169,8 +82,10 @@ fn top_shows_a_new_process_with_its_rates_and_gives_the_terminal_back() {
         s.contains("gputrace top · every process") && s.contains("Processes:")
     });
     assert!(pane.alternate_screen());
-    let s = pane.screen();
-    assert!(s.contains("NVML not available"), "{s}");
+    // NVML is looked for in the background: "reading NVML…" first.
+    pane.wait_for("NVML's state", Duration::from_secs(30), |s| {
+        s.contains("NVML not available")
+    });
 
     // Started after top: it must be found by the periodic scan.
     // Per pass: 100 launches, 6 + 12 × 10 copy-section calls (120 copies and

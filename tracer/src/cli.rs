@@ -1,4 +1,4 @@
-//! The command line (DESIGN.md's contract).
+//! The command line (docs/cli.md describes every option).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,13 +31,21 @@ pub enum Command {
     Daemon(DaemonArgs),
     /// Internal: find where this libcuda keeps kernel names (run by gputrace itself).
     #[command(name = "__calibrate", hide = true)]
-    Calibrate { libcuda: PathBuf },
+    Calibrate {
+        libcuda: PathBuf,
+        /// Give up every privilege before loading it (for untrusted files).
+        #[arg(long)]
+        sandbox: bool,
+    },
     /// Internal: list the catalogue symbols a library exports, with file offsets.
     #[command(name = "__symbols", hide = true)]
     Symbols { library: PathBuf },
     /// Internal (benchmarks): a bare counting uprobe, the floor any uprobe tool pays.
     #[command(name = "__bare", hide = true)]
     Bare(BareArgs),
+    /// Internal (tests): panics, to show that a panic ends as one line and exit 1.
+    #[command(name = "__panic", hide = true)]
+    Panic,
 }
 
 #[derive(Debug, Args)]
@@ -83,6 +91,9 @@ pub struct TraceArgs {
     /// Summary printed at the end.
     #[arg(long, value_enum, default_value_t = SummaryFormat::Text, value_name = "FORMAT")]
     pub summary: SummaryFormat,
+    /// Write the summary to this file instead of stdout (so --summary json is parseable next to the command's own output).
+    #[arg(long, value_name = "PATH")]
+    pub summary_file: Option<PathBuf>,
     /// Print one line per call on stdout as it happens.
     #[arg(long)]
     pub print: bool,
@@ -108,8 +119,8 @@ pub struct TopArgs {
     /// Every process that maps libcuda or libnccl (the default).
     #[arg(long)]
     pub all: bool,
-    /// Refresh interval.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "1s")]
+    /// Refresh interval (at most an hour).
+    #[arg(long, value_name = "DUR", value_parser = parse_interval, default_value = "1s")]
     pub interval: Duration,
 }
 
@@ -150,17 +161,26 @@ pub struct DaemonArgs {
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     if let Ok(secs) = s.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Ok(Duration::from_secs_f64(secs));
+        if let Ok(d) = Duration::try_from_secs_f64(secs) {
+            return Ok(d);
         }
     }
     humantime::parse_duration(s)
         .map_err(|e| format!("`{s}` is not a duration like 10s, 2m or 500ms ({e})"))
 }
 
+/// `top`'s refresh: a duration of at most an hour.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > Duration::from_secs(3600) {
+        return Err(format!("`{s}` is longer than an hour"));
+    }
+    Ok(d)
+}
+
 fn parse_output(s: &str) -> Result<PathBuf, String> {
     let p = PathBuf::from(s);
-    match crate::export::TimelineFormat::from_path(&p) {
+    match crate::sinks::timeline::TimelineFormat::from_path(&p) {
         Some(_) => Ok(p),
         None => Err(format!(
             "`{s}` must end in .jsonl (events) or .json (Chrome trace)"
@@ -184,6 +204,13 @@ mod tests {
         assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-1").is_err());
+        // Too long for a Duration from a float: an error, not a panic.
+        assert!(parse_duration("1e30").is_err());
+        assert_eq!(
+            parse_duration("9223372036854775807s").unwrap(),
+            Duration::from_secs(i64::MAX as u64)
+        );
+        assert!(parse_interval("2h").is_err());
     }
 
     #[test]
@@ -193,6 +220,17 @@ mod tests {
         assert_eq!(c.trace.pids, vec![1, 2, 3]);
         let c = Cli::try_parse_from(["gputrace", "--print", "--", "python3", "-c", "x"]).unwrap();
         assert_eq!(c.trace.cmd, vec!["python3", "-c", "x"]);
+        let c = Cli::try_parse_from([
+            "gputrace",
+            "--summary",
+            "json",
+            "--summary-file",
+            "s.json",
+            "--",
+            "x",
+        ])
+        .unwrap();
+        assert_eq!(c.trace.summary_file, Some(PathBuf::from("s.json")));
         assert!(Cli::try_parse_from(["gputrace", "--output", "x.txt", "--pid", "1"]).is_err());
         assert!(Cli::try_parse_from(["gputrace", "--probes", "nope", "--pid", "1"]).is_err());
         let c = Cli::try_parse_from(["gputrace", "stats", "f.jsonl", "--format", "json"]).unwrap();

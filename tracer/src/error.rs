@@ -1,6 +1,10 @@
-//! A failure the user sees: one line and an exit code (DESIGN.md: 1 runtime, 2 usage).
+//! A failure the user sees: one line and an exit code (1 runtime, 2 usage;
+//! docs/cli.md). A panic is one line too: `gputrace: internal error: ...`
+//! and exit 1.
 
 use std::fmt;
+use std::io::Write;
+use std::sync::Mutex;
 
 #[derive(Debug)]
 pub struct Failure {
@@ -44,3 +48,43 @@ impl From<std::io::Error> for Failure {
 }
 
 pub type Result<T> = std::result::Result<T, Failure>;
+
+/// Writes `gputrace: {line}` to stderr; a stderr that cannot be written
+/// is not a reason to panic.
+pub fn say(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "gputrace: {line}");
+}
+
+/// The last panic's message, said by `main` once the panic has unwound
+/// (until then stderr may be `top`'s capture, and the terminal its screen).
+static PANIC: Mutex<Option<String>> = Mutex::new(None);
+
+/// Makes every panic one line: `gputrace: internal error: MESSAGE at
+/// FILE:LINE` (the place is what a bug report needs). On the main thread
+/// it is said after unwinding (see [`say_panic`]); on another thread at once.
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let what = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let line = format!("internal error: {}{at}", what.replace('\n', " "));
+        if std::thread::current().name() == Some("main") {
+            *PANIC.lock().unwrap_or_else(|p| p.into_inner()) = Some(line);
+        } else {
+            say(&line);
+        }
+    }));
+}
+
+/// Says the main thread's panic (after it unwound).
+pub fn say_panic() {
+    let line = PANIC.lock().unwrap_or_else(|p| p.into_inner()).take();
+    say(line.as_deref().unwrap_or("internal error: a panic"));
+}

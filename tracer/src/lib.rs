@@ -1,15 +1,26 @@
 //! gputrace: an eBPF uprobe tracer for the CUDA driver API and NCCL.
+//!
+//! The layers, each using only those above it: `probes` (the catalogue,
+//! finding libraries and symbols, attaching), `events` (the records, their
+//! decoding into calls, the event model), `names` (kernel names),
+//! `session` (the engine: probes, ring buffer, processes, the loop),
+//! `aggregate` (the summary), `sinks` (every output), `tui` (`top`'s
+//! screen), `commands` (one per subcommand); `stacks` (call stacks, native
+//! and Python; not wired into the probes yet). docs/architecture.md has the map.
 
 pub mod aggregate;
 pub mod cli;
 pub mod commands;
+pub mod config;
 pub mod error;
 pub mod events;
-pub mod export;
 pub mod names;
 pub mod nccl;
 pub mod probes;
+pub mod session;
+pub mod sinks;
 pub mod stacks;
+pub mod tui;
 
 /// The eBPF object built from `tracer-ebpf` by build.rs.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));

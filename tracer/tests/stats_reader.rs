@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use gputrace::aggregate::render::{render_json, render_text};
-use gputrace::commands::stats::read_timeline;
+use gputrace::sinks::timeline::read::read_timeline;
+use gputrace::sinks::timeline::TimelineFile;
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -180,7 +181,8 @@ fn chrome_trace_gives_the_same_summary() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("t.json");
     let mut w =
-        gputrace::export::Timeline::create(&path, 1_700_000_000_000_000_000 - 1_000_000).unwrap();
+        gputrace::sinks::timeline::Timeline::create(&path, 1_700_000_000_000_000_000 - 1_000_000)
+            .unwrap();
     for line in std::str::from_utf8(&input()).unwrap().lines() {
         let v: Value = serde_json::from_str(line).unwrap();
         if v.get("type").is_some() {
@@ -189,7 +191,7 @@ fn chrome_trace_gives_the_same_summary() {
         let call = gputrace::events::json::parse_call(&v).unwrap();
         w.write(&call, None).unwrap();
     }
-    w.finish(&render_json(&s.summary)).unwrap();
+    w.finish(Some(&render_json(&s.summary))).unwrap();
     let back = read_timeline(std::fs::File::open(&path).unwrap()).unwrap();
     assert_eq!(back.problems.count, 0, "{:?}", back.problems.first);
     assert_eq!(render_text(&back.summary), render_text(&s.summary));

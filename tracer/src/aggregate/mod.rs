@@ -1,7 +1,5 @@
-//! Turning calls into state and statistics.
+//! Turning calls into statistics: the summary and its histograms.
 
-pub mod enrich;
 pub mod histogram;
-pub mod memory;
 pub mod render;
 pub mod summary;

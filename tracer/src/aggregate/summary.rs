@@ -9,10 +9,10 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use super::histogram::Histogram;
-use super::memory::MemoryBook;
+use crate::events::memory::MemoryBook;
 use crate::events::model::{Args, Call};
-use crate::probes::attach::LostCounts;
-use crate::probes::catalogue::{Direction, NcclOp};
+use crate::events::types::LostCounts;
+use crate::events::types::{Direction, NcclOp};
 
 /// Host-side latency statistics of one API.
 #[derive(Clone, Debug, Default)]

@@ -1,10 +1,9 @@
-//! One module per subcommand.
+//! One module per subcommand: each parses nothing itself (that is `cli`),
+//! chooses its sinks and runs a `session`, or reads a file.
 
 pub mod bare;
 pub mod daemon;
 pub mod list;
-pub mod pipeline;
-pub mod session;
 pub mod stats;
 pub mod top;
 pub mod trace;
@@ -12,17 +11,21 @@ pub mod trace;
 use std::process::ExitCode;
 
 use crate::cli::{Cli, Command};
+use crate::config::Config;
 use crate::error::Result;
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        None => trace::run(cli.trace),
+        None => trace::run(cli.trace, &Config::from_env()?),
         Some(Command::Stats(a)) => stats::run(&a),
         Some(Command::List) => list::run(),
-        Some(Command::Top(a)) => top::run(a),
-        Some(Command::Calibrate { libcuda }) => Ok(crate::names::calibrate::helper_main(&libcuda)),
+        Some(Command::Top(a)) => top::run(a, &Config::from_env()?),
+        Some(Command::Daemon(a)) => daemon::run(a, &Config::from_env()?),
+        Some(Command::Calibrate { libcuda, sandbox }) => {
+            Ok(crate::names::calibrate::helper_main(&libcuda, sandbox))
+        }
         Some(Command::Symbols { library }) => bare::symbols(&library),
         Some(Command::Bare(a)) => bare::run(&a),
-        Some(Command::Daemon(a)) => daemon::run(a),
+        Some(Command::Panic) => panic!("__panic: a panic on purpose (tests)"),
     }
 }

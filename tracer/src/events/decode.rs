@@ -6,7 +6,8 @@ use tracer_common::{
 };
 
 use super::model::{Alloc, Args, HandleKind, Launch, Memcpy, Nccl};
-use crate::probes::catalogue::{Api, Direction, Shape};
+use super::types::Direction;
+use crate::probes::catalogue::{Api, Shape};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -22,6 +23,10 @@ pub enum DecodeError {
     },
     #[error("unknown api id {0}")]
     Api(u32),
+    /// A call of a process the session has not said it saw: the session
+    /// says so first, then decodes the call again.
+    #[error("process {0} not seen yet")]
+    Unseen(u32),
 }
 
 /// A record as the probe wrote it, with the string argument or the bytes
@@ -179,7 +184,7 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             Args::Alloc(Alloc {
                 dptr: out(0),
                 bytes: pitch.unwrap_or(a(2)).saturating_mul(a(3)),
-                kind: crate::probes::catalogue::AllocKind::Device,
+                kind: super::types::AllocKind::Device,
                 stream: None,
                 pitch,
             })
@@ -239,7 +244,10 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
         },
         Shape::ModuleGetFunction | Shape::LibraryGetKernel => Args::GetFunction {
             handle: out(0),
-            name: raw.name.map(|n| String::from_utf8_lossy(n).into_owned()),
+            // Read from the traced process: no escape sequence for a terminal.
+            name: raw.name.map(|n| {
+                crate::probes::discover::printable(&String::from_utf8_lossy(n)).into_owned()
+            }),
             parent: a(1),
             kind: if api.shape == Shape::ModuleGetFunction {
                 HandleKind::Function

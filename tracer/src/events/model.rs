@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::probes::catalogue::{AllocKind, Direction, Family, NcclOp};
+use super::types::{AllocKind, Direction, Family, NcclOp};
 
 /// One traced call.
 #[derive(Clone, Debug, PartialEq)]

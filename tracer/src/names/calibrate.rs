@@ -7,19 +7,27 @@
 //! through one more pointer. The layout found must also name the second
 //! kernel. Nothing is hard-coded: a driver that keeps the name elsewhere is
 //! found, and one where nothing matches turns the feature off for that file.
+//!
+//! The helper loads exactly the file it is handed (`/proc/self/fd/N` of a
+//! descriptor the parent opened and checked): as root for a library
+//! `probes::trust` trusts, else only after it has entered `sandbox`. Its
+//! answer is read bounded and checked like any untrusted input.
 
-use std::collections::BTreeMap;
 use std::ffi::{c_char, c_void, CStr, CString};
+use std::fs::File;
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use super::memory::{read_cstr, read_u64};
+
+pub use super::cache::CalibrationCache;
 
 /// Offsets to follow from the handle to the name: `[8]` is `*(h + 8)`,
 /// `[16, 8]` is `*(*(h + 16) + 8)`.
@@ -37,6 +45,18 @@ impl Layout {
             }
         }
         read_cstr(pid, p, 64 << 10)
+    }
+
+    /// What calibration can find: one offset up to 512, or two up to 256,
+    /// each a multiple of 8. Anything else (from a hostile helper, a
+    /// tampered cache) is refused.
+    pub fn is_plausible(&self) -> bool {
+        let max = match self.0.len() {
+            1 => 512,
+            2 => 256,
+            _ => return false,
+        };
+        self.0.iter().all(|o| *o <= max && o % 8 == 0)
     }
 
     pub fn describe(&self) -> String {
@@ -112,6 +132,7 @@ pub fn calibrate_here(libcuda: &Path) -> Result<Layout, String> {
         let msg = if msg.is_null() {
             "unknown error".into()
         } else {
+            // SAFETY: a non-NULL dlerror message is a NUL-terminated string.
             unsafe { CStr::from_ptr(msg) }
                 .to_string_lossy()
                 .into_owned()
@@ -188,40 +209,120 @@ pub fn calibrate_here(libcuda: &Path) -> Result<Layout, String> {
 struct HelperAnswer {
     layout: Option<Layout>,
     error: Option<String>,
+    /// What the sandbox applied (`--sandbox` only).
+    #[serde(default)]
+    sandbox: Option<Vec<String>>,
 }
 
-/// The hidden `__calibrate PATH` subcommand.
-pub fn helper_main(libcuda: &Path) -> std::process::ExitCode {
-    let answer = match calibrate_here(libcuda) {
-        Ok(l) => HelperAnswer {
-            layout: Some(l),
-            error: None,
-        },
-        Err(e) => HelperAnswer {
-            layout: None,
-            error: Some(e),
-        },
+/// The descriptor number of a `/proc/self/fd/N` path.
+fn held_fd(path: &Path) -> Option<i32> {
+    path.strip_prefix("/proc/self/fd")
+        .ok()?
+        .to_str()?
+        .parse()
+        .ok()
+}
+
+/// The hidden `__calibrate PATH [--sandbox]` subcommand.
+pub fn helper_main(libcuda: &Path, sandbox: bool) -> std::process::ExitCode {
+    let mut answer = HelperAnswer {
+        layout: None,
+        error: None,
+        sandbox: None,
     };
+    let entered = if sandbox {
+        match super::sandbox::enter(held_fd(libcuda)) {
+            Ok(applied) => {
+                answer.sandbox = Some(applied);
+                true
+            }
+            Err(e) => {
+                answer.error = Some(format!(
+                    "cannot enter the sandbox ({e}): the library was not loaded"
+                ));
+                false
+            }
+        }
+    } else {
+        true
+    };
+    if entered {
+        match calibrate_here(libcuda) {
+            Ok(l) => answer.layout = Some(l),
+            Err(e) => answer.error = Some(e),
+        }
+    }
     println!("{}", serde_json::to_string(&answer).expect("serialisable"));
     std::process::ExitCode::SUCCESS
 }
 
-/// Runs the helper on `libcuda` (at most `timeout`).
-pub fn run_helper(libcuda: &Path, timeout: Duration) -> Result<Layout, String> {
+/// How the helper runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Helper {
+    /// As we are (root): for trusted libraries only.
+    Privileged,
+    /// In the sandbox: for any other library.
+    Sandboxed,
+}
+
+/// Most of a helper's answer read (a layout is a few bytes).
+const MAX_ANSWER: u64 = 16 << 10;
+
+/// A message from the helper made safe to print: printable ASCII, bounded.
+fn sanitize(s: &str) -> String {
+    let clean: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .take(300)
+        .collect();
+    if s.chars().count() > 300 {
+        clean + "..."
+    } else {
+        clean
+    }
+}
+
+/// Runs the helper on the library open in `lib` (at most `timeout`).
+pub fn run_helper(lib: &File, how: Helper, timeout: Duration) -> Result<Layout, String> {
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find gputrace's own binary: {e}"))?;
-    let mut child = Command::new(exe)
-        .arg("__calibrate")
-        .arg(libcuda)
+    let fd = lib.as_raw_fd();
+    let mut cmd = Command::new(exe);
+    cmd.arg("__calibrate")
+        .arg(format!("/proc/self/fd/{fd}"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::null());
+    if how == Helper::Sandboxed {
+        cmd.arg("--sandbox")
+            .env_clear()
+            .env("CUDA_CACHE_DISABLE", "1")
+            .current_dir("/");
+    }
+    // SAFETY: runs in the forked child before exec; fcntl is
+    // async-signal-safe. The library's descriptor (close-on-exec, as every
+    // descriptor of ours) is handed to the helper, and only it.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start the calibration helper: {e}"))?;
-    let mut stdout = child.stdout.take().expect("piped");
+    let stdout = child.stdout.take().expect("piped");
     let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stdout.read_to_string(&mut s);
+        let mut s = Vec::new();
+        let _ = stdout.take(MAX_ANSWER).read_to_end(&mut s);
         s
     });
     let deadline = Instant::now() + timeout;
@@ -239,82 +340,21 @@ pub fn run_helper(libcuda: &Path, timeout: Duration) -> Result<Layout, String> {
         }
     }
     let out = reader.join().unwrap_or_default();
-    let answer: HelperAnswer = serde_json::from_str(out.trim())
-        .map_err(|_| format!("the calibration helper crashed or printed {:?}", out.trim()))?;
+    let text = String::from_utf8_lossy(&out);
+    let answer: HelperAnswer = serde_json::from_str(text.trim()).map_err(|_| {
+        format!(
+            "the calibration helper crashed or printed {:?}",
+            sanitize(text.trim())
+        )
+    })?;
     match (answer.layout, answer.error) {
-        (Some(l), _) => Ok(l),
-        (None, Some(e)) => Err(e),
+        (Some(l), _) if l.is_plausible() => Ok(l),
+        (Some(l), _) => Err(format!(
+            "the calibration helper gave an implausible layout ({} offsets)",
+            l.0.len()
+        )),
+        (None, Some(e)) => Err(sanitize(&e)),
         (None, None) => Err("the calibration helper gave no answer".into()),
-    }
-}
-
-/// What identifies a libcuda build: its GNU build id, or else the file's
-/// device, inode, size and modification time.
-pub fn file_key(path: &Path) -> std::io::Result<String> {
-    if let Some(id) = crate::probes::symbols::build_id(path) {
-        return Ok(format!("build-id:{id}"));
-    }
-    let m = std::fs::metadata(path)?;
-    Ok(format!(
-        "file:{}:{}:{}:{}",
-        m.dev(),
-        m.ino(),
-        m.size(),
-        m.mtime()
-    ))
-}
-
-/// Layouts found so far, kept on disk between runs (successes only: a
-/// failure may be passing, a GPU busy or absent for a moment).
-pub struct CalibrationCache {
-    path: Option<PathBuf>,
-    known: BTreeMap<String, Layout>,
-}
-
-impl CalibrationCache {
-    pub fn default_dir() -> PathBuf {
-        std::env::var_os("GPUTRACE_CACHE_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/var/cache/gputrace"))
-    }
-
-    pub fn open(dir: &Path) -> Self {
-        let path = dir.join("calibration-v1.json");
-        let known = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
-        Self {
-            path: Some(path),
-            known,
-        }
-    }
-
-    pub fn in_memory() -> Self {
-        Self {
-            path: None,
-            known: BTreeMap::new(),
-        }
-    }
-
-    pub fn get(&self, key: &str) -> Option<&Layout> {
-        self.known.get(key)
-    }
-
-    pub fn insert(&mut self, key: String, layout: Layout) {
-        self.known.insert(key, layout);
-        if let Some(path) = &self.path {
-            // Best effort: a read-only cache only costs a calibration next time.
-            if let Some(dir) = path.parent() {
-                let _ = std::fs::create_dir_all(dir);
-            }
-            let tmp = path.with_extension("tmp");
-            if let Ok(bytes) = serde_json::to_vec_pretty(&self.known) {
-                if std::fs::write(&tmp, bytes).is_ok() {
-                    let _ = std::fs::rename(&tmp, path);
-                }
-            }
-        }
     }
 }
 
@@ -374,16 +414,15 @@ mod tests {
     }
 
     #[test]
-    fn cache_round_trips_on_disk() {
-        let dir = std::env::temp_dir().join(format!("gputrace-cal-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut c = CalibrationCache::open(&dir);
-        assert!(c.get("k").is_none());
-        c.insert("k".into(), Layout(vec![8]));
-        assert_eq!(
-            CalibrationCache::open(&dir).get("k"),
-            Some(&Layout(vec![8]))
-        );
-        let _ = std::fs::remove_dir_all(&dir);
+    fn plausible_layouts() {
+        assert!(Layout(vec![8]).is_plausible());
+        assert!(Layout(vec![256, 8]).is_plausible());
+        assert!(!Layout(vec![]).is_plausible());
+        assert!(!Layout(vec![12]).is_plausible());
+        assert!(!Layout(vec![520]).is_plausible());
+        assert!(!Layout(vec![8, 264]).is_plausible());
+        assert!(!Layout(vec![8, 8, 8]).is_plausible());
+        assert_eq!(sanitize("a\x1b[2Jb"), "a?[2Jb");
+        assert!(sanitize(&"x".repeat(1000)).len() < 310);
     }
 }

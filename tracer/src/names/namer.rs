@@ -4,12 +4,21 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::calibrate::{file_key, run_helper, CalibrationCache, Layout};
+use super::cache::content_key;
+use super::calibrate::{run_helper, CalibrationCache, Helper, Layout};
+use super::demangle::demangle;
 use super::memory::plausible_name;
 use super::stubs::StubSymbols;
-use crate::aggregate::enrich::demangle;
 use crate::probes::catalogue::Lib;
 use crate::probes::discover::{self, LibraryFile};
+use crate::probes::trust::{self, Trust};
+
+/// Untrusted libcuda files calibrated in the sandbox per run, at most: each
+/// may take the helper's whole timeout while the tracing loop waits, and a
+/// local user can make as many files as they like.
+const MAX_SANDBOXED: usize = 8;
+const TRUSTED_TIMEOUT: Duration = Duration::from_secs(60);
+const SANDBOXED_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// What calibration gave for one libcuda file.
 pub type Calibration = Result<Layout, String>;
@@ -30,37 +39,43 @@ pub struct KernelNamer {
     procs: HashMap<u32, ProcessNames>,
     stubs: StubSymbols,
     enabled: bool,
+    /// Sandboxed calibrations run so far.
+    sandboxed: usize,
 }
 
 impl KernelNamer {
-    pub fn new(cache: CalibrationCache) -> Self {
-        let enabled = std::env::var("GPUTRACE_NO_CALIBRATION").is_err();
+    /// `enabled`: whether libcuda builds are calibrated at all
+    /// (`GPUTRACE_NO_CALIBRATION` turns it off, see `Config`).
+    pub fn new(cache: CalibrationCache, enabled: bool) -> Self {
         Self {
             cache,
             by_file: HashMap::default(),
             procs: HashMap::default(),
             stubs: StubSymbols::default(),
             enabled,
+            sandboxed: 0,
         }
     }
 
     /// The layout for a libcuda file: from memory, the disk cache, or a
-    /// calibration run now. Says once on stderr when it cannot be had.
+    /// calibration run now (in the sandbox for a file `probes::trust` does
+    /// not trust). Says once on stderr when it cannot be had.
     pub fn calibrate(&mut self, file: &LibraryFile) -> Calibration {
         let id = (file.dev, file.inode);
         if let Some(c) = self.by_file.get(&id) {
             return c.clone();
         }
         let result = self.calibrate_uncached(file);
-        if result.is_err() && !file.path.exists() {
+        if result.is_err() && file.open_checked().is_err() {
             // The file went with the process it was reached through: not
             // this file's fault, try again when it is seen next.
             return result;
         }
         if let Err(e) = &result {
             eprintln!(
-                "gputrace: kernel names from handles are off for {}: {e} (names still come from calls made while traced)",
-                file.path.display()
+                "gputrace: kernel names from handles are off for {}: {} (names still come from calls made while traced)",
+                discover::printable_path(&file.found_at),
+                discover::printable(e)
             );
         }
         self.by_file.insert(id, result.clone());
@@ -71,13 +86,43 @@ impl KernelNamer {
         if !self.enabled {
             return Err("disabled by GPUTRACE_NO_CALIBRATION".into());
         }
-        let key = file_key(&file.path).map_err(|e| e.to_string())?;
+        let (lib, untrusted) = match trust::judge(file) {
+            Trust::Trusted(f) => (f, None),
+            Trust::Untrusted(why) => {
+                let why = discover::printable(&why).into_owned();
+                // Counted before the file is even hashed: a local user can
+                // make as many files as they like, each as large as allowed.
+                if self.sandboxed >= MAX_SANDBOXED {
+                    return Err(format!(
+                        "it is not trusted ({why}) and {MAX_SANDBOXED} untrusted libcuda files were calibrated already"
+                    ));
+                }
+                self.sandboxed += 1;
+                let f = file.open_checked().map_err(|e| e.to_string())?;
+                (f, Some(why))
+            }
+        };
+        // Identical bytes are the identical build: a trusted file's layout
+        // serves its copies too.
+        let key = content_key(&lib).map_err(|e| e.to_string())?;
         if let Some(l) = self.cache.get(&key) {
-            return Ok(l.clone());
+            return Ok(l);
         }
-        let layout = run_helper(&file.path, Duration::from_secs(60))?;
-        self.cache.insert(key, layout.clone());
-        Ok(layout)
+        match untrusted {
+            None => {
+                let layout = run_helper(&lib, Helper::Privileged, TRUSTED_TIMEOUT)?;
+                self.cache.insert(key, layout.clone());
+                Ok(layout)
+            }
+            Some(why) => {
+                eprintln!(
+                    "gputrace: {} is not trusted ({why}): calibrating it in a sandbox (uid {}, no capabilities; its result is not cached)",
+                    discover::printable_path(&file.found_at),
+                    super::sandbox::NOBODY
+                );
+                run_helper(&lib, Helper::Sandboxed, SANDBOXED_TIMEOUT)
+            }
+        }
     }
 
     /// Whether every libcuda calibrated so far has a layout.
@@ -152,7 +197,7 @@ impl KernelNamer {
             .stubs
             .name(pid, stub)
             .filter(|n| n.starts_with("_Z"))
-            .map(|n| demangle(&n));
+            .map(|n| demangle(&discover::printable(&n)));
         self.procs
             .entry(pid)
             .or_default()

@@ -14,12 +14,10 @@ use super::catalogue::ProbeSelection;
 use super::discover::LibraryFile;
 use super::multi::{MultiLink, MultiPrograms};
 use super::symbols::{resolve_symbols, ResolvedSymbol};
+use crate::events::types::LostCounts;
 
 const ENTRY: &str = "call_entry";
 const RETURN: &str = "call_return";
-
-/// Default ring buffer size: 16 MiB holds ~80,000 call records.
-pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
 
 /// Who a set of probes fires for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -105,26 +103,6 @@ fn drop_in_parallel(links: Vec<Link>) {
     });
 }
 
-/// Counts of what the probes could not record, summed over CPUs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct LostCounts {
-    /// The ring buffer was full.
-    pub ring_full: u64,
-    /// The in-flight map could not take an entry record.
-    pub inflight_full: u64,
-    /// Returns whose entry record had been evicted.
-    pub unpaired: u64,
-    /// Stack/struct reads that failed (the call was still recorded).
-    pub read_failed: u64,
-}
-
-impl LostCounts {
-    /// Calls that were made but are missing from the trace.
-    pub fn events_lost(&self) -> u64 {
-        self.ring_full + self.inflight_full + self.unpaired
-    }
-}
-
 /// The loaded eBPF programs and every attachment made with them.
 pub struct Probes {
     ebpf: Ebpf,
@@ -145,7 +123,13 @@ pub enum AttachMode {
 
 impl Probes {
     /// Loads and verifies the programs; attaches nothing yet.
-    pub fn load(selection: ProbeSelection, ring_bytes: u32) -> anyhow::Result<Self> {
+    /// `perf_events`: attach one perf event per probe even where the kernel
+    /// has multi-uprobe links.
+    pub fn load(
+        selection: ProbeSelection,
+        ring_bytes: u32,
+        perf_events: bool,
+    ) -> anyhow::Result<Self> {
         let wakeup = u64::from(ring_bytes / 4);
         // The in-flight map keeps an LRU list per CPU (less lock contention
         // between threads): give each CPU room for 512 calls in flight.
@@ -165,9 +149,10 @@ impl Probes {
             prog.load()
                 .with_context(|| format!("verifying eBPF program {name}"))?;
         }
-        let multi = match std::env::var("GPUTRACE_ATTACH").as_deref() {
-            Ok("perf") => None,
-            _ => MultiPrograms::load(&ebpf, crate::EBPF_OBJECT).ok(),
+        let multi = if perf_events {
+            None
+        } else {
+            MultiPrograms::load(&ebpf, crate::EBPF_OBJECT).ok()
         };
         Ok(Self {
             ebpf,

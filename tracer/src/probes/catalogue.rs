@@ -5,10 +5,11 @@
 //! cookie (which extra reads the probe makes) and into the decoder of its
 //! arguments. Signatures are those of cuda.h (CUDA 12/13) and nccl.h (2.2x).
 
-use std::fmt;
 use std::sync::OnceLock;
 
 use tracer_common::ProbeCookie;
+
+use crate::events::types::{AllocKind, Direction, Family, NcclOp};
 
 /// Which shared library exports the API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -44,156 +45,6 @@ impl Lib {
             Lib::Cuda => "libcuda",
             Lib::Nccl => "libnccl",
             Lib::Cudart => "libcudart",
-        }
-    }
-}
-
-/// Probe groups, as named on the command line (`--probes`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Family {
-    Launch,
-    Memory,
-    Memcpy,
-    Sync,
-    Names,
-    Runtime,
-    Nccl,
-}
-
-impl Family {
-    pub const ALL: [Family; 7] = [
-        Family::Launch,
-        Family::Memory,
-        Family::Memcpy,
-        Family::Sync,
-        Family::Names,
-        Family::Runtime,
-        Family::Nccl,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::Launch => "launch",
-            Family::Memory => "memory",
-            Family::Memcpy => "memcpy",
-            Family::Sync => "sync",
-            Family::Names => "names",
-            Family::Runtime => "runtime",
-            Family::Nccl => "nccl",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Family> {
-        Family::ALL.into_iter().find(|f| f.name() == s)
-    }
-}
-
-impl fmt::Display for Family {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Copy direction, as the event schema spells it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Direction {
-    HtoD,
-    DtoH,
-    DtoD,
-    HtoH,
-    PtoP,
-    Memset,
-    Unknown,
-}
-
-impl Direction {
-    pub const ALL: [Direction; 7] = [
-        Direction::HtoD,
-        Direction::DtoH,
-        Direction::DtoD,
-        Direction::HtoH,
-        Direction::PtoP,
-        Direction::Memset,
-        Direction::Unknown,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Direction::HtoD => "HtoD",
-            Direction::DtoH => "DtoH",
-            Direction::DtoD => "DtoD",
-            Direction::HtoH => "HtoH",
-            Direction::PtoP => "PtoP",
-            Direction::Memset => "memset",
-            Direction::Unknown => "unknown",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Direction> {
-        Direction::ALL.into_iter().find(|d| d.name() == s)
-    }
-}
-
-/// What kind of memory an allocation API hands out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AllocKind {
-    /// Device memory (counts toward device memory in use).
-    Device,
-    /// Managed (unified) memory: device memory too.
-    Managed,
-    /// Page-locked host memory.
-    Host,
-    /// Physical device memory from cuMemCreate (a handle, not an address).
-    Physical,
-}
-
-impl AllocKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            AllocKind::Device => "device",
-            AllocKind::Managed => "managed",
-            AllocKind::Host => "host",
-            AllocKind::Physical => "physical",
-        }
-    }
-    pub fn parse(s: &str) -> Option<AllocKind> {
-        [
-            AllocKind::Device,
-            AllocKind::Managed,
-            AllocKind::Host,
-            AllocKind::Physical,
-        ]
-        .into_iter()
-        .find(|k| k.name() == s)
-    }
-    /// Whether it occupies GPU memory.
-    pub fn on_device(self) -> bool {
-        !matches!(self, AllocKind::Host)
-    }
-}
-
-/// NCCL operations.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum NcclOp {
-    AllReduce,
-    Broadcast,
-    Reduce,
-    AllGather,
-    ReduceScatter,
-    Send,
-    Recv,
-}
-
-impl NcclOp {
-    pub fn name(self) -> &'static str {
-        match self {
-            NcclOp::AllReduce => "AllReduce",
-            NcclOp::Broadcast => "Broadcast",
-            NcclOp::Reduce => "Reduce",
-            NcclOp::AllGather => "AllGather",
-            NcclOp::ReduceScatter => "ReduceScatter",
-            NcclOp::Send => "Send",
-            NcclOp::Recv => "Recv",
         }
     }
 }
@@ -349,444 +200,98 @@ const PTSZ: &[&str] = &["", "_ptsz"];
 const PTDS: &[&str] = &["", "_ptds"];
 const PLAIN: &[&str] = &[""];
 
-struct Entry(&'static str, &'static [&'static str], Lib, Family, Shape);
+/// One row of the table: the symbol, its variants' suffixes, the library
+/// that exports it, its family, and where its arguments are.
+struct Row(&'static str, &'static [&'static str], Lib, Family, Shape);
 
-fn entries() -> Vec<Entry> {
-    use AllocKind::*;
-    use Direction::*;
-    use Family::*;
-    use Lib::*;
-    let mc = |dst, src, bytes, stream, dir| Shape::Memcpy {
-        dst,
-        src,
-        bytes,
-        stream,
-        dir,
+/// The table. Argument positions are 0-based (6 and above are on the stack).
+#[rustfmt::skip]
+fn rows() -> Vec<Row> {
+    use AllocKind::{Device, Host, Managed};
+    use Direction::{DtoD, DtoH, HtoD, PtoP};
+    use Family::{Launch, Memcpy, Memory, Names, Runtime, Sync};
+    use Lib::{Cuda, Cudart};
+    use NcclOp::*;
+    use Shape as S;
+    let alloc = |kind, stream| S::Alloc { kind, stream };
+    let free = |host, stream| S::Free { host, stream };
+    let copy = |dst, src, bytes, stream, dir| S::Memcpy { dst, src, bytes, stream, dir };
+    let memset = |elem, stream| S::Memset { elem, stream };
+    let sync = |stream, event| S::Sync { stream, event };
+    // (op, count, datatype, redop, root, peer, comm, stream)
+    let nccl = |op, count, dtype, redop, root, peer, comm, stream| {
+        S::Nccl { op, count, dtype, redop, root, peer, comm, stream }
     };
-    #[allow(clippy::too_many_arguments)]
-    let nccl = |op, count, dtype, redop, root, peer, comm, stream| Shape::Nccl {
-        op,
-        count,
-        dtype,
-        redop,
-        root,
-        peer,
-        comm,
-        stream,
-    };
+    let (libnccl, collective) = (Lib::Nccl, Family::Nccl);
     vec![
-        // launch
-        Entry("cuLaunchKernel", PTSZ, Cuda, Launch, Shape::Launch),
-        Entry("cuLaunchKernelEx", PTSZ, Cuda, Launch, Shape::LaunchEx),
-        Entry(
-            "cuLaunchCooperativeKernel",
-            PTSZ,
-            Cuda,
-            Launch,
-            Shape::Launch,
-        ),
-        Entry("cuGraphLaunch", PTSZ, Cuda, Launch, Shape::GraphLaunch),
-        // memory
-        Entry(
-            "cuMemAlloc_v2",
-            PLAIN,
-            Cuda,
-            Memory,
-            Shape::Alloc {
-                kind: Device,
-                stream: None,
-            },
-        ),
-        Entry(
-            "cuMemAllocAsync",
-            PTSZ,
-            Cuda,
-            Memory,
-            Shape::Alloc {
-                kind: Device,
-                stream: Some(2),
-            },
-        ),
-        Entry(
-            "cuMemAllocManaged",
-            PLAIN,
-            Cuda,
-            Memory,
-            Shape::Alloc {
-                kind: Managed,
-                stream: None,
-            },
-        ),
-        Entry("cuMemAllocPitch_v2", PLAIN, Cuda, Memory, Shape::AllocPitch),
-        Entry(
-            "cuMemHostAlloc",
-            PLAIN,
-            Cuda,
-            Memory,
-            Shape::Alloc {
-                kind: Host,
-                stream: None,
-            },
-        ),
-        Entry(
-            "cuMemAllocHost_v2",
-            PLAIN,
-            Cuda,
-            Memory,
-            Shape::Alloc {
-                kind: Host,
-                stream: None,
-            },
-        ),
-        Entry(
-            "cuMemFree_v2",
-            PLAIN,
-            Cuda,
-            Memory,
-            Shape::Free {
-                host: false,
-                stream: None,
-            },
-        ),
-        Entry(
-            "cuMemFreeAsync",
-            PTSZ,
-            Cuda,
-            Memory,
-            Shape::Free {
-                host: false,
-                stream: Some(1),
-            },
-        ),
-        Entry(
-            "cuMemFreeHost",
-            PLAIN,
-            Cuda,
-            Memory,
-            Shape::Free {
-                host: true,
-                stream: None,
-            },
-        ),
-        Entry("cuMemCreate", PLAIN, Cuda, Memory, Shape::MemCreate),
-        Entry("cuMemRelease", PLAIN, Cuda, Memory, Shape::MemRelease),
-        Entry("cuMemMap", PLAIN, Cuda, Memory, Shape::MemMap),
-        Entry("cuMemUnmap", PLAIN, Cuda, Memory, Shape::MemUnmap),
-        // memcpy
-        Entry("cuMemcpy", PTDS, Cuda, Memcpy, mc(0, 1, 2, None, None)),
-        Entry(
-            "cuMemcpyAsync",
-            PTSZ,
-            Cuda,
-            Memcpy,
-            mc(0, 1, 2, Some(3), None),
-        ),
-        Entry(
-            "cuMemcpyHtoD_v2",
-            PTDS,
-            Cuda,
-            Memcpy,
-            mc(0, 1, 2, None, Some(HtoD)),
-        ),
-        Entry(
-            "cuMemcpyDtoH_v2",
-            PTDS,
-            Cuda,
-            Memcpy,
-            mc(0, 1, 2, None, Some(DtoH)),
-        ),
-        Entry(
-            "cuMemcpyDtoD_v2",
-            PTDS,
-            Cuda,
-            Memcpy,
-            mc(0, 1, 2, None, Some(DtoD)),
-        ),
-        Entry(
-            "cuMemcpyHtoDAsync_v2",
-            PTSZ,
-            Cuda,
-            Memcpy,
-            mc(0, 1, 2, Some(3), Some(HtoD)),
-        ),
-        Entry(
-            "cuMemcpyDtoHAsync_v2",
-            PTSZ,
-            Cuda,
-            Memcpy,
-            mc(0, 1, 2, Some(3), Some(DtoH)),
-        ),
-        Entry(
-            "cuMemcpyDtoDAsync_v2",
-            PTSZ,
-            Cuda,
-            Memcpy,
-            mc(0, 1, 2, Some(3), Some(DtoD)),
-        ),
-        Entry(
-            "cuMemcpyPeer",
-            PTDS,
-            Cuda,
-            Memcpy,
-            mc(0, 2, 4, None, Some(PtoP)),
-        ),
-        Entry(
-            "cuMemcpyPeerAsync",
-            PTSZ,
-            Cuda,
-            Memcpy,
-            mc(0, 2, 4, Some(5), Some(PtoP)),
-        ),
-        Entry(
-            "cuMemsetD8_v2",
-            PTDS,
-            Cuda,
-            Memcpy,
-            Shape::Memset {
-                elem: 1,
-                stream: None,
-            },
-        ),
-        Entry(
-            "cuMemsetD16_v2",
-            PTDS,
-            Cuda,
-            Memcpy,
-            Shape::Memset {
-                elem: 2,
-                stream: None,
-            },
-        ),
-        Entry(
-            "cuMemsetD32_v2",
-            PTDS,
-            Cuda,
-            Memcpy,
-            Shape::Memset {
-                elem: 4,
-                stream: None,
-            },
-        ),
-        Entry(
-            "cuMemsetD8Async",
-            PTSZ,
-            Cuda,
-            Memcpy,
-            Shape::Memset {
-                elem: 1,
-                stream: Some(3),
-            },
-        ),
-        Entry(
-            "cuMemsetD16Async",
-            PTSZ,
-            Cuda,
-            Memcpy,
-            Shape::Memset {
-                elem: 2,
-                stream: Some(3),
-            },
-        ),
-        Entry(
-            "cuMemsetD32Async",
-            PTSZ,
-            Cuda,
-            Memcpy,
-            Shape::Memset {
-                elem: 4,
-                stream: Some(3),
-            },
-        ),
-        // sync
-        Entry(
-            "cuStreamSynchronize",
-            PTSZ,
-            Cuda,
-            Sync,
-            Shape::Sync {
-                stream: Some(0),
-                event: None,
-            },
-        ),
-        Entry(
-            "cuCtxSynchronize",
-            PLAIN,
-            Cuda,
-            Sync,
-            Shape::Sync {
-                stream: None,
-                event: None,
-            },
-        ),
-        Entry(
-            "cuEventSynchronize",
-            PLAIN,
-            Cuda,
-            Sync,
-            Shape::Sync {
-                stream: None,
-                event: Some(0),
-            },
-        ),
-        Entry(
-            "cuStreamWaitEvent",
-            PTSZ,
-            Cuda,
-            Sync,
-            Shape::Sync {
-                stream: Some(0),
-                event: Some(1),
-            },
-        ),
-        Entry(
-            "cuEventRecord",
-            PTSZ,
-            Cuda,
-            Sync,
-            Shape::Sync {
-                stream: Some(1),
-                event: Some(0),
-            },
-        ),
-        // names
-        Entry(
-            "cuModuleGetFunction",
-            PLAIN,
-            Cuda,
-            Names,
-            Shape::ModuleGetFunction,
-        ),
-        Entry(
-            "cuLibraryGetKernel",
-            PLAIN,
-            Cuda,
-            Names,
-            Shape::LibraryGetKernel,
-        ),
-        Entry(
-            "cuKernelGetFunction",
-            PLAIN,
-            Cuda,
-            Names,
-            Shape::KernelGetFunction,
-        ),
-        Entry("cuModuleUnload", PLAIN, Cuda, Names, Shape::Unload),
-        Entry("cuLibraryUnload", PLAIN, Cuda, Names, Shape::Unload),
-        // runtime (fallback for kernel names)
-        Entry(
-            "cudaLaunchKernel",
-            PTSZ,
-            Cudart,
-            Runtime,
-            Shape::RuntimeLaunch,
-        ),
-        Entry(
-            "cudaLaunchKernelExC",
-            PTSZ,
-            Cudart,
-            Runtime,
-            Shape::RuntimeLaunchEx,
-        ),
-        // nccl (ncclBcast is left out: NCCL implements it by calling
-        // ncclBroadcast, which is probed, so one broadcast would count twice)
-        Entry(
-            "ncclAllReduce",
-            PLAIN,
-            Lib::Nccl,
-            Family::Nccl,
-            nccl(NcclOp::AllReduce, 2, 3, Some(4), None, None, 5, 6),
-        ),
-        Entry(
-            "ncclBroadcast",
-            PLAIN,
-            Lib::Nccl,
-            Family::Nccl,
-            nccl(NcclOp::Broadcast, 2, 3, None, Some(4), None, 5, 6),
-        ),
-        Entry(
-            "ncclReduce",
-            PLAIN,
-            Lib::Nccl,
-            Family::Nccl,
-            nccl(NcclOp::Reduce, 2, 3, Some(4), Some(5), None, 6, 7),
-        ),
-        Entry(
-            "ncclAllGather",
-            PLAIN,
-            Lib::Nccl,
-            Family::Nccl,
-            nccl(NcclOp::AllGather, 2, 3, None, None, None, 4, 5),
-        ),
-        Entry(
-            "ncclReduceScatter",
-            PLAIN,
-            Lib::Nccl,
-            Family::Nccl,
-            nccl(NcclOp::ReduceScatter, 2, 3, Some(4), None, None, 5, 6),
-        ),
-        Entry(
-            "ncclSend",
-            PLAIN,
-            Lib::Nccl,
-            Family::Nccl,
-            nccl(NcclOp::Send, 1, 2, None, None, Some(3), 4, 5),
-        ),
-        Entry(
-            "ncclRecv",
-            PLAIN,
-            Lib::Nccl,
-            Family::Nccl,
-            nccl(NcclOp::Recv, 1, 2, None, None, Some(3), 4, 5),
-        ),
-        Entry(
-            "ncclGroupStart",
-            PLAIN,
-            Lib::Nccl,
-            Family::Nccl,
-            Shape::NcclGroup,
-        ),
-        Entry(
-            "ncclGroupEnd",
-            PLAIN,
-            Lib::Nccl,
-            Family::Nccl,
-            Shape::NcclGroup,
-        ),
-        Entry(
-            "ncclCommInitRank",
-            PLAIN,
-            Lib::Nccl,
-            Family::Nccl,
-            Shape::CommInit,
-        ),
-        Entry(
-            "ncclCommInitRankConfig",
-            PLAIN,
-            Lib::Nccl,
-            Family::Nccl,
-            Shape::CommInit,
-        ),
-        Entry(
-            "ncclCommInitAll",
-            PLAIN,
-            Lib::Nccl,
-            Family::Nccl,
-            Shape::CommInitAll,
-        ),
-        Entry(
-            "ncclCommDestroy",
-            PLAIN,
-            Lib::Nccl,
-            Family::Nccl,
-            Shape::CommEnd,
-        ),
-        Entry(
-            "ncclCommAbort",
-            PLAIN,
-            Lib::Nccl,
-            Family::Nccl,
-            Shape::CommEnd,
-        ),
+        Row("cuLaunchKernel",            PTSZ,  Cuda, Launch, S::Launch),
+        Row("cuLaunchKernelEx",          PTSZ,  Cuda, Launch, S::LaunchEx),
+        Row("cuLaunchCooperativeKernel", PTSZ,  Cuda, Launch, S::Launch),
+        Row("cuGraphLaunch",             PTSZ,  Cuda, Launch, S::GraphLaunch),
+
+        Row("cuMemAlloc_v2",       PLAIN, Cuda, Memory, alloc(Device, None)),
+        Row("cuMemAllocAsync",     PTSZ,  Cuda, Memory, alloc(Device, Some(2))),
+        Row("cuMemAllocManaged",   PLAIN, Cuda, Memory, alloc(Managed, None)),
+        Row("cuMemAllocPitch_v2",  PLAIN, Cuda, Memory, S::AllocPitch),
+        Row("cuMemHostAlloc",      PLAIN, Cuda, Memory, alloc(Host, None)),
+        Row("cuMemAllocHost_v2",   PLAIN, Cuda, Memory, alloc(Host, None)),
+        Row("cuMemFree_v2",        PLAIN, Cuda, Memory, free(false, None)),
+        Row("cuMemFreeAsync",      PTSZ,  Cuda, Memory, free(false, Some(1))),
+        Row("cuMemFreeHost",       PLAIN, Cuda, Memory, free(true, None)),
+        Row("cuMemCreate",         PLAIN, Cuda, Memory, S::MemCreate),
+        Row("cuMemRelease",        PLAIN, Cuda, Memory, S::MemRelease),
+        Row("cuMemMap",            PLAIN, Cuda, Memory, S::MemMap),
+        Row("cuMemUnmap",          PLAIN, Cuda, Memory, S::MemUnmap),
+
+        Row("cuMemcpy",             PTDS, Cuda, Memcpy, copy(0, 1, 2, None, None)),
+        Row("cuMemcpyAsync",        PTSZ, Cuda, Memcpy, copy(0, 1, 2, Some(3), None)),
+        Row("cuMemcpyHtoD_v2",      PTDS, Cuda, Memcpy, copy(0, 1, 2, None, Some(HtoD))),
+        Row("cuMemcpyDtoH_v2",      PTDS, Cuda, Memcpy, copy(0, 1, 2, None, Some(DtoH))),
+        Row("cuMemcpyDtoD_v2",      PTDS, Cuda, Memcpy, copy(0, 1, 2, None, Some(DtoD))),
+        Row("cuMemcpyHtoDAsync_v2", PTSZ, Cuda, Memcpy, copy(0, 1, 2, Some(3), Some(HtoD))),
+        Row("cuMemcpyDtoHAsync_v2", PTSZ, Cuda, Memcpy, copy(0, 1, 2, Some(3), Some(DtoH))),
+        Row("cuMemcpyDtoDAsync_v2", PTSZ, Cuda, Memcpy, copy(0, 1, 2, Some(3), Some(DtoD))),
+        Row("cuMemcpyPeer",         PTDS, Cuda, Memcpy, copy(0, 2, 4, None, Some(PtoP))),
+        Row("cuMemcpyPeerAsync",    PTSZ, Cuda, Memcpy, copy(0, 2, 4, Some(5), Some(PtoP))),
+        Row("cuMemsetD8_v2",        PTDS, Cuda, Memcpy, memset(1, None)),
+        Row("cuMemsetD16_v2",       PTDS, Cuda, Memcpy, memset(2, None)),
+        Row("cuMemsetD32_v2",       PTDS, Cuda, Memcpy, memset(4, None)),
+        Row("cuMemsetD8Async",      PTSZ, Cuda, Memcpy, memset(1, Some(3))),
+        Row("cuMemsetD16Async",     PTSZ, Cuda, Memcpy, memset(2, Some(3))),
+        Row("cuMemsetD32Async",     PTSZ, Cuda, Memcpy, memset(4, Some(3))),
+
+        Row("cuStreamSynchronize", PTSZ,  Cuda, Sync, sync(Some(0), None)),
+        Row("cuCtxSynchronize",    PLAIN, Cuda, Sync, sync(None, None)),
+        Row("cuEventSynchronize",  PLAIN, Cuda, Sync, sync(None, Some(0))),
+        Row("cuStreamWaitEvent",   PTSZ,  Cuda, Sync, sync(Some(0), Some(1))),
+        Row("cuEventRecord",       PTSZ,  Cuda, Sync, sync(Some(1), Some(0))),
+
+        Row("cuModuleGetFunction", PLAIN, Cuda, Names, S::ModuleGetFunction),
+        Row("cuLibraryGetKernel",  PLAIN, Cuda, Names, S::LibraryGetKernel),
+        Row("cuKernelGetFunction", PLAIN, Cuda, Names, S::KernelGetFunction),
+        Row("cuModuleUnload",      PLAIN, Cuda, Names, S::Unload),
+        Row("cuLibraryUnload",     PLAIN, Cuda, Names, S::Unload),
+
+        // The runtime: a fallback for kernel names (see names/).
+        Row("cudaLaunchKernel",    PTSZ, Cudart, Runtime, S::RuntimeLaunch),
+        Row("cudaLaunchKernelExC", PTSZ, Cudart, Runtime, S::RuntimeLaunchEx),
+
+        // ncclBcast is left out: NCCL implements it by calling ncclBroadcast,
+        // which is probed, so one broadcast would count twice.
+        Row("ncclAllReduce",     PLAIN, libnccl, collective, nccl(AllReduce, 2, 3, Some(4), None, None, 5, 6)),
+        Row("ncclBroadcast",     PLAIN, libnccl, collective, nccl(Broadcast, 2, 3, None, Some(4), None, 5, 6)),
+        Row("ncclReduce",        PLAIN, libnccl, collective, nccl(Reduce, 2, 3, Some(4), Some(5), None, 6, 7)),
+        Row("ncclAllGather",     PLAIN, libnccl, collective, nccl(AllGather, 2, 3, None, None, None, 4, 5)),
+        Row("ncclReduceScatter", PLAIN, libnccl, collective, nccl(ReduceScatter, 2, 3, Some(4), None, None, 5, 6)),
+        Row("ncclSend",          PLAIN, libnccl, collective, nccl(Send, 1, 2, None, None, Some(3), 4, 5)),
+        Row("ncclRecv",          PLAIN, libnccl, collective, nccl(Recv, 1, 2, None, None, Some(3), 4, 5)),
+        Row("ncclGroupStart",         PLAIN, libnccl, collective, S::NcclGroup),
+        Row("ncclGroupEnd",           PLAIN, libnccl, collective, S::NcclGroup),
+        Row("ncclCommInitRank",       PLAIN, libnccl, collective, S::CommInit),
+        Row("ncclCommInitRankConfig", PLAIN, libnccl, collective, S::CommInit),
+        Row("ncclCommInitAll",        PLAIN, libnccl, collective, S::CommInitAll),
+        Row("ncclCommDestroy",        PLAIN, libnccl, collective, S::CommEnd),
+        Row("ncclCommAbort",          PLAIN, libnccl, collective, S::CommEnd),
     ]
 }
 
@@ -795,7 +300,7 @@ pub fn catalogue() -> &'static [Api] {
     static CATALOGUE: OnceLock<Vec<Api>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut out = Vec::new();
-        for Entry(base, suffixes, lib, family, shape) in entries() {
+        for Row(base, suffixes, lib, family, shape) in rows() {
             for suffix in suffixes {
                 let name: &'static str = if suffix.is_empty() {
                     base

@@ -16,6 +16,10 @@ pub struct LibraryFile {
     pub path: PathBuf,
     pub dev: u64,
     pub inode: u64,
+    /// Where it was found: `/proc/PID/root/...` for a process's mapping, or
+    /// the path given. Stays when `path` is replaced by a held descriptor's
+    /// `/proc/self/fd/N` (what `probes::trust` judges the file by).
+    pub found_at: PathBuf,
 }
 
 impl LibraryFile {
@@ -23,10 +27,17 @@ impl LibraryFile {
         let meta = std::fs::metadata(&path)?;
         Ok(Self {
             lib,
+            found_at: path.clone(),
             path,
             dev: meta.dev(),
             inode: meta.ino(),
         })
+    }
+
+    /// Opens the file to read it: never blocks (a FIFO put in its place is
+    /// refused), and it must still be this file.
+    pub fn open_checked(&self) -> std::io::Result<std::fs::File> {
+        super::trust::open_regular(&self.path, Some((self.dev, self.inode)))
     }
 }
 
@@ -118,25 +129,77 @@ pub fn process_libraries(pid: u32) -> std::io::Result<Vec<LibraryFile>> {
     Ok(out)
 }
 
-/// Whether a process exists and has not exited (a zombie has exited).
-pub fn is_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            // The state follows the parenthesised comm, which may hold spaces.
-            let state = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.trim_start().chars().next());
-            !matches!(state, Some('Z') | Some('X') | None)
-        }
-        Err(_) => false,
+/// What `/proc/PID/stat` says of a process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcStat {
+    /// The kernel's name of the process (15 characters at most).
+    pub comm: String,
+    /// `R`, `S`, `D`, `Z` (zombie), `X` (dead), ...
+    pub state: char,
+    pub ppid: u32,
+    /// When it started, in clock ticks since boot: with the PID, what
+    /// tells a process from a later one given the same PID.
+    pub start_ticks: u64,
+}
+
+impl ProcStat {
+    /// Parses the one line of `/proc/PID/stat`. The name is in parentheses
+    /// and may itself hold spaces and parentheses: it ends at the last `)`.
+    pub fn parse(line: &str) -> Option<Self> {
+        let open = line.find('(')?;
+        let (head, rest) = line.rsplit_once(')')?;
+        // Another user chose it: no escape sequence for a terminal.
+        let comm = printable(head.get(open + 1..)?).into_owned();
+        // Fields from the 3rd on: state, ppid, ..., starttime is the 22nd.
+        let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+        Some(Self {
+            comm,
+            state: fields.first()?.chars().next()?,
+            ppid: fields.get(1)?.parse().ok()?,
+            start_ticks: fields.get(19)?.parse().ok()?,
+        })
+    }
+
+    /// Whether the process has exited (a zombie has).
+    pub fn exited(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
     }
 }
 
-/// The process's command name (`/proc/PID/comm`).
+/// `/proc/PID/stat`, or `None` when there is no such process.
+pub fn stat(pid: u32) -> Option<ProcStat> {
+    let line = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    ProcStat::parse(&line)
+}
+
+/// Whether a process exists and has not exited (a zombie has exited).
+pub fn is_alive(pid: u32) -> bool {
+    stat(pid).is_some_and(|s| !s.exited())
+}
+
+/// Text another user chose (a command name, a path) made safe to print on
+/// a terminal: control characters, which start escape sequences, become `?`.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.chars().any(char::is_control) {
+        s.chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect::<String>()
+            .into()
+    } else {
+        s.into()
+    }
+}
+
+/// A path another user chose, printable (see [`printable`]).
+pub fn printable_path(p: &Path) -> String {
+    printable(&p.to_string_lossy()).into_owned()
+}
+
+/// The process's command name (`/proc/PID/comm`), printable.
 pub fn comm(pid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .ok()
-        .map(|s| s.trim_end().to_string())
+        .map(|s| printable(s.trim_end()).into_owned())
 }
 
 /// Every process id under /proc.
@@ -328,6 +391,13 @@ garbage
     }
 
     #[test]
+    fn control_characters_are_not_printed() {
+        assert_eq!(printable("python3"), "python3");
+        assert_eq!(printable("w\u{1b}[2J\u{7}\u{9b}x"), "w?[2J??x");
+        assert_eq!(printable_path(Path::new("/a\nb/é")), "/a?b/é");
+    }
+
+    #[test]
     fn own_process_is_alive_and_maps_libc() {
         let me = std::process::id();
         assert!(is_alive(me));
@@ -336,5 +406,18 @@ garbage
             .iter()
             .any(|p| p.to_string_lossy().contains("libc")));
         assert!(!is_alive(u32::MAX - 1));
+    }
+
+    #[test]
+    fn stat_lines_with_odd_names() {
+        let line = "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 3 0 987654 10000 200 18446744073709551615";
+        let s = ProcStat::parse(line).unwrap();
+        assert_eq!(s.comm, "my (odd) name");
+        assert_eq!((s.state, s.ppid, s.start_ticks), ('S', 1, 987654));
+        assert!(!s.exited());
+        assert!(ProcStat::parse("12 (x) Z 1").is_none());
+        let me = stat(std::process::id()).unwrap();
+        assert!(!me.exited());
+        assert_eq!(Some(me.comm), comm(std::process::id()));
     }
 }

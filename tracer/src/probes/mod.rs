@@ -8,3 +8,4 @@ pub mod multi;
 pub mod privileges;
 pub mod spawn;
 pub mod symbols;
+pub mod trust;

@@ -79,7 +79,7 @@ impl GatedChild {
         let gate = pipe()?;
         let errors = pipe()?;
         // SAFETY: the child only calls async-signal-safe functions (read,
-        // write, execve, _exit) on memory prepared before the fork.
+        // signal, write, execve, _exit) on memory prepared before the fork.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(std::io::Error::last_os_error());
@@ -89,6 +89,10 @@ impl GatedChild {
             unsafe {
                 libc::close(gate[1]);
                 libc::close(errors[0]);
+                // gputrace ignores SIGPIPE (a closed stdout is an error it
+                // handles); an ignored signal stays ignored across exec, and
+                // the command must get the default.
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
                 let mut b = 0u8;
                 // Wait until the parent has attached (or gone away).
                 while libc::read(gate[0], (&mut b as *mut u8).cast(), 1) < 0 {}
@@ -132,6 +136,15 @@ impl GatedChild {
             return Err(std::io::Error::from_raw_os_error(errno));
         }
         Ok(())
+    }
+
+    /// Sends `sig` to the child unless it has been reaped (its PID may be
+    /// another process's by then).
+    pub fn signal(&self, sig: libc::c_int) {
+        if self.reaped.is_none() {
+            // SAFETY: our own child, not reaped, so the PID is still its own.
+            unsafe { libc::kill(self.pid as i32, sig) };
+        }
     }
 
     /// The exit status once the child has exited (`block`: wait for it).

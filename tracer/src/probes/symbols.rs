@@ -86,17 +86,43 @@ pub fn resolve_symbols(path: &Path, lib: Lib) -> Result<Vec<ResolvedSymbol>, Sym
     Ok(out)
 }
 
-/// The build id note of an ELF file, hex, if it has one.
-pub fn build_id(path: &Path) -> Option<String> {
-    let data = map_file(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
-    let id = file.build_id().ok()??;
-    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+/// A library's bytes: mapped when only root can change the file, else
+/// read into memory, since a mapping of a file its owner truncates while it
+/// is parsed kills the reader with SIGBUS.
+enum FileData {
+    Mapped(memmap2::Mmap),
+    Read(Vec<u8>),
 }
 
-fn map_file(path: &Path) -> std::io::Result<memmap2::Mmap> {
-    let file = std::fs::File::open(path)?;
-    // SAFETY: read-only mapping of a library file; libraries are replaced by
-    // rename, not rewritten in place, and a torn read only fails the parse.
-    unsafe { memmap2::Mmap::map(&file) }
+impl std::ops::Deref for FileData {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            FileData::Mapped(m) => m,
+            FileData::Read(v) => v,
+        }
+    }
+}
+
+/// Libraries larger than this are not read (libcuda is about 100 MB).
+const MAX_LIBRARY_BYTES: u64 = 2 << 30;
+
+fn map_file(path: &Path) -> std::io::Result<FileData> {
+    use std::io::Read;
+    let file = super::trust::open_regular(path, None)?;
+    let meta = file.metadata()?;
+    if meta.len() > MAX_LIBRARY_BYTES {
+        return Err(std::io::Error::other(format!(
+            "{} bytes: larger than any library gputrace reads",
+            meta.len()
+        )));
+    }
+    if super::trust::root_controlled(&meta) {
+        // SAFETY: read-only mapping of a file only root can change; root
+        // replaces libraries by rename, not by rewriting them in place.
+        return Ok(FileData::Mapped(unsafe { memmap2::Mmap::map(&file)? }));
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_LIBRARY_BYTES).read_to_end(&mut data)?;
+    Ok(FileData::Read(data))
 }

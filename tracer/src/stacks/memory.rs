@@ -51,22 +51,7 @@ impl ProcessMemory {
 
 impl Memory for ProcessMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
-        if buf.is_empty() {
-            return true;
-        }
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: addr as *mut libc::c_void,
-            iov_len: buf.len(),
-        };
-        // SAFETY: the local iovec covers exactly `buf`, which we own mutably;
-        // the remote one is only read, by the kernel, which checks it.
-        let n =
-            unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        n == buf.len() as isize
+        crate::names::memory::read_exact(self.pid, addr, buf)
     }
 }
 

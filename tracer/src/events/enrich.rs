@@ -1,0 +1,275 @@
+//! Live per-process state that turns raw probe records into [`Call`]s:
+//! wall-clock time, the process name, copy directions inferred from the
+//! allocations seen, and kernel names learned from the `names` probes.
+
+use rustc_hash::FxHashMap as HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::decode::{decode_args, ret_of, DecodeError, RawCall};
+use super::memory::{MemoryBook, Place};
+use super::model::{Args, Call};
+use super::types::Direction;
+use crate::names::demangle::demangle;
+use crate::names::namer::KernelNamer;
+use crate::probes::catalogue;
+use crate::probes::discover;
+
+/// Converts `CLOCK_MONOTONIC` (what `bpf_ktime_get_ns` reads) to Unix time.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    offset_ns: i128,
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out-pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+}
+
+impl Clock {
+    /// Measures the offset once, keeping the tightest of a few samples.
+    pub fn measure() -> Self {
+        let mut best: Option<(i128, i128)> = None;
+        for _ in 0..5 {
+            let m0 = clock_ns(libc::CLOCK_MONOTONIC);
+            let r = clock_ns(libc::CLOCK_REALTIME);
+            let m1 = clock_ns(libc::CLOCK_MONOTONIC);
+            let gap = m1 - m0;
+            let offset = r - (m0 + gap / 2);
+            if best.is_none_or(|(g, _)| gap < g) {
+                best = Some((gap, offset));
+            }
+        }
+        Self {
+            offset_ns: best.map_or(0, |b| b.1),
+        }
+    }
+
+    pub fn to_unix_ns(self, mono_ns: u64) -> u64 {
+        (mono_ns as i128 + self.offset_ns).max(0) as u64
+    }
+
+    pub fn now_mono_ns() -> u64 {
+        clock_ns(libc::CLOCK_MONOTONIC) as u64
+    }
+}
+
+/// The writable mappings of a process, to tell host memory the trace did not
+/// see allocated from the rest. Refreshed at most every 100 ms.
+#[derive(Default)]
+struct HostMaps {
+    ranges: Vec<(u64, u64)>,
+    read_at: Option<Instant>,
+}
+
+impl HostMaps {
+    fn contains(&mut self, pid: u32, addr: u64) -> bool {
+        if self.hit(addr) {
+            return true;
+        }
+        if self
+            .read_at
+            .is_some_and(|t| t.elapsed() < Duration::from_millis(100))
+        {
+            return false;
+        }
+        self.ranges = read_writable_maps(pid).unwrap_or_default();
+        self.read_at = Some(Instant::now());
+        self.hit(addr)
+    }
+
+    fn hit(&self, addr: u64) -> bool {
+        let i = self.ranges.partition_point(|(start, _)| *start <= addr);
+        i > 0 && addr < self.ranges[i - 1].1
+    }
+}
+
+fn read_writable_maps(pid: u32) -> std::io::Result<Vec<(u64, u64)>> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let mut out: Vec<(u64, u64)> = discover::Mapping::all(&maps)
+        .filter(|m| m.perms.starts_with("rw"))
+        .map(|m| (m.start, m.end))
+        .collect();
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// What gputrace knows about one traced process.
+pub struct ProcessState {
+    pub comm: Arc<str>,
+    pub memory: MemoryBook,
+    /// CUfunction / CUkernel handle → (kernel name, demangled; the module or
+    /// library it came from), learned from intercepted calls.
+    names: HashMap<u64, (Arc<str>, u64)>,
+    host_maps: HostMaps,
+}
+
+impl ProcessState {
+    fn with_comm(comm: Arc<str>) -> Self {
+        Self {
+            comm,
+            memory: MemoryBook::default(),
+            names: HashMap::default(),
+            host_maps: HostMaps::default(),
+        }
+    }
+
+    /// Where `addr` lives: a live allocation seen by the trace first, then
+    /// whether the probe could read it (host memory), then the process's
+    /// writable mappings.
+    fn place(&mut self, pid: u32, addr: u64, readable: bool) -> Place {
+        match self.memory.place(addr) {
+            Place::Unknown if readable || self.host_maps.contains(pid, addr) => Place::Host,
+            p => p,
+        }
+    }
+
+    /// Learns from the call and fills in what the probe could not know.
+    fn observe(&mut self, pid: u32, args: &mut Args, ok: bool, namer: &mut KernelNamer) -> bool {
+        match args {
+            Args::Launch(l) => {
+                l.kernel = match self.names.get(&l.function) {
+                    Some((name, _)) => Some(name.clone()),
+                    None => namer
+                        .from_handle(pid, l.function)
+                        .or_else(|| namer.from_stub(pid, l.stub)),
+                };
+                false
+            }
+            Args::Memcpy(m) if m.direction == Direction::Unknown => {
+                if let Some(src) = m.src {
+                    let dst = self.place(pid, m.dst, m.readable.0);
+                    let src = self.place(pid, src, m.readable.1);
+                    m.direction = match (dst, src) {
+                        (Place::Device, Place::Device) => Direction::DtoD,
+                        (Place::Device, Place::Host) => Direction::HtoD,
+                        (Place::Host, Place::Device) => Direction::DtoH,
+                        (Place::Host, Place::Host) => Direction::HtoH,
+                        _ => Direction::Unknown,
+                    };
+                }
+                false
+            }
+            Args::GetFunction {
+                handle: Some(h),
+                name: Some(name),
+                parent,
+                ..
+            } if ok => {
+                self.names.insert(*h, (demangle(name), *parent));
+                false
+            }
+            Args::KernelGetFunction {
+                function: Some(f),
+                kernel,
+            } if ok => {
+                if let Some(entry) = self.names.get(kernel).cloned() {
+                    self.names.insert(*f, entry);
+                }
+                false
+            }
+            Args::Unload { handle } if ok => {
+                // Its handles are gone and their addresses may be reused.
+                self.names.retain(|_, (_, parent)| parent != handle);
+                namer.forget_handles(pid);
+                false
+            }
+            other => self.memory.apply(other, ok),
+        }
+    }
+}
+
+/// Turns raw records into calls, keeping per-process state.
+pub struct Enricher {
+    clock: Clock,
+    procs: HashMap<u32, ProcessState>,
+    pub namer: KernelNamer,
+}
+
+/// A call, and device memory in use after it when that changed.
+pub struct Enriched {
+    pub call: Call,
+    pub device_bytes: Option<u64>,
+}
+
+impl Enricher {
+    pub fn new(clock: Clock, namer: KernelNamer) -> Self {
+        Self {
+            clock,
+            procs: HashMap::default(),
+            namer,
+        }
+    }
+
+    pub fn process(&self, pid: u32) -> Option<&ProcessState> {
+        self.procs.get(&pid)
+    }
+
+    /// The processes state is held for.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.procs.keys().copied()
+    }
+
+    /// Starts the state of a process the session saw (its name read
+    /// while it was alive, so calls decoded after it exited carry it).
+    pub fn add(&mut self, pid: u32, comm: Arc<str>) {
+        self.procs
+            .entry(pid)
+            .or_insert_with(|| ProcessState::with_comm(comm));
+    }
+
+    /// Forgets a process that exited.
+    pub fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+        self.namer.forget(pid);
+    }
+
+    pub fn enrich(&mut self, raw: &RawCall<'_>) -> Result<Enriched, DecodeError> {
+        let e = &raw.event;
+        let api = catalogue::api(e.api).ok_or(DecodeError::Api(e.api))?;
+        let state = self
+            .procs
+            .get_mut(&e.pid)
+            .ok_or(DecodeError::Unseen(e.pid))?;
+        let mut args = decode_args(api, raw);
+        let ret = ret_of(raw);
+        let ok = ret.is_none_or(|r| r == 0);
+        let changed = state.observe(e.pid, &mut args, ok, &mut self.namer);
+        let call = Call {
+            ts_ns: self.clock.to_unix_ns(e.start_ns),
+            dur_ns: raw.has_return().then_some(e.dur_ns),
+            pid: e.pid,
+            tid: e.tid,
+            comm: state.comm.clone(),
+            api: api.name,
+            family: Some(api.family),
+            ret,
+            args,
+        };
+        Ok(Enriched {
+            call,
+            device_bytes: changed.then_some(state.memory.in_use()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_is_near_now() {
+        let c = Clock::measure();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i128;
+        let got = c.to_unix_ns(Clock::now_mono_ns()) as i128;
+        assert!((got - now).abs() < 50_000_000, "{got} vs {now}");
+    }
+}

@@ -1,0 +1,360 @@
+//! Layouts found by calibration, kept on disk between runs.
+//!
+//! Only root writes there and only results from trusted libraries go in
+//! (`probes::trust`): the directory (`/var/cache/gputrace`, or
+//! `GPUTRACE_CACHE_DIR`) must be ours (owned by our effective uid) with no
+//! access for group or others (0700; made so when missing), its file
+//! `calibration-v2.json` ours with mode 0600 and one link. A cache that is
+//! otherwise is ignored (said once) and never written. Entries are keyed by
+//! the SHA-256 of the library's content, so a forged build id names
+//! nothing, and checked on reading (malformed keys and implausible layouts
+//! are dropped). Writes go to a new file (`O_EXCL`, `O_NOFOLLOW`) renamed
+//! over the old one inside the directory held open.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::calibrate::Layout;
+
+const FILE: &str = "calibration-v2.json";
+/// A cache file larger than this is not read (an entry is ~80 bytes).
+const MAX_BYTES: u64 = 1 << 20;
+/// Libraries larger than this are not hashed (libcuda is about 100 MB).
+const MAX_LIBRARY_BYTES: u64 = 2 << 30;
+
+/// The cache key of a library: the SHA-256 of its content.
+pub fn content_key(file: &File) -> std::io::Result<String> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    if len > MAX_LIBRARY_BYTES {
+        return Err(std::io::Error::other(format!(
+            "{len} bytes: larger than any libcuda"
+        )));
+    }
+    let mut hash = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    loop {
+        let n = file.read_at(&mut buf, at)?;
+        if n == 0 {
+            break;
+        }
+        hash.update(&buf[..n]);
+        at += n as u64;
+        if at > MAX_LIBRARY_BYTES {
+            return Err(std::io::Error::other("the file grew while it was read"));
+        }
+    }
+    let digest = hash.finalize();
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("sha256:{hex}"))
+}
+
+fn valid_key(k: &str) -> bool {
+    k.strip_prefix("sha256:")
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+enum Place {
+    /// The directory, held open.
+    Dir(File),
+    /// Not used, and why (said once).
+    Ignored(String),
+    /// No disk cache at all.
+    Memory,
+}
+
+pub struct CalibrationCache {
+    place: Place,
+    shown: PathBuf,
+    known: BTreeMap<String, Layout>,
+    said: bool,
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+fn open_dir_nofollow(dir: &Path) -> std::io::Result<File> {
+    let c = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: open of a NUL-terminated path, result checked.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: just opened, owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+fn open_at(dir: &File, name: &str, flags: i32, mode: u32) -> std::io::Result<File> {
+    let c = CString::new(name).expect("no NUL");
+    // SAFETY: openat relative to a directory we hold, result checked.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            mode,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: just opened, owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Reads and checks the cache file; `Err` says why it must be ignored.
+fn read_file(dir: &File, shown: &Path) -> Result<BTreeMap<String, Layout>, String> {
+    let path = shown.join(FILE);
+    let mut file = match open_at(dir, FILE, libc::O_RDONLY | libc::O_NONBLOCK, 0) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let m = file.metadata().map_err(|e| e.to_string())?;
+    if !m.file_type().is_file() || m.nlink() != 1 {
+        return Err(format!(
+            "{} is not a plain file with one link",
+            path.display()
+        ));
+    }
+    if m.uid() != euid() || m.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} is owned by uid {} with mode {:o}; it must be ours with mode 600",
+            path.display(),
+            m.uid(),
+            m.mode() & 0o7777
+        ));
+    }
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(MAX_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    let raw: BTreeMap<String, Layout> = serde_json::from_slice(&bytes).unwrap_or_default();
+    Ok(raw
+        .into_iter()
+        .filter(|(k, l)| valid_key(k) && l.is_plausible())
+        .collect())
+}
+
+impl CalibrationCache {
+    /// Opens (creating it 0700 if missing) the cache in `dir`.
+    pub fn open(dir: &Path) -> Self {
+        let mut cache = Self {
+            place: Place::Memory,
+            shown: dir.to_path_buf(),
+            known: BTreeMap::new(),
+            said: false,
+        };
+        if let Some(parent) = dir.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
+        let fd = match open_dir_nofollow(dir) {
+            Ok(fd) => fd,
+            Err(e) => {
+                cache.place = Place::Ignored(format!("{}: {e}", dir.display()));
+                return cache;
+            }
+        };
+        let m = match fd.metadata() {
+            Ok(m) => m,
+            Err(e) => {
+                cache.place = Place::Ignored(format!("{}: {e}", dir.display()));
+                return cache;
+            }
+        };
+        if m.uid() != euid() || m.mode() & 0o077 != 0 {
+            cache.place = Place::Ignored(format!(
+                "{} is owned by uid {} with mode {:o}; it must be ours with mode 700",
+                dir.display(),
+                m.uid(),
+                m.mode() & 0o7777
+            ));
+            return cache;
+        }
+        match read_file(&fd, dir) {
+            Ok(known) => {
+                cache.known = known;
+                cache.place = Place::Dir(fd);
+            }
+            Err(why) => cache.place = Place::Ignored(why),
+        }
+        cache
+    }
+
+    /// A cache that only lives in memory.
+    pub fn in_memory() -> Self {
+        Self {
+            place: Place::Memory,
+            shown: PathBuf::new(),
+            known: BTreeMap::new(),
+            said: false,
+        }
+    }
+
+    fn say_once(&mut self) {
+        if let Place::Ignored(why) = &self.place {
+            if !self.said {
+                self.said = true;
+                eprintln!(
+                    "gputrace: ignoring the calibration cache: {why} (each libcuda is calibrated again; nothing is written there)"
+                );
+            }
+        }
+    }
+
+    pub fn get(&mut self, key: &str) -> Option<Layout> {
+        self.say_once();
+        self.known.get(key).cloned()
+    }
+
+    /// Records a layout of a trusted library (only those: see `namer`).
+    pub fn insert(&mut self, key: String, layout: Layout) {
+        self.say_once();
+        self.known.insert(key, layout);
+        if let Place::Dir(fd) = &self.place {
+            // Best effort: a cache that cannot be written only costs a
+            // calibration next time.
+            if let Err(e) = write(fd, &self.shown, &mut self.known) {
+                if !self.said {
+                    self.said = true;
+                    eprintln!(
+                        "gputrace: cannot write the calibration cache in {}: {e}",
+                        self.shown.display()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Writes `known` (merged with what another gputrace wrote meanwhile).
+fn write(dir: &File, shown: &Path, known: &mut BTreeMap<String, Layout>) -> std::io::Result<()> {
+    if let Ok(theirs) = read_file(dir, shown) {
+        for (k, l) in theirs {
+            known.entry(k).or_insert(l);
+        }
+    }
+    let tmp = format!("{FILE}.{}.tmp", std::process::id());
+    let c_tmp = CString::new(tmp.as_str()).expect("no NUL");
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
+    let mut file = match open_at(dir, &tmp, flags, 0o600) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // SAFETY: unlinkat of a name in the directory we hold.
+            unsafe { libc::unlinkat(dir.as_raw_fd(), c_tmp.as_ptr(), 0) };
+            open_at(dir, &tmp, flags, 0o600)?
+        }
+        r => r?,
+    };
+    let bytes = serde_json::to_vec_pretty(known).map_err(std::io::Error::other)?;
+    let written = file.write_all(&bytes).and_then(|_| file.sync_all());
+    let c_final = CString::new(FILE).expect("no NUL");
+    // SAFETY: renameat within the directory we hold.
+    let renamed = written.and_then(|_| {
+        if unsafe {
+            libc::renameat(
+                dir.as_raw_fd(),
+                c_tmp.as_ptr(),
+                dir.as_raw_fd(),
+                c_final.as_ptr(),
+            )
+        } < 0
+        {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    });
+    if renamed.is_err() {
+        // SAFETY: unlinkat of our own temporary file.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), c_tmp.as_ptr(), 0) };
+    }
+    renamed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn key(c: char) -> String {
+        format!("sha256:{}", c.to_string().repeat(64))
+    }
+
+    #[test]
+    fn round_trips_on_disk_with_safe_modes() {
+        let dir = std::env::temp_dir().join(format!("gputrace-cal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut c = CalibrationCache::open(&dir);
+        assert!(c.get(&key('a')).is_none());
+        c.insert(key('a'), Layout(vec![8]));
+        assert_eq!(
+            CalibrationCache::open(&dir).get(&key('a')),
+            Some(Layout(vec![8]))
+        );
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        let f = std::fs::metadata(dir.join(FILE)).unwrap();
+        assert_eq!(f.mode() & 0o777, 0o600);
+        // Malformed keys and implausible layouts are dropped on reading.
+        let poisoned = serde_json::json!({
+            key('b'): [16],
+            "build-id:abc": [8],
+            key('c'): [8, 16, 24],
+            key('d'): [4096],
+        });
+        std::fs::write(dir.join(FILE), poisoned.to_string()).unwrap();
+        let mut c = CalibrationCache::open(&dir);
+        assert_eq!(c.get(&key('b')), Some(Layout(vec![16])));
+        assert_eq!(c.known.len(), 1);
+        // A file others may read is ignored and left alone.
+        std::fs::set_permissions(dir.join(FILE), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut c = CalibrationCache::open(&dir);
+        assert!(c.get(&key('b')).is_none());
+        c.insert(key('e'), Layout(vec![8]));
+        let text = std::fs::read_to_string(dir.join(FILE)).unwrap();
+        assert!(!text.contains(&key('e')));
+        // So is a symbolic link in its place.
+        std::fs::remove_file(dir.join(FILE)).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", dir.join(FILE)).unwrap();
+        let mut c = CalibrationCache::open(&dir);
+        c.insert(key('f'), Layout(vec![8]));
+        assert!(matches!(c.place, Place::Ignored(_)));
+        assert!(std::fs::symlink_metadata(dir.join(FILE))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn content_keys_follow_the_bytes() {
+        let dir = std::env::temp_dir().join(format!("gputrace-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a"), b"abc").unwrap();
+        let k = content_key(&File::open(dir.join("a")).unwrap()).unwrap();
+        assert_eq!(
+            k,
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(valid_key(&k));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,184 @@
+//! The probes attached so far, keyed by (scope, library file), so that
+//! nothing is attached twice; and the library files given on the command
+//! line in place of what the processes map.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use crate::error::{Failure, Result};
+use crate::names::namer::KernelNamer;
+use crate::probes::attach::{detach_many, Attachment, Probes, Scope};
+use crate::probes::catalogue::{Lib, ProbeSelection};
+use crate::probes::discover::{self, LibraryFile};
+
+/// A library file: (device, inode).
+pub(super) type FileKey = (u64, u64);
+
+/// Library files given on the command line replace what maps show.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub libcuda: Option<PathBuf>,
+    pub libnccl: Option<PathBuf>,
+}
+
+impl Overrides {
+    fn get(&self, lib: Lib) -> Option<&PathBuf> {
+        match lib {
+            Lib::Cuda => self.libcuda.as_ref(),
+            Lib::Nccl => self.libnccl.as_ref(),
+            Lib::Cudart => None,
+        }
+    }
+
+    /// Opens the override files, failing with a clear message.
+    pub(super) fn open(&self) -> Result<Vec<LibraryFile>> {
+        let mut out = Vec::new();
+        for lib in [Lib::Cuda, Lib::Nccl] {
+            if let Some(path) = self.get(lib) {
+                let file = LibraryFile::open(lib, path.clone()).map_err(|e| {
+                    Failure::runtime(format!("--{} {}: {e}", lib.label(), path.display()))
+                })?;
+                out.push(file);
+            }
+        }
+        Ok(out)
+    }
+}
+
+pub(super) struct Attacher {
+    probes: Probes,
+    selection: ProbeSelection,
+    overrides: Vec<LibraryFile>,
+    attached: HashMap<(Scope, FileKey), Attachment>,
+}
+
+impl Attacher {
+    pub(super) fn new(
+        probes: Probes,
+        selection: ProbeSelection,
+        overrides: Vec<LibraryFile>,
+    ) -> Self {
+        Self {
+            probes,
+            selection,
+            overrides,
+            attached: HashMap::new(),
+        }
+    }
+
+    /// The library files to probe for `pid`: what it maps, with the
+    /// overrides standing in for their kind.
+    pub(super) fn libraries_of(&self, pid: u32) -> std::io::Result<Vec<LibraryFile>> {
+        let mut files = discover::process_libraries(pid)?;
+        files.retain(|f| !self.overrides.iter().any(|o| o.lib == f.lib));
+        files.extend(self.overrides.iter().cloned());
+        files.retain(|f| self.selection.wants_lib(f.lib));
+        Ok(files)
+    }
+
+    /// The library files a command started with `-- CMD` will load: the
+    /// overrides, else where the loader would find them for `exe`.
+    pub(super) fn libraries_for(&self, exe: &std::path::Path) -> Vec<LibraryFile> {
+        let ld_path = std::env::var_os("LD_LIBRARY_PATH");
+        let mut files = self.overrides.clone();
+        for lib in [Lib::Cuda, Lib::Nccl] {
+            if files.iter().any(|f| f.lib == lib) {
+                continue;
+            }
+            if let Some(p) = discover::find_library(lib.soname(), Some(exe), ld_path.as_deref()) {
+                if let Ok(f) = LibraryFile::open(lib, p) {
+                    files.push(f);
+                }
+            }
+        }
+        files.retain(|f| self.selection.wants_lib(f.lib));
+        files
+    }
+
+    /// Attaches to `file` in `scope` unless already done; returns probes added.
+    /// A libcuda is calibrated for kernel names first; a libcudart is probed
+    /// only where those names cannot be read from handles.
+    pub(super) fn attach(
+        &mut self,
+        file: &LibraryFile,
+        scope: Scope,
+        namer: &mut KernelNamer,
+    ) -> anyhow::Result<usize> {
+        let key = (scope, (file.dev, file.inode));
+        if self.attached.contains_key(&key) {
+            return Ok(0);
+        }
+        // Launches look up a runtime host stub only where handles cannot be named.
+        let mut runtime_stubs = false;
+        match (file.lib, scope) {
+            (Lib::Cuda, Scope::Process(pid)) => {
+                namer.bind(pid, file);
+                runtime_stubs = !namer.has_layout(pid);
+            }
+            (Lib::Cuda, Scope::All) => {
+                runtime_stubs = namer.calibrate(file).is_err();
+            }
+            (Lib::Cudart, Scope::Process(pid)) if namer.has_layout(pid) => {
+                self.attached.insert(key, Attachment::default());
+                return Ok(0);
+            }
+            (Lib::Cudart, Scope::All) if namer.all_calibrated() => {
+                self.attached.insert(key, Attachment::default());
+                return Ok(0);
+            }
+            (Lib::Cudart, Scope::Process(pid)) => namer.remember_mappings(pid),
+            _ => {}
+        }
+        let att = self.probes.attach(file, scope, runtime_stubs)?;
+        let n = att.probes();
+        self.attached.insert(key, att);
+        Ok(n)
+    }
+
+    pub(super) fn is_attached(&self, file: &LibraryFile, scope: Scope) -> bool {
+        self.attached.contains_key(&(scope, (file.dev, file.inode)))
+    }
+
+    pub(super) fn probe_count(&self) -> usize {
+        self.attached.values().map(Attachment::probes).sum()
+    }
+
+    /// The files attached in `scope`.
+    pub(super) fn files_in(&self, scope: Scope) -> Vec<FileKey> {
+        self.attached
+            .keys()
+            .filter(|k| k.0 == scope)
+            .map(|k| k.1)
+            .collect()
+    }
+
+    /// Files probed in `scope` with at least one probe.
+    pub(super) fn probed_files(&self, scope: Scope) -> usize {
+        self.attached
+            .iter()
+            .filter(|(k, a)| k.0 == scope && a.probes() > 0)
+            .count()
+    }
+
+    /// Takes out one file's attachment (to be detached with
+    /// [`detach_many`]) and forgets the file's symbols.
+    pub(super) fn take_file(&mut self, scope: Scope, file: FileKey) -> Option<Attachment> {
+        let att = self.attached.remove(&(scope, file))?;
+        if !self.attached.keys().any(|k| k.1 == file) {
+            self.probes.forget_file(file.0, file.1);
+        }
+        Some(att)
+    }
+
+    /// Takes out everything in `scope`, to be detached with [`detach_many`].
+    pub(super) fn take_scope(&mut self, scope: Scope) -> Vec<Attachment> {
+        self.files_in(scope)
+            .into_iter()
+            .filter_map(|f| self.attached.remove(&(scope, f)))
+            .collect()
+    }
+
+    pub(super) fn detach_all(&mut self) {
+        detach_many(self.attached.drain().map(|(_, a)| a).collect());
+    }
+}

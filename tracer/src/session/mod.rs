@@ -1,0 +1,375 @@
+//! A tracing session, the engine under every command that traces: it
+//! loads the probes and attaches them to what was asked for (processes by
+//! PID, a command it starts, or every process on the node), drains the
+//! ring buffer, decodes and enriches each record, decides when processes
+//! come and go, reads what the probes could not record, and hands all of
+//! it to the outputs as [`Event`]s, in order, through the [`Sink`] trait.
+//!
+//! `trace` and `daemon` run the one loop of [`run`]; `top` keeps its own
+//! loop (it answers keys) and calls [`Session::readable`],
+//! [`Session::drain`] and [`Session::maintain`] itself.
+
+mod attacher;
+mod node;
+mod processes;
+mod run;
+mod targets;
+
+use std::time::{Duration, Instant};
+
+use aya::maps::{MapData, RingBuf};
+use tokio::io::unix::AsyncFd;
+
+pub use attacher::Overrides;
+pub use run::{RunOptions, Stop};
+pub use targets::{preflight, TargetSpec};
+
+use crate::config::Config;
+use crate::error::{Failure, Result};
+use crate::events::decode::{parse_record, DecodeError};
+use crate::events::enrich::{Clock, Enricher};
+use crate::events::{Event, LostReport};
+use crate::names::calibrate::CalibrationCache;
+use crate::names::namer::KernelNamer;
+use crate::probes::attach::{detach_many, LostByPid, LostCounter, Probes, Scope};
+use crate::probes::discover;
+use crate::probes::spawn::GatedChild;
+use crate::sinks::{Sink, Status};
+use attacher::Attacher;
+use node::NodeWatch;
+use processes::Processes;
+use targets::Targets;
+
+/// How often exits and newly mapped libraries are checked.
+pub const CHECK_EVERY: Duration = Duration::from_millis(100);
+/// How often the ring buffer is drained when the probes did not wake us.
+pub const DRAIN_EVERY: Duration = Duration::from_millis(20);
+/// Per-process lost counts are read at most this often (reading them walks
+/// a per-CPU hash map).
+const LOST_BY_PID_EVERY: Duration = Duration::from_secs(1);
+
+/// A running session. Its parts are private: commands use its methods.
+pub struct Session {
+    ring: AsyncFd<RingBuf<MapData>>,
+    attacher: Attacher,
+    enricher: Enricher,
+    processes: Processes,
+    targets: Targets,
+    /// Node mode (`--all`, `daemon`): probes per library file for everyone.
+    node: Option<NodeWatch>,
+    lost: LostCounter,
+    lost_by_pid: LostByPid,
+    /// The last report sent, and when per-process counts were last read.
+    reported: LostReport,
+    by_pid_read: Option<Instant>,
+    undecodable: u64,
+    /// Events made outside a drain (processes seen at the start, exits),
+    /// handed on at the next drain or maintenance.
+    pending: Vec<Event>,
+}
+
+impl Session {
+    /// Loads the probes and attaches them to what `spec` names; a command
+    /// given is started and left waiting at its gate (see
+    /// [`Session::release`]). Must run inside a tokio runtime.
+    pub fn start(config: &Config, spec: &TargetSpec, clock: Clock) -> Result<Session> {
+        let selection = spec.probes.clone().unwrap_or_default();
+        let overrides = Overrides {
+            libcuda: spec.libcuda.clone(),
+            libnccl: spec.libnccl.clone(),
+        }
+        .open()?;
+        let mut probes = Probes::load(selection.clone(), config.ring_bytes, config.perf_events)?;
+        let ring = probes.take_ring()?;
+        let lost = probes.take_lost()?;
+        let lost_by_pid = probes.take_lost_by_pid()?;
+        let mut attacher = Attacher::new(probes, selection, overrides);
+        let cache = CalibrationCache::open(&config.cache_dir);
+        let mut enricher = Enricher::new(clock, KernelNamer::new(cache, config.calibration));
+        let check_every = if spec.all {
+            node::SCAN_EVERY
+        } else {
+            CHECK_EVERY
+        };
+        let mut processes = Processes::new(check_every, clock);
+        let mut pending = Vec::new();
+
+        // Processes given by PID: every one must map something we can probe.
+        let mut targets = Targets::default();
+        for &pid in &spec.pids {
+            let files = attacher
+                .libraries_of(pid)
+                .map_err(|e| Failure::runtime(format!("cannot read /proc/{pid}/maps: {e}")))?;
+            if files.is_empty() {
+                let comm = discover::comm(pid).unwrap_or_default();
+                return Err(Failure::runtime(format!(
+                    "process {pid} ({comm}) maps neither libcuda nor libnccl (looked for libcuda.so*, libnccl.so* in /proc/{pid}/maps); \
+                     if they are linked under other names, pass --libcuda PATH / --libnccl PATH"
+                )));
+            }
+            for f in &files {
+                attacher.attach(f, Scope::Process(pid), &mut enricher.namer)?;
+            }
+            targets.add(pid);
+            if !processes.found(pid, &mut pending) {
+                targets.exited(pid); // exited since the preflight
+            }
+        }
+
+        let node = if spec.all {
+            let mut node = NodeWatch::new(config.detach_after);
+            node.scan(&mut attacher, &mut enricher.namer, true)?;
+            for &pid in node.gpu_pids() {
+                processes.found(pid, &mut pending);
+            }
+            Some(node)
+        } else {
+            None
+        };
+
+        if !spec.cmd.is_empty() {
+            let c = GatedChild::spawn(&spec.cmd).map_err(|e| Failure::runtime(e.to_string()))?;
+            for f in attacher.libraries_for(&c.exe) {
+                attacher.attach(&f, Scope::Process(c.pid), &mut enricher.namer)?;
+            }
+            // Seen once it runs the command (see `release`): until then it
+            // is a copy of gputrace, by name.
+            targets.set_child(c, &spec.cmd[0]);
+        }
+        // SAFETY: the ring buffer owns its map fd, which stays open and the same
+        // for as long as the AsyncFd owns the ring buffer.
+        let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+            .map_err(|e| Failure::runtime(format!("polling the ring buffer: {e}")))?;
+        let mut session = Session {
+            ring,
+            attacher,
+            enricher,
+            processes,
+            targets,
+            node,
+            lost,
+            lost_by_pid,
+            reported: LostReport::default(),
+            by_pid_read: None,
+            undecodable: 0,
+            pending: Vec::new(),
+        };
+        for e in pending {
+            session.note(&e);
+            session.pending.push(e);
+        }
+        Ok(session)
+    }
+
+    /// The `gputrace: attached ...` line scripts wait for.
+    pub fn announce(&self) {
+        let probes = self.attacher.probe_count();
+        if self.node.is_some() {
+            eprintln!(
+                "gputrace: attached {probes} probes to every process mapping libcuda/libnccl"
+            );
+        } else {
+            let n = self.targets.len();
+            eprintln!(
+                "gputrace: attached {probes} probes to {n} process{}",
+                if n == 1 { "" } else { "es" }
+            );
+        }
+    }
+
+    /// Lets a command started with `-- CMD` run (a no-op without one).
+    pub fn release(&mut self) -> Result<()> {
+        self.targets.release()?;
+        if let Some(pid) = self.targets.child_pid() {
+            let mut seen = Vec::new();
+            if !self.processes.found(pid, &mut seen) {
+                self.targets.exited(pid); // it ran and ended at once
+            }
+            for e in seen {
+                self.note(&e);
+                self.pending.push(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Uprobes and uretprobes attached now.
+    pub fn probe_count(&self) -> usize {
+        self.attacher.probe_count()
+    }
+
+    /// The tracer's own state.
+    pub fn status(&self, now: Instant) -> Status {
+        let mut pids: std::collections::HashSet<u32> = self.enricher.pids().collect();
+        pids.extend(self.enricher.namer.pids());
+        Status {
+            now,
+            probes: self.attacher.probe_count(),
+            library_files: self.attacher.probed_files(Scope::All),
+            process_states: pids.len(),
+        }
+    }
+
+    /// Waits until the probes wake the reader (they do once a quarter of
+    /// the ring is full; loops also drain on a tick).
+    pub async fn readable(&mut self) -> Result<()> {
+        let mut guard = self
+            .ring
+            .readable_mut()
+            .await
+            .map_err(|e| Failure::runtime(format!("polling the ring buffer: {e}")))?;
+        guard.clear_ready();
+        Ok(())
+    }
+
+    /// What a lifecycle event means for the decoding state.
+    fn note(&mut self, e: &Event) {
+        match e {
+            Event::ProcessSeen(info) => self.enricher.add(info.pid, info.comm.clone()),
+            Event::ProcessGone { pid, .. } => self.enricher.forget(*pid),
+            _ => {}
+        }
+    }
+
+    /// Hands on the events made since the last drain.
+    fn deliver<S: Sink + ?Sized>(&mut self, sink: &mut S) {
+        for e in std::mem::take(&mut self.pending) {
+            sink.take(e);
+        }
+    }
+
+    /// Decodes at most `max` records of the ring buffer into `sink`, in
+    /// order; fewer than `max` means the ring is empty now.
+    pub fn drain<S: Sink + ?Sized>(&mut self, sink: &mut S, max: usize) -> usize {
+        self.deliver(sink);
+        let ring = self.ring.get_mut();
+        let mut n = 0;
+        while n < max {
+            let Some(item) = ring.next() else { break };
+            n += 1;
+            let Ok(raw) = parse_record(&item) else {
+                self.undecodable += 1;
+                continue;
+            };
+            let enriched = match self.enricher.enrich(&raw) {
+                Err(DecodeError::Unseen(pid)) => {
+                    // Its first call: say who it is first.
+                    let comm = raw.event.comm;
+                    let end = comm.iter().position(|b| *b == 0).unwrap_or(comm.len());
+                    let info = self
+                        .processes
+                        .first_call(pid, &String::from_utf8_lossy(&comm[..end]));
+                    self.enricher.add(pid, info.comm.clone());
+                    sink.take(Event::ProcessSeen(info));
+                    self.enricher.enrich(&raw)
+                }
+                r => r,
+            };
+            match enriched {
+                Ok(e) => sink.take(Event::Call {
+                    call: e.call,
+                    device_bytes: e.device_bytes,
+                }),
+                Err(_) => self.undecodable += 1,
+            }
+        }
+        n
+    }
+
+    /// The periodic work (every [`CHECK_EVERY`]): in node mode new library
+    /// files and processes; exits; libraries a target mapped since; what
+    /// the probes could not record. Hands the events to `sink` and gives it
+    /// the tracer's status. True when every target has exited.
+    pub fn maintain<S: Sink + ?Sized>(&mut self, sink: &mut S) -> bool {
+        let now = Instant::now();
+        let mut events = Vec::new();
+        if let Some(node) = self.node.as_mut().filter(|n| n.due(now)) {
+            // Not the first scan: failures are said and skipped.
+            let _ = node.scan(&mut self.attacher, &mut self.enricher.namer, false);
+            for &pid in node.gpu_pids() {
+                self.processes.found(pid, &mut events);
+            }
+        }
+        for pid in self.processes.check(now, &mut events) {
+            if self.targets.exited(pid) {
+                // Detaching blocks for grace periods: off the event loop.
+                let atts = self.attacher.take_scope(Scope::Process(pid));
+                std::thread::spawn(move || detach_many(atts));
+            }
+        }
+        self.attach_mapped_since();
+        self.read_lost(now, false, &mut events);
+        for e in events {
+            self.note(&e);
+            self.pending.push(e);
+        }
+        self.deliver(sink);
+        sink.tick(&self.status(now));
+        self.targets.all_exited()
+    }
+
+    /// Libraries a target mapped after we attached (dlopen, a path we did
+    /// not predict).
+    fn attach_mapped_since(&mut self) {
+        for pid in self.targets.running() {
+            if !self.processes.is_alive(pid) && Some(pid) != self.targets.child_pid() {
+                continue;
+            }
+            let Ok(files) = self.attacher.libraries_of(pid) else {
+                continue;
+            };
+            for f in files {
+                if self.attacher.is_attached(&f, Scope::Process(pid)) {
+                    continue;
+                }
+                match self
+                    .attacher
+                    .attach(&f, Scope::Process(pid), &mut self.enricher.namer)
+                {
+                    Ok(0) => {}
+                    Ok(n) => eprintln!(
+                        "gputrace: process {pid} mapped {} after start: attached {n} more probes (its earlier calls were not traced)",
+                        f.path.display()
+                    ),
+                    Err(e) => eprintln!("gputrace: cannot attach to {}: {e:#}", f.path.display()),
+                }
+            }
+        }
+    }
+
+    /// Reads the lost counters; says [`Event::Lost`] when they changed
+    /// (or always, at the `end`).
+    fn read_lost(&mut self, now: Instant, end: bool, out: &mut Vec<Event>) {
+        let total = self.lost.read();
+        let changed = total != self.reported.total || self.undecodable != self.reported.undecodable;
+        let by_pid_due = self
+            .by_pid_read
+            .is_none_or(|t| now.saturating_duration_since(t) >= LOST_BY_PID_EVERY);
+        let due = end || (changed && by_pid_due);
+        if !due {
+            return;
+        }
+        let mut by_pid: Vec<(u32, u64)> = self.lost_by_pid.read().into_iter().collect();
+        by_pid.sort_unstable();
+        self.by_pid_read = Some(now);
+        self.reported = LostReport {
+            total,
+            by_pid,
+            undecodable: self.undecodable,
+        };
+        out.push(Event::Lost(self.reported.clone()));
+    }
+
+    /// Ends tracing: detaches every probe (returns first, so no call is
+    /// half seen), drains what the ring still holds, reports what was lost,
+    /// and ends a command gputrace started if it still runs.
+    pub fn stop<S: Sink + ?Sized>(&mut self, sink: &mut S) {
+        self.attacher.detach_all();
+        while self.drain(sink, usize::MAX) > 0 {}
+        let mut events = Vec::new();
+        self.read_lost(Instant::now(), true, &mut events);
+        self.pending.extend(events);
+        self.deliver(sink);
+        self.targets.end_child();
+    }
+}

@@ -1,0 +1,142 @@
+//! What the user asked to trace: processes by PID and a command started
+//! with `-- CMD`, checked before anything is attached.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::error::{Failure, Result};
+use crate::probes::catalogue::ProbeSelection;
+use crate::probes::discover;
+use crate::probes::privileges;
+use crate::probes::spawn::GatedChild;
+
+/// What to trace.
+#[derive(Clone, Debug, Default)]
+pub struct TargetSpec {
+    pub pids: Vec<u32>,
+    pub all: bool,
+    pub cmd: Vec<String>,
+    pub probes: Option<ProbeSelection>,
+    pub libcuda: Option<PathBuf>,
+    pub libnccl: Option<PathBuf>,
+}
+
+fn validate(spec: &TargetSpec) -> Result<()> {
+    if spec.pids.is_empty() && !spec.all && spec.cmd.is_empty() {
+        return Err(Failure::usage(
+            "nothing to trace: give --pid PID, --all, or -- CMD ARGS (see gputrace --help)",
+        ));
+    }
+    if let Some(pid) = spec.pids.iter().find(|p| **p == 0) {
+        return Err(Failure::usage(format!("--pid {pid}: not a process id")));
+    }
+    Ok(())
+}
+
+fn check_pid(pid: u32) -> Result<()> {
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(Failure::runtime(format!("no process with PID {pid}")));
+    }
+    if !discover::is_alive(pid) {
+        return Err(Failure::runtime(format!(
+            "process {pid} has already exited"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks the arguments and privileges, before anything else is done.
+pub fn preflight(spec: &TargetSpec) -> Result<()> {
+    validate(spec)?;
+    privileges::check().map_err(Failure::runtime)?;
+    for pid in &spec.pids {
+        check_pid(*pid)?;
+    }
+    Ok(())
+}
+
+/// How long a command gputrace started is given to end after SIGTERM.
+const TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// The processes asked for, and whether each has exited.
+#[derive(Default)]
+pub(super) struct Targets {
+    pids: Vec<(u32, bool)>,
+    child: Option<GatedChild>,
+    cmd: String,
+}
+
+impl Targets {
+    pub(super) fn add(&mut self, pid: u32) {
+        self.pids.push((pid, false));
+    }
+
+    pub(super) fn set_child(&mut self, child: GatedChild, cmd: &str) {
+        self.add(child.pid);
+        self.child = Some(child);
+        self.cmd = cmd.to_string();
+    }
+
+    pub(super) fn child_pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.pid)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.pids.len()
+    }
+
+    /// Lets a command started with `-- CMD` run.
+    pub(super) fn release(&mut self) -> Result<()> {
+        if let Some(c) = &mut self.child {
+            c.release()
+                .map_err(|e| Failure::runtime(format!("cannot run `{}`: {e}", self.cmd)))?;
+        }
+        Ok(())
+    }
+
+    /// Notes that `pid` exited; true when it was a target.
+    pub(super) fn exited(&mut self, pid: u32) -> bool {
+        let mut was = false;
+        for t in self.pids.iter_mut().filter(|t| t.0 == pid) {
+            t.1 = true;
+            was = true;
+        }
+        if let Some(c) = self.child.as_mut().filter(|c| c.pid == pid) {
+            c.wait(false);
+        }
+        was
+    }
+
+    /// Targets that have not exited.
+    pub(super) fn running(&self) -> Vec<u32> {
+        self.pids.iter().filter(|t| !t.1).map(|t| t.0).collect()
+    }
+
+    /// True when there were targets and every one has exited.
+    pub(super) fn all_exited(&self) -> bool {
+        !self.pids.is_empty() && self.pids.iter().all(|t| t.1)
+    }
+
+    /// Ends a command gputrace started that still runs once tracing stops
+    /// (a duration, a signal, the output closed): SIGTERM, then SIGKILL if
+    /// it is still there [`TERM_GRACE`] later. It is never left running
+    /// untraced behind gputrace's back.
+    pub(super) fn end_child(&mut self) {
+        let Some(c) = self.child.as_mut() else {
+            return;
+        };
+        if c.wait(false).is_some() {
+            return;
+        }
+        c.signal(libc::SIGTERM);
+        let deadline = Instant::now() + TERM_GRACE;
+        while c.wait(false).is_none() {
+            if Instant::now() >= deadline {
+                c.signal(libc::SIGKILL);
+                c.wait(true);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}

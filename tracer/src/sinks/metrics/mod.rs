@@ -1,0 +1,289 @@
+//! The daemon's metrics: what the calls add up to, per process, for
+//! Prometheus (rendered by [`exposition`]).
+//!
+//! One label set per traced process (`pid`, `comm`, and `container_id` /
+//! `pod_uid` where its cgroup shows them), read when the session saw the
+//! process. Once the session says a process is gone, its series are kept
+//! `--keep-exited` (so the last values are scraped), then dropped, which
+//! keeps the number of series bounded on a busy node.
+
+mod exposition;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub use exposition::Cursor;
+
+use crate::events::model::{Args, Call};
+use crate::events::types::{Direction, LostCounts, NcclOp};
+use crate::events::{Event, ProcessInfo};
+use crate::probes::cgroup::Container;
+use crate::sinks::{Sink, Status};
+
+/// Upper bounds of the latency histogram's buckets, in nanoseconds: host-side
+/// API latencies run from about a microsecond (a queued launch) to seconds
+/// (a synchronisation, a communicator's creation).
+#[rustfmt::skip]
+pub const BUCKETS_NS: [u64; 22] = [
+    1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000, 25_000_000, 50_000_000,
+    100_000_000, 250_000_000, 500_000_000, 1_000_000_000, 2_500_000_000,
+    5_000_000_000, 10_000_000_000,
+];
+
+#[derive(Clone, Debug, Default)]
+struct ApiSeries {
+    calls: u64,
+    /// Per bucket (not cumulative); the last slot is +Inf.
+    buckets: [u64; BUCKETS_NS.len() + 1],
+    timed: u64,
+    sum_ns: u128,
+}
+
+impl ApiSeries {
+    fn record(&mut self, dur_ns: Option<u64>) {
+        self.calls += 1;
+        if let Some(d) = dur_ns {
+            let i = BUCKETS_NS.partition_point(|b| *b < d);
+            self.buckets[i] += 1;
+            self.timed += 1;
+            self.sum_ns += u128::from(d);
+        }
+    }
+}
+
+/// The series of one process.
+#[derive(Clone, Debug)]
+struct ProcessSeries {
+    /// `pid="…",comm="…"[,container_id="…"][,pod_uid="…"]`, rendered once.
+    labels: String,
+    apis: BTreeMap<&'static str, ApiSeries>,
+    memcpy: BTreeMap<Direction, u64>,
+    nccl: BTreeMap<NcclOp, u64>,
+    device_bytes: u64,
+    /// When the session said the process is gone.
+    gone_at: Option<Instant>,
+}
+
+impl ProcessSeries {
+    fn new(pid: u32, comm: &str, container: &Container) -> Self {
+        let mut labels = format!("pid=\"{pid}\",comm=\"");
+        escape_into(&mut labels, comm);
+        labels.push('"');
+        for (name, value) in [
+            ("container_id", &container.container_id),
+            ("pod_uid", &container.pod_uid),
+        ] {
+            if let Some(v) = value {
+                let _ = write!(labels, ",{name}=\"");
+                escape_into(&mut labels, v);
+                labels.push('"');
+            }
+        }
+        Self {
+            labels,
+            apis: BTreeMap::new(),
+            memcpy: BTreeMap::new(),
+            nccl: BTreeMap::new(),
+            device_bytes: 0,
+            gone_at: None,
+        }
+    }
+}
+
+/// Writes a label value with `\`, `"` and newlines escaped.
+fn escape_into(out: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// What the tracer itself reports alongside the calls.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TracerGauges {
+    pub probes: usize,
+    pub library_files: usize,
+    /// Processes whose decoding state (allocations, kernel names) is held.
+    pub process_states: usize,
+}
+
+/// Every metric the daemon serves.
+pub struct Metrics {
+    procs: BTreeMap<u32, ProcessSeries>,
+    /// Processes seen, by PID, that have no series yet (or whose series
+    /// are an earlier process's, gone since): their first call starts them.
+    seen: HashMap<u32, ProcessInfo>,
+    lost: LostCounts,
+    gauges: TracerGauges,
+    keep_exited: Duration,
+}
+
+impl Metrics {
+    /// `keep_exited`: how long the series of a gone process are kept.
+    pub fn new(keep_exited: Duration) -> Self {
+        Self {
+            procs: BTreeMap::new(),
+            seen: HashMap::new(),
+            lost: LostCounts::default(),
+            gauges: TracerGauges::default(),
+            keep_exited,
+        }
+    }
+
+    /// A process the session saw: its series are labelled with what was
+    /// read of it then (a short-lived process may be gone from /proc by
+    /// the time its calls are counted).
+    pub fn seen(&mut self, info: &ProcessInfo) {
+        self.seen.insert(info.pid, info.clone());
+    }
+
+    /// Counts one call.
+    pub fn record(&mut self, c: &Call, device_bytes: Option<u64>) {
+        let info = self.seen.remove(&c.pid);
+        let fresh = || match &info {
+            Some(i) => ProcessSeries::new(c.pid, &i.comm, &i.container),
+            None => ProcessSeries::new(c.pid, &c.comm, &Container::default()),
+        };
+        let p = match self.procs.entry(c.pid) {
+            std::collections::btree_map::Entry::Vacant(v) => v.insert(fresh()),
+            std::collections::btree_map::Entry::Occupied(o) => {
+                let p = o.into_mut();
+                // A new process was given a gone one's PID.
+                if p.gone_at.is_some() && info.is_some() {
+                    *p = fresh();
+                }
+                p
+            }
+        };
+        p.apis.entry(c.api).or_default().record(c.dur_ns);
+        if let Some(b) = device_bytes {
+            p.device_bytes = b;
+        }
+        if c.failed() {
+            return;
+        }
+        match &c.args {
+            Args::Memcpy(m) => {
+                let b = p.memcpy.entry(m.direction).or_default();
+                *b = b.saturating_add(m.bytes);
+            }
+            Args::Nccl(n) => {
+                let b = p.nccl.entry(n.op).or_default();
+                *b = b.saturating_add(n.bytes().unwrap_or(0));
+            }
+            _ => {}
+        }
+    }
+
+    /// The session says `pid` is gone: its series stay `keep_exited` from
+    /// `now`.
+    pub fn gone(&mut self, pid: u32, now: Instant) {
+        self.seen.remove(&pid);
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.gone_at.get_or_insert(now);
+        }
+    }
+
+    pub fn set_lost(&mut self, lost: LostCounts) {
+        self.lost = lost;
+    }
+
+    pub fn set_gauges(&mut self, g: TracerGauges) {
+        self.gauges = g;
+    }
+
+    /// Drops the series of processes gone longer than `keep_exited`.
+    pub fn sweep(&mut self, now: Instant) {
+        let keep = self.keep_exited;
+        self.procs.retain(|_, p| {
+            p.gone_at
+                .is_none_or(|t| now.saturating_duration_since(t) < keep)
+        });
+    }
+
+    /// Processes with series (gone ones within `keep_exited` included).
+    pub fn processes(&self) -> usize {
+        self.procs.len()
+    }
+}
+
+/// How often gone processes' series are swept.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// The metrics as a sink: shared with the HTTP server, which renders them
+/// for each scrape.
+pub struct MetricsSink {
+    metrics: Arc<Mutex<Metrics>>,
+    last_sweep: Instant,
+    /// Calls counted, and the last lost counts (for the daemon's last line).
+    pub calls: u64,
+    pub lost: LostCounts,
+}
+
+/// The metrics, locked (a panic elsewhere does not take them down).
+pub fn lock(m: &Mutex<Metrics>) -> MutexGuard<'_, Metrics> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl MetricsSink {
+    pub fn new(metrics: Arc<Mutex<Metrics>>) -> Self {
+        Self {
+            metrics,
+            last_sweep: Instant::now(),
+            calls: 0,
+            lost: LostCounts::default(),
+        }
+    }
+}
+
+impl Sink for MetricsSink {
+    fn event(&mut self, event: &Event) {
+        match event {
+            Event::Call { call, device_bytes } => {
+                self.calls += 1;
+                lock(&self.metrics).record(call, *device_bytes);
+            }
+            Event::ProcessSeen(info) => lock(&self.metrics).seen(info),
+            Event::ProcessGone { pid, .. } => lock(&self.metrics).gone(*pid, Instant::now()),
+            Event::Lost(report) => {
+                self.lost = report.total;
+                lock(&self.metrics).set_lost(report.total);
+            }
+        }
+    }
+
+    fn tick(&mut self, status: &Status) {
+        lock(&self.metrics).set_gauges(TracerGauges {
+            probes: status.probes,
+            library_files: status.library_files,
+            process_states: status.process_states,
+        });
+        if status.now.saturating_duration_since(self.last_sweep) >= SWEEP_EVERY {
+            self.last_sweep = status.now;
+            lock(&self.metrics).sweep(status.now);
+            release_free_memory();
+        }
+    }
+}
+
+/// Hands memory freed since (series of exited processes, large /metrics
+/// bodies built on the HTTP threads) back to the system. glibc keeps freed
+/// memory in its per-thread arenas otherwise, so a burst of short-lived
+/// processes would leave the daemon's RSS at its peak for good.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of the allocator's own heaps.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+mod tests;

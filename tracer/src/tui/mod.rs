@@ -1,0 +1,56 @@
+//! `top`'s terminal interface: the model of what each process does over
+//! time (a sink of the session's events), the screen's state and actions,
+//! the drawing, the keys, the terminal, and the GPUs' own figures (NVML).
+//! The command and its loop are `commands::top`.
+
+pub mod app;
+mod columns;
+#[cfg(test)]
+mod fixtures;
+#[cfg(test)]
+mod frames;
+pub mod gpu;
+pub mod input;
+pub mod model;
+pub mod snapshot;
+pub mod terminal;
+pub mod view;
+
+use crate::events::Event;
+use crate::sinks::{Sink, Status};
+use model::Model;
+
+/// The model as a sink, for one bite of events at `now_ns`.
+pub struct ModelSink<'a> {
+    pub model: &'a mut Model,
+    pub now_ns: u64,
+    /// gputrace's own name: its calibration helper maps libcuda and is not
+    /// one of the user's processes.
+    pub own_comm: &'a str,
+}
+
+impl Sink for ModelSink<'_> {
+    fn event(&mut self, event: &Event) {
+        match event {
+            Event::Call { call, device_bytes } => {
+                if &*call.comm != self.own_comm {
+                    self.model.record(call, *device_bytes, self.now_ns);
+                }
+            }
+            Event::ProcessSeen(info) => {
+                if &*info.comm != self.own_comm {
+                    self.model.seen(info.pid, &info.comm, self.now_ns);
+                }
+            }
+            Event::ProcessGone { pid, exited_ns } => self.model.gone(*pid, *exited_ns),
+            Event::Lost(report) => {
+                self.model.set_lost(&report.by_pid);
+                self.model.lost = report.total.events_lost();
+            }
+        }
+    }
+
+    fn tick(&mut self, status: &Status) {
+        self.model.probes = status.probes;
+    }
+}

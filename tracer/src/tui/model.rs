@@ -1,0 +1,490 @@
+//! What `top` knows of each process over time. Every call goes into a
+//! [`ProcessSummary`] for the second it returned in (the summary's own
+//! aggregation, histograms included); those are kept [`DETAIL_SECS`] and
+//! merged for the latency window, and each complete second is also reduced
+//! to a few [`Totals`] kept [`HISTORY_SECS`] for the rates and the charts.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use crate::aggregate::summary::ProcessSummary;
+use crate::events::model::{Args, Call};
+use crate::events::types::Direction;
+
+const NS: u64 = 1_000_000_000;
+/// Per-second summaries (with histograms) kept for the latency window.
+pub const DETAIL_SECS: u64 = 30;
+/// Per-second totals kept for rates and charts.
+pub const HISTORY_SECS: u64 = 600;
+/// A second counts as complete this long after it ended: calls are
+/// recorded when they return and reach us through the ring buffer.
+pub const SETTLE_NS: u64 = 300_000_000;
+/// An exited process stays on screen (marked) this long after its exit
+/// was noticed.
+pub const EXIT_GRACE_NS: u64 = 10 * NS;
+
+/// Host calls that wait for the GPU (sync wait share).
+pub fn waits_for_gpu(api: &str) -> bool {
+    matches!(
+        api,
+        "cuStreamSynchronize"
+            | "cuStreamSynchronize_ptsz"
+            | "cuCtxSynchronize"
+            | "cuEventSynchronize"
+    )
+}
+
+/// The counts of one or more seconds of one process.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Totals {
+    pub calls: u64,
+    /// Kernel launches (any cuLaunchKernel*) and graph launches.
+    pub launches: u64,
+    /// Copies and memsets.
+    pub copies: u64,
+    /// Bytes by [`Direction`] (indexed by `Direction as usize`).
+    pub copy_bytes: [u64; Direction::ALL.len()],
+    pub nccl_ops: u64,
+    pub nccl_bytes: u64,
+    /// Host time in calls that wait for the GPU, summed over threads.
+    pub sync_wait_ns: u64,
+}
+
+impl Totals {
+    /// The counts of a summary of calls.
+    pub fn of(s: &ProcessSummary) -> Totals {
+        let mut t = Totals {
+            calls: s.events,
+            launches: s.kernels.values().map(|k| k.launches).sum(),
+            ..Totals::default()
+        };
+        for (api, a) in &s.apis {
+            if api.starts_with("cuGraphLaunch") {
+                t.launches += a.calls - a.failed;
+            }
+            if waits_for_gpu(api) {
+                t.sync_wait_ns += a.total_ns;
+            }
+        }
+        for (d, c) in &s.copies {
+            t.copies += c.count;
+            t.copy_bytes[*d as usize] += c.bytes;
+        }
+        for n in s.nccl.values() {
+            t.nccl_ops += n.count;
+            t.nccl_bytes += n.bytes;
+        }
+        t
+    }
+
+    pub fn add(&mut self, o: &Totals) {
+        self.calls += o.calls;
+        self.launches += o.launches;
+        self.copies += o.copies;
+        for (a, b) in self.copy_bytes.iter_mut().zip(o.copy_bytes) {
+            *a += b;
+        }
+        self.nccl_ops += o.nccl_ops;
+        self.nccl_bytes += o.nccl_bytes;
+        self.sync_wait_ns += o.sync_wait_ns;
+    }
+
+    /// Per second, over `secs` seconds.
+    pub fn per_sec(&self, secs: u64) -> Rates {
+        let s = secs.max(1) as f64;
+        Rates {
+            calls: self.calls as f64 / s,
+            launches: self.launches as f64 / s,
+            copies: self.copies as f64 / s,
+            copy_bytes: self.copy_bytes.map(|b| b as f64 / s),
+            nccl_ops: self.nccl_ops as f64 / s,
+            nccl_bytes: self.nccl_bytes as f64 / s,
+            sync_share: self.sync_wait_ns as f64 / (s * NS as f64),
+        }
+    }
+}
+
+/// [`Totals`] per second.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Rates {
+    pub calls: f64,
+    pub launches: f64,
+    pub copies: f64,
+    pub copy_bytes: [f64; Direction::ALL.len()],
+    pub nccl_ops: f64,
+    pub nccl_bytes: f64,
+    /// Fraction of wall time spent waiting for the GPU, summed over the
+    /// process's threads (two threads always waiting: 2.0).
+    pub sync_share: f64,
+}
+
+impl Rates {
+    pub fn bytes(&self, d: Direction) -> f64 {
+        self.copy_bytes[d as usize]
+    }
+
+    pub fn all_copy_bytes(&self) -> f64 {
+        self.copy_bytes.iter().sum()
+    }
+}
+
+/// One process as `top` has seen it.
+#[derive(Debug)]
+pub struct ProcessActivity {
+    pub pid: u32,
+    pub comm: String,
+    /// Per-second summaries, oldest first, by Unix second.
+    seconds: VecDeque<(u64, ProcessSummary)>,
+    /// Totals of complete seconds, oldest first (seconds with no call are absent).
+    history: VecDeque<(u64, Totals)>,
+    /// Seconds before this one are complete and in `history`.
+    complete_before: u64,
+    /// Device memory in use (allocations seen) and its peak.
+    pub device_bytes: u64,
+    pub peak_bytes: u64,
+    /// Calls the probes could not record for this process.
+    pub lost: u64,
+    pub exited_at_ns: Option<u64>,
+    /// The first second this process was seen in.
+    pub first_sec: u64,
+    /// Communicator → (nranks, rank), from the init calls seen.
+    comms: HashMap<u64, (i64, Option<i64>)>,
+}
+
+impl ProcessActivity {
+    pub fn new(pid: u32, comm: String, now_ns: u64) -> Self {
+        Self {
+            pid,
+            comm,
+            seconds: VecDeque::new(),
+            history: VecDeque::new(),
+            complete_before: settled_sec(now_ns),
+            device_bytes: 0,
+            peak_bytes: 0,
+            lost: 0,
+            exited_at_ns: None,
+            first_sec: now_ns / NS,
+            comms: HashMap::new(),
+        }
+    }
+
+    fn record(&mut self, c: &Call, device_bytes: Option<u64>) {
+        self.first_sec = self.first_sec.min(c.ts_ns / NS);
+        if let Some(b) = device_bytes {
+            self.device_bytes = b;
+            self.peak_bytes = self.peak_bytes.max(b);
+        }
+        let sec = (c.ts_ns + c.dur_ns.unwrap_or(0)) / NS;
+        // Calls arrive about in order: the second is the last one or close to it.
+        let i = self.seconds.partition_point(|(s, _)| *s < sec);
+        if matches!(c.args, Args::CommInit { .. }) {
+            let mut one = ProcessSummary::default();
+            one.record(c);
+            self.comms.extend(one.comms);
+        }
+        match self.seconds.get_mut(i) {
+            Some((s, summary)) if *s == sec => summary.record(c),
+            _ => {
+                if self
+                    .seconds
+                    .front()
+                    .is_some_and(|(s, _)| sec + DETAIL_SECS < *s)
+                {
+                    return; // far too late for any window
+                }
+                let mut summary = ProcessSummary::default();
+                summary.pid = self.pid;
+                summary.record(c);
+                self.seconds.insert(i, (sec, summary));
+            }
+        }
+    }
+
+    /// Moves complete seconds into the history and forgets old ones.
+    fn advance(&mut self, settled: u64) {
+        for (sec, s) in &self.seconds {
+            if *sec >= self.complete_before && *sec < settled {
+                self.history.push_back((*sec, Totals::of(s)));
+            }
+        }
+        self.complete_before = self.complete_before.max(settled);
+        while self
+            .seconds
+            .front()
+            .is_some_and(|(s, _)| s + DETAIL_SECS < settled)
+        {
+            self.seconds.pop_front();
+        }
+        while self
+            .history
+            .front()
+            .is_some_and(|(s, _)| s + HISTORY_SECS < settled)
+        {
+            self.history.pop_front();
+        }
+    }
+
+    /// (rank, nranks) of a communicator whose init this process was seen to call.
+    pub fn comm_ranks(&self, comm: u64) -> Option<(Option<i64>, i64)> {
+        self.comms.get(&comm).map(|(n, r)| (*r, *n))
+    }
+
+    /// How many of the `secs` seconds before `end` the process was seen
+    /// in (a process that appeared 3 s ago has a 3 s window), at least 1.
+    pub fn covered(&self, end: u64, secs: u64) -> u64 {
+        secs.min(end.saturating_sub(self.first_sec)).max(1)
+    }
+
+    /// The totals of the `secs` complete seconds before `end`.
+    pub fn totals(&self, end: u64, secs: u64) -> Totals {
+        let mut t = Totals::default();
+        for (s, x) in self.history.iter().rev() {
+            if *s >= end {
+                continue;
+            }
+            if *s + secs < end {
+                break;
+            }
+            t.add(x);
+        }
+        t
+    }
+
+    /// The calls of the `secs` complete seconds before `end`, merged.
+    pub fn window(&self, end: u64, secs: u64) -> ProcessSummary {
+        let mut w = ProcessSummary::default();
+        w.pid = self.pid;
+        w.comm = self.comm.clone();
+        for (s, x) in &self.seconds {
+            if *s < end && *s + secs >= end {
+                w.merge(x);
+            }
+        }
+        w
+    }
+
+    /// One value per second for the `len` seconds before `end` (0 where
+    /// nothing happened), oldest first.
+    pub fn series(&self, end: u64, len: u64, f: impl Fn(&Totals) -> u64) -> Vec<u64> {
+        let start = end.saturating_sub(len);
+        let mut out = vec![0; (end - start) as usize];
+        for (s, x) in &self.history {
+            if *s >= start && *s < end {
+                out[(s - start) as usize] = f(x);
+            }
+        }
+        out
+    }
+}
+
+/// The last complete second at `now_ns`, exclusive: seconds before it are complete.
+pub fn settled_sec(now_ns: u64) -> u64 {
+    now_ns.saturating_sub(SETTLE_NS) / NS
+}
+
+/// Every process `top` shows, and the tracer's own state.
+#[derive(Debug, Default)]
+pub struct Model {
+    pub processes: BTreeMap<u32, ProcessActivity>,
+    /// Calls not recorded, all processes.
+    pub lost: u64,
+    /// Probes attached.
+    pub probes: usize,
+}
+
+impl Model {
+    /// Counts a call. A call of an exited process is one it made before
+    /// it exited (a new process with its PID is seen first).
+    pub fn record(&mut self, c: &Call, device_bytes: Option<u64>, now_ns: u64) {
+        let p = self
+            .processes
+            .entry(c.pid)
+            .or_insert_with(|| ProcessActivity::new(c.pid, c.comm.to_string(), now_ns));
+        if p.comm.is_empty() {
+            p.comm = c.comm.to_string();
+        }
+        p.record(c, device_bytes);
+    }
+
+    /// Shows a process the session saw (it may have made no call yet); a
+    /// PID seen again after its process exited is a new process.
+    pub fn seen(&mut self, pid: u32, comm: &str, now_ns: u64) {
+        match self.processes.get_mut(&pid) {
+            Some(p) if p.exited_at_ns.is_none() => {}
+            _ => {
+                self.processes
+                    .insert(pid, ProcessActivity::new(pid, comm.to_string(), now_ns));
+            }
+        }
+    }
+
+    /// Marks a process the session says is gone (exited at `exited_ns`).
+    pub fn gone(&mut self, pid: u32, exited_ns: u64) {
+        if let Some(p) = self.processes.get_mut(&pid) {
+            p.exited_at_ns.get_or_insert(exited_ns);
+        }
+    }
+
+    pub fn set_lost(&mut self, by_pid: &[(u32, u64)]) {
+        for (pid, n) in by_pid {
+            if let Some(p) = self.processes.get_mut(pid) {
+                p.lost = *n;
+            }
+        }
+    }
+
+    /// Moves complete seconds into the history, and takes exited
+    /// processes off the screen [`EXIT_GRACE_NS`] after they exited.
+    pub fn advance(&mut self, now_ns: u64) {
+        let settled = settled_sec(now_ns);
+        for p in self.processes.values_mut() {
+            p.advance(settled);
+        }
+        self.processes
+            .retain(|_, p| p.exited_at_ns.is_none_or(|t| now_ns < t + EXIT_GRACE_NS));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::{copy, launch, Traced};
+    use super::*;
+    use crate::events::model::Args;
+
+    fn call(pid: u32, api: &'static str, ts_ns: u64, dur_ns: u64, args: Args) -> Traced {
+        super::super::fixtures::call(pid, "train", api, ts_ns, dur_ns, args)
+    }
+
+    const T0: u64 = 1_700_000_000 * NS;
+
+    #[test]
+    fn rates_over_complete_seconds() {
+        let mut m = Model::default();
+        // 3 seconds: 100 launches (1 us each) and 10 HtoD copies of 4 KiB per second,
+        // plus one 250 ms sync per second.
+        for s in 0..3 {
+            for i in 0..100 {
+                let ts = T0 + s * NS + i * 1_000_000;
+                m.feed(
+                    &call(7, "cuLaunchKernel", ts, 1_000, launch(Some("k"), 64)),
+                    T0,
+                );
+            }
+            for i in 0..10 {
+                let ts = T0 + s * NS + 500_000_000 + i;
+                m.feed(
+                    &call(7, "cuMemcpyHtoD_v2", ts, 2_000, copy(Direction::HtoD, 4096)),
+                    T0,
+                );
+            }
+            let ts = T0 + s * NS + 600_000_000;
+            let sync = Args::Sync {
+                stream: Some(1),
+                event: None,
+            };
+            m.feed(&call(7, "cuStreamSynchronize", ts, 250_000_000, sync), T0);
+        }
+        // Second 2 is not complete until SETTLE_NS after it ends.
+        m.advance(T0 + 3 * NS + SETTLE_NS - 1);
+        let p = &m.processes[&7];
+        let end = settled_sec(T0 + 3 * NS + SETTLE_NS - 1);
+        assert_eq!(end, T0 / NS + 2);
+        assert_eq!(p.totals(end, 10).launches, 200);
+        m.advance(T0 + 3 * NS + SETTLE_NS);
+        let p = &m.processes[&7];
+        let end = settled_sec(T0 + 3 * NS + SETTLE_NS);
+        let r = p.totals(end, 1).per_sec(1);
+        assert_eq!(r.launches, 100.0);
+        assert_eq!(r.copies, 10.0);
+        assert_eq!(r.bytes(Direction::HtoD), 40960.0);
+        assert_eq!(r.calls, 111.0);
+        assert!((r.sync_share - 0.25).abs() < 1e-9);
+        let r3 = p.totals(end, 3).per_sec(3);
+        assert_eq!(r3.launches, 100.0);
+        // A window longer than the process was seen is cut to that.
+        assert_eq!(p.totals(end, 6).per_sec(6).launches, 50.0);
+        assert_eq!(p.covered(end, 6), 3);
+        assert_eq!(p.covered(end, 2), 2);
+        assert_eq!(p.series(end, 5, |t| t.launches), vec![0, 0, 100, 100, 100]);
+    }
+
+    #[test]
+    fn quantiles_from_merged_seconds() {
+        let mut m = Model::default();
+        // Second 0: 99 calls of 1 us; second 1: 1 call of 1 ms.
+        for i in 0..99 {
+            m.feed(
+                &call(1, "cuLaunchKernel", T0 + i, 1_000, launch(None, 64)),
+                T0,
+            );
+        }
+        m.feed(
+            &call(1, "cuLaunchKernel", T0 + NS, 1_000_000, launch(None, 64)),
+            T0,
+        );
+        m.advance(T0 + 2 * NS + SETTLE_NS);
+        let p = &m.processes[&1];
+        let end = T0 / NS + 2;
+        let w = p.window(end, 2);
+        let a = &w.apis["cuLaunchKernel"];
+        assert_eq!(a.calls, 100);
+        let q = |x: f64| a.hist.quantile(x).unwrap() as f64;
+        assert!((q(0.5) - 1_000.0).abs() / 1_000.0 < 0.016);
+        assert!((q(0.99) - 1_000.0).abs() / 1_000.0 < 0.016);
+        assert!((q(1.0) - 1_000_000.0).abs() / 1_000_000.0 < 0.016);
+        assert_eq!(a.max_ns, 1_000_000);
+        // The window of the last second only holds the slow call.
+        let w1 = p.window(end, 1);
+        assert_eq!(w1.apis["cuLaunchKernel"].calls, 1);
+        assert_eq!(w1.kernels[&None].launches, 1);
+    }
+
+    #[test]
+    fn gone_processes_stay_marked_then_go() {
+        let mut m = Model::default();
+        m.feed(&call(5, "cuLaunchKernel", T0, 1_000, launch(None, 64)), T0);
+        m.seen(6, "idle", T0);
+        m.advance(T0 + NS);
+        assert_eq!(m.processes.len(), 2);
+        // The session says 5 is gone; it exited at T0 + 2 s.
+        m.gone(5, T0 + 2 * NS);
+        m.advance(T0 + 4 * NS);
+        assert_eq!(m.processes[&5].exited_at_ns, Some(T0 + 2 * NS));
+        assert_eq!(m.processes[&6].comm, "idle");
+        // A call it made before it exited still counts with it.
+        m.feed(
+            &call(5, "cuLaunchKernel", T0 + NS, 1_000, launch(None, 64)),
+            T0,
+        );
+        assert_eq!(m.processes[&5].exited_at_ns, Some(T0 + 2 * NS));
+        m.advance(T0 + 2 * NS + EXIT_GRACE_NS - 1);
+        assert!(m.processes.contains_key(&5));
+        m.advance(T0 + 2 * NS + EXIT_GRACE_NS);
+        assert!(!m.processes.contains_key(&5));
+        // Seen again after it exited: a new process with the PID reused.
+        m.gone(6, T0 + 20 * NS);
+        m.seen(6, "train", T0 + 21 * NS);
+        assert_eq!(m.processes[&6].exited_at_ns, None);
+        assert_eq!(m.processes[&6].comm, "train");
+    }
+
+    #[test]
+    fn memory_and_old_seconds() {
+        let mut m = Model::default();
+        let mut e = call(3, "cuMemAlloc_v2", T0, 1_000, Args::NcclGroup);
+        e.device_bytes = Some(8 << 20);
+        m.feed(&e, T0);
+        e.device_bytes = Some(2 << 20);
+        e.call.ts_ns += 1;
+        m.feed(&e, T0);
+        let p = &m.processes[&3];
+        assert_eq!((p.device_bytes, p.peak_bytes), (2 << 20, 8 << 20));
+        // Detail is kept DETAIL_SECS, history HISTORY_SECS.
+        let later = T0 + (DETAIL_SECS + 5) * NS + SETTLE_NS;
+        m.advance(later);
+        let p = &m.processes[&3];
+        assert!(p.seconds.is_empty());
+        assert_eq!(p.history.len(), 1);
+        m.advance(T0 + (HISTORY_SECS + 5) * NS);
+        assert!(m.processes[&3].history.is_empty());
+    }
+}

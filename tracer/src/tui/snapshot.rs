@@ -1,0 +1,160 @@
+//! What `top` shows, as of one refresh: the process rows and the selected
+//! process's detail, computed from the model (a frame is a pure function of
+//! the app, which holds this snapshot).
+
+use std::sync::Arc;
+
+use super::app::DETAIL_WINDOW_SECS;
+use super::model::{waits_for_gpu, Model, ProcessActivity, Rates, Totals, HISTORY_SECS};
+use crate::events::types::NcclOp;
+
+/// One row of the process table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessRow {
+    pub pid: u32,
+    pub comm: String,
+    pub rates: Rates,
+    pub device_bytes: u64,
+    pub peak_bytes: u64,
+    pub lost: u64,
+    pub exited: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiRow {
+    pub name: &'static str,
+    pub calls_per_s: f64,
+    pub failed: u64,
+    pub p50: Option<u64>,
+    pub p95: Option<u64>,
+    pub p99: Option<u64>,
+    pub max: Option<u64>,
+    pub waits: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelRow {
+    pub name: Option<Arc<str>>,
+    pub per_s: f64,
+    pub share: f64,
+    pub grid: Option<[u32; 3]>,
+    pub block: Option<[u32; 3]>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct NcclRow {
+    pub op: NcclOp,
+    pub comm: u64,
+    /// (rank, nranks) from the communicator's init call, when traced.
+    pub ranks: Option<(Option<i64>, i64)>,
+    pub per_s: f64,
+    pub bytes_per_s: f64,
+    pub avg_bytes: f64,
+}
+
+/// The selected process in detail.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Detail {
+    pub pid: u32,
+    pub comm: String,
+    pub apis: Vec<ApiRow>,
+    pub kernels: Vec<KernelRow>,
+    pub nccl: Vec<NcclRow>,
+    /// Per second, oldest first, [`HISTORY_SECS`] long.
+    pub launches: Vec<u64>,
+    pub copy_bytes: Vec<u64>,
+    pub nccl_bytes: Vec<u64>,
+}
+
+/// The numbers on screen, as of one refresh.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    /// The end (exclusive, Unix seconds) of the windows.
+    pub end_sec: u64,
+    pub rows: Vec<ProcessRow>,
+    pub detail: Option<Detail>,
+}
+
+/// The process table's rows at `end` (exclusive, Unix seconds), rates over
+/// `window_secs`.
+pub fn process_rows(model: &Model, end: u64, window_secs: u64) -> Vec<ProcessRow> {
+    model
+        .processes
+        .values()
+        .map(|p| ProcessRow {
+            pid: p.pid,
+            comm: p.comm.clone(),
+            rates: {
+                let secs = p.covered(end, window_secs);
+                p.totals(end, secs).per_sec(secs)
+            },
+            device_bytes: p.device_bytes,
+            peak_bytes: p.peak_bytes,
+            lost: p.lost,
+            exited: p.exited_at_ns.is_some(),
+        })
+        .collect()
+}
+
+/// One process in detail, over the [`DETAIL_WINDOW_SECS`] before `end`.
+pub fn detail(p: &ProcessActivity, end: u64) -> Detail {
+    let covered = p.covered(end, DETAIL_WINDOW_SECS);
+    let w = p.window(end, covered);
+    let secs = covered as f64;
+    let apis = w
+        .apis
+        .iter()
+        .map(|(name, s)| {
+            let q = |x: f64| s.hist.quantile(x).map(|v| v.clamp(s.min_ns, s.max_ns));
+            ApiRow {
+                name,
+                calls_per_s: s.calls as f64 / secs,
+                failed: s.failed,
+                p50: q(0.5),
+                p95: q(0.95),
+                p99: q(0.99),
+                max: (s.timed > 0).then_some(s.max_ns),
+                waits: waits_for_gpu(name),
+            }
+        })
+        .collect();
+    let launches: u64 = w.kernels.values().map(|k| k.launches).sum();
+    let kernels = w
+        .kernel_rows()
+        .into_iter()
+        .map(|(name, k)| {
+            let cfg = k.top_config();
+            KernelRow {
+                name: name.clone(),
+                per_s: k.launches as f64 / secs,
+                share: k.launches as f64 / launches.max(1) as f64,
+                grid: cfg.map(|c| c.0),
+                block: cfg.map(|c| c.1),
+            }
+        })
+        .collect();
+    let mut nccl: Vec<NcclRow> = w
+        .nccl
+        .iter()
+        .map(|((op, comm), n)| NcclRow {
+            op: *op,
+            comm: *comm,
+            ranks: p.comm_ranks(*comm),
+            per_s: n.count as f64 / secs,
+            bytes_per_s: n.bytes as f64 / secs,
+            avg_bytes: n.bytes as f64 / n.count.max(1) as f64,
+        })
+        .collect();
+    nccl.sort_by(|a, b| b.bytes_per_s.total_cmp(&a.bytes_per_s));
+    let series = |f: fn(&Totals) -> u64| p.series(end, HISTORY_SECS, f);
+    Detail {
+        pid: p.pid,
+        comm: p.comm.clone(),
+        apis,
+        kernels,
+        nccl,
+        launches: series(|t| t.launches),
+        copy_bytes: series(|t| t.copy_bytes.iter().sum()),
+        nccl_bytes: series(|t| t.nccl_bytes),
+    }
+}
