@@ -26,8 +26,11 @@ pub const COMM_RANKS_SLOT: usize = 1;
 pub const COMM_DEV_SLOT: usize = 2;
 /// `extra[COMM_SEQ_SLOT]`: `seqNumber[func]`.
 pub const COMM_SEQ_SLOT: usize = 3;
-/// `extra[COMM_VALID_SLOT]`: which of the above were read (`COMM_*_READ`).
+/// `extra[COMM_VALID_SLOT]`: which of the above were read (`COMM_*_READ`),
+/// and the cookie's layout slot at [`COMM_SLOT_SHIFT`] (every call of a
+/// libnccl that has a slot, communicator read or not: it names the file).
 pub const COMM_VALID_SLOT: usize = 4;
+pub const COMM_SLOT_SHIFT: u32 = 8;
 
 pub const COMM_HASH_READ: u64 = 1;
 pub const COMM_RANK_READ: u64 = 2;

@@ -18,7 +18,7 @@ use aya_ebpf::{
     EbpfContext,
 };
 use tracer_common::{
-    CommLayout, COMM_DEV_READ, COMM_DEV_SLOT, COMM_HASH_READ, COMM_HASH_SLOT, COMM_LAYOUT_SLOTS,
+    CommLayout, COMM_SLOT_SHIFT, COMM_DEV_READ, COMM_DEV_SLOT, COMM_HASH_READ, COMM_HASH_SLOT, COMM_LAYOUT_SLOTS,
     COMM_NRANKS_READ, COMM_RANKS_SLOT, COMM_RANK_READ, COMM_SEQ_READ, COMM_SEQ_SLOT,
     COMM_VALID_SLOT, NO_FIELD, NO_FUNC,
     Blob, BlobCallEvent, CallEvent, EventKind, LostReason, NamedCallEvent, ProbeCookie,
@@ -307,21 +307,26 @@ fn comm_field(base: u64, off: u32, wide: bool) -> Option<u64> {
     }
 }
 
-/// An NCCL call: the communicator's hash, rank, size, device and the
+/// An NCCL call: the layout slot of its library (so userspace knows the
+/// release), and the communicator's hash, rank, size, device and the
 /// function's sequence counter, read at entry into `extra`.
 #[inline(always)]
 fn read_comm(cookie: ProbeCookie, e: &mut CallEvent) {
     let slot = cookie.comm_layout();
+    if slot == 0 {
+        return;
+    }
+    e.extra[COMM_VALID_SLOT] = (slot as u64) << COMM_SLOT_SHIFT;
     let Some(comm) = arg_at(e, cookie.comm_arg()) else {
         return;
     };
-    if slot == 0 || comm == 0 {
+    if comm == 0 {
         return;
     }
     let Some(l) = COMM_LAYOUTS.get(slot) else {
         return;
     };
-    let mut valid = 0u64;
+    let mut valid = (slot as u64) << COMM_SLOT_SHIFT;
     if let Some(h) = comm_field(comm, l.hash, true) {
         e.extra[COMM_HASH_SLOT] = h;
         valid |= COMM_HASH_READ;

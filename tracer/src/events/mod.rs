@@ -7,11 +7,15 @@ pub mod enrich;
 pub mod json;
 pub mod memory;
 pub mod model;
+pub mod nccl;
+pub mod stall;
 pub mod types;
 
 use std::sync::Arc;
 
+pub use crate::nccl::ranks::{Collective, StallEnded};
 use crate::probes::cgroup::Container;
+pub use stall::{NcclStall, StuckCall};
 use model::Call;
 use types::LostCounts;
 
@@ -37,6 +41,16 @@ pub enum Event {
     /// What the probes could not record so far (counts since the start),
     /// sent when it changes and once more at the end.
     Lost(LostReport),
+    /// Every rank of a communicator has entered one collective (matched by
+    /// communicator id, function and sequence number across the traced
+    /// processes): its arrival skew and the rank that came last.
+    NcclCollective(Collective),
+    /// Ranks have entered a collective that others have not, or a thread
+    /// has been inside an NCCL call, for longer than `--nccl-stall`
+    /// (said once per collective or call).
+    NcclStall(NcclStall),
+    /// A collective stall said before is over: every rank entered.
+    NcclStallEnded(StallEnded),
 }
 
 /// Who a process is, read once while it is alive.

@@ -4,6 +4,7 @@
 
 pub mod hash;
 pub mod layout;
+pub mod libs;
 pub mod ranks;
 pub mod tracker;
 mod x86;

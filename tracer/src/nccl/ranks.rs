@@ -95,6 +95,8 @@ pub struct Stall {
     /// The ranks that have not: rank and pid, when this tracer has seen a
     /// process of that rank (else the rank is not traced here).
     pub missing: Vec<(u32, Option<u32>)>,
+    /// When the first rank entered it (Unix ns).
+    pub first_ns: u64,
     /// How long the first rank in has waited (ns).
     pub waited_ns: u64,
 }
@@ -155,7 +157,7 @@ pub const MAX_PENDING: usize = 4096;
 /// Communicators tracked at once; the least recently active is dropped.
 pub const MAX_COMMS: usize = 256;
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Pending {
     nranks: u32,
     /// (rank, pid, entry) in arrival order.
@@ -167,7 +169,7 @@ struct Pending {
 type Key = (u64, Func, u64);
 
 /// The analysis over every traced rank.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct CrossRank {
     pending: BTreeMap<Key, Pending>,
     comms: HashMap<u64, CommStats>,
@@ -355,11 +357,24 @@ impl CrossRank {
                     seq,
                     waiting,
                     missing,
+                    first_ns: p.first_ns,
                     waited_ns: waited,
                 });
             }
         }
         (new, std::mem::take(&mut self.ended))
+    }
+
+    /// Collectives of a communicator still waiting for ranks.
+    pub fn pending_of(&self, comm_id: u64) -> usize {
+        self.pending
+            .range((comm_id, Func::Broadcast, 0)..=(comm_id, Func::AllReduce, u64::MAX))
+            .count()
+    }
+
+    /// The collectives reported as stalled and still waiting.
+    pub fn stalled_keys(&self) -> impl Iterator<Item = (u64, Func, u64)> + '_ {
+        self.pending.iter().filter(|(_, p)| p.stalled).map(|(k, _)| *k)
     }
 
     /// The communicators, by id.
@@ -438,6 +453,7 @@ mod tests {
                 seq: 7,
                 waiting: vec![(0, 100), (1, 101)],
                 missing: vec![(2, Some(102))],
+                first_ns: t,
                 waited_ns: 1_500 * MS,
             }]
         );

@@ -28,6 +28,21 @@ pub struct CommMemory {
     pub seq: Option<u64>,
 }
 
+impl CommMemory {
+    /// The reads as they are (before a process's state corrects them):
+    /// what a record decoded without enrichment shows.
+    pub fn as_identity(&self) -> Identity {
+        Identity {
+            comm_id: self.hash.filter(|&h| h != 0),
+            rank: self.rank,
+            nranks: self.nranks,
+            cuda_dev: self.cuda_dev,
+            seq: self.seq,
+            source: self.seq.map(|_| SeqSource::Counter),
+        }
+    }
+}
+
 /// Where a collective's sequence number came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SeqSource {
@@ -50,7 +65,42 @@ pub enum Unaligned {
     LayoutMismatch,
 }
 
+impl SeqSource {
+    /// Its name in the JSON schema (`seq_from`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SeqSource::Counter => "counter",
+            SeqSource::FromInit => "init",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Self> {
+        [SeqSource::Counter, SeqSource::FromInit]
+            .into_iter()
+            .find(|x| x.name() == s)
+    }
+}
+
 impl Unaligned {
+    const ALL: [Unaligned; 3] = [
+        Unaligned::NoCounter,
+        Unaligned::NoIdentity,
+        Unaligned::LayoutMismatch,
+    ];
+
+    /// Its code in the JSON schema (`unaligned`).
+    pub fn code(self) -> &'static str {
+        match self {
+            Unaligned::NoCounter => "no_counter",
+            Unaligned::NoIdentity => "no_identity",
+            Unaligned::LayoutMismatch => "layout_mismatch",
+        }
+    }
+
+    pub fn from_code(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|x| x.code() == s)
+    }
+
     pub fn reason(self) -> &'static str {
         match self {
             Unaligned::NoCounter => "no NCCL counter readable and the init was not traced",
@@ -116,6 +166,18 @@ impl ProcessComms {
             distrust: false,
             mismatch: None,
         }
+    }
+
+    /// The release, once a call names its library.
+    pub fn set_version(&mut self, version: Option<NcclVersion>) {
+        if self.version.is_none() {
+            self.version = version;
+        }
+    }
+
+    /// A communicator's id, when known.
+    pub fn comm_id_of(&self, comm: u64) -> Option<u64> {
+        self.comms.get(&comm).and_then(|v| v.id)
     }
 
     fn view(&mut self, comm: u64) -> &mut CommView {
@@ -194,7 +256,13 @@ impl ProcessComms {
 
     /// A collective (`func`) or p2p call (`None`) on `comm` by thread `tid`;
     /// `mem` what the probe read at its entry. Advances the counts.
-    pub fn call(&mut self, tid: u32, comm: u64, func: Option<Func>, mem: CommMemory) -> Result<Identity, Unaligned> {
+    pub fn call(
+        &mut self,
+        tid: u32,
+        comm: u64,
+        func: Option<Func>,
+        mem: CommMemory,
+    ) -> Result<Identity, (Identity, Unaligned)> {
         let ident = self.peek(tid, comm, func, mem);
         if let Some(f) = func {
             if let Some(g) = self.groups.get_mut(&tid) {
@@ -209,7 +277,14 @@ impl ProcessComms {
 
     /// As [`ProcessComms::call`] without advancing anything: for a call
     /// still in flight, whose return will be fed to `call` later.
-    pub fn peek(&mut self, tid: u32, comm: u64, func: Option<Func>, mem: CommMemory) -> Result<Identity, Unaligned> {
+    /// The error carries what is known of the identity all the same.
+    pub fn peek(
+        &mut self,
+        tid: u32,
+        comm: u64,
+        func: Option<Func>,
+        mem: CommMemory,
+    ) -> Result<Identity, (Identity, Unaligned)> {
         self.check(comm, &mem);
         let mem = if self.distrust { CommMemory::default() } else { mem };
         let distrust = self.distrust;
@@ -232,8 +307,9 @@ impl ProcessComms {
             source: None,
         };
         let Some(f) = func else { return Ok(ident) };
+        let why = |w| if distrust { Unaligned::LayoutMismatch } else { w };
         if id.is_none() || rank.is_none() || nranks.is_none() {
-            return Err(if distrust { Unaligned::LayoutMismatch } else { Unaligned::NoIdentity });
+            return Err((ident, why(Unaligned::NoIdentity)));
         }
         if let Some(base) = mem.seq {
             ident.seq = Some(base + in_group.unwrap_or(0));
@@ -242,7 +318,7 @@ impl ProcessComms {
             ident.seq = Some(v.counts[f.index()]);
             ident.source = Some(SeqSource::FromInit);
         } else {
-            return Err(if distrust { Unaligned::LayoutMismatch } else { Unaligned::NoCounter });
+            return Err((ident, why(Unaligned::NoCounter)));
         }
         Ok(ident)
     }
@@ -357,9 +433,10 @@ mod tests {
             nranks: Some(2),
             ..CommMemory::default()
         };
-        assert_eq!(p.call(1, 0x30, Some(Func::AllReduce), mem), Err(Unaligned::NoCounter));
+        let e = p.call(1, 0x30, Some(Func::AllReduce), mem).unwrap_err();
+        assert_eq!((e.0.comm_id, e.0.rank, e.1), (Some(0xaa), Some(0), Unaligned::NoCounter));
         assert_eq!(
-            p.call(1, 0x31, Some(Func::AllReduce), CommMemory::default()),
+            p.call(1, 0x31, Some(Func::AllReduce), CommMemory::default()).map_err(|e| e.1),
             Err(Unaligned::NoIdentity)
         );
         // A memory read that contradicts a traced init: memory is off.
@@ -372,7 +449,10 @@ mod tests {
         let a = p.call(1, 0x40, Some(Func::AllReduce), wrong).unwrap();
         assert_eq!((a.comm_id, a.seq, a.source), (Some(0xfc90_ba46_7d2d_f505), Some(0), Some(SeqSource::FromInit)));
         assert!(p.mismatch.as_deref().unwrap().contains("commHash"));
-        assert_eq!(p.call(1, 0x30, Some(Func::AllReduce), mem), Err(Unaligned::LayoutMismatch));
+        assert_eq!(
+            p.call(1, 0x30, Some(Func::AllReduce), mem).map_err(|e| e.1),
+            Err(Unaligned::LayoutMismatch)
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! [`Session::drain`] and [`Session::maintain`] itself.
 
 mod attacher;
+mod nccl;
 mod node;
 mod processes;
 mod run;
@@ -36,6 +37,7 @@ use crate::probes::discover;
 use crate::probes::spawn::GatedChild;
 use crate::sinks::{Sink, Status};
 use attacher::Attacher;
+use nccl::NcclWatch;
 use node::NodeWatch;
 use processes::Processes;
 use targets::Targets;
@@ -66,6 +68,9 @@ pub struct Session {
     /// Events made outside a drain (processes seen at the start, exits),
     /// handed on at the next drain or maintenance.
     pending: Vec<Event>,
+    /// Collectives across ranks, stalls.
+    nccl: NcclWatch,
+    clock: Clock,
 }
 
 impl Session {
@@ -83,9 +88,17 @@ impl Session {
         let ring = probes.take_ring()?;
         let lost = probes.take_lost()?;
         let lost_by_pid = probes.take_lost_by_pid()?;
+        let inflight = match probes.take_inflight() {
+            Ok(m) => Some(m),
+            Err(e) => {
+                eprintln!("gputrace: threads stuck inside NCCL calls will not be seen: {e:#}");
+                None
+            }
+        };
         let mut attacher = Attacher::new(probes, selection, overrides);
         let cache = CalibrationCache::open(&config.cache_dir);
         let mut enricher = Enricher::new(clock, KernelNamer::new(cache, config.calibration));
+        enricher.nccl_libs = attacher.nccl_libraries();
         let check_every = if spec.all {
             node::SCAN_EVERY
         } else {
@@ -153,6 +166,8 @@ impl Session {
             by_pid_read: None,
             undecodable: 0,
             pending: Vec::new(),
+            nccl: NcclWatch::new(spec.nccl_stall, inflight),
+            clock,
         };
         for e in pending {
             session.note(&e);
@@ -266,10 +281,16 @@ impl Session {
                 r => r,
             };
             match enriched {
-                Ok(e) => sink.take(Event::Call {
-                    call: e.call,
-                    device_bytes: e.device_bytes,
-                }),
+                Ok(e) => {
+                    let across = self.nccl.observe(&e.call);
+                    sink.take(Event::Call {
+                        call: e.call,
+                        device_bytes: e.device_bytes,
+                    });
+                    if let Some(across) = across {
+                        sink.take(across);
+                    }
+                }
                 Err(_) => self.undecodable += 1,
             }
         }
@@ -298,6 +319,7 @@ impl Session {
             }
         }
         self.attach_mapped_since();
+        self.nccl.check(&mut self.enricher, self.clock, &mut events);
         self.read_lost(now, false, &mut events);
         for e in events {
             self.note(&e);

@@ -19,6 +19,10 @@ pub struct TargetSpec {
     pub probes: Option<ProbeSelection>,
     pub libcuda: Option<PathBuf>,
     pub libnccl: Option<PathBuf>,
+    /// `--nccl-stall`: how long ranks may wait in a collective for another
+    /// (or a thread stay inside an NCCL call) before it is a stall; `None`:
+    /// stalls are not looked for.
+    pub nccl_stall: Option<Duration>,
 }
 
 fn validate(spec: &TargetSpec) -> Result<()> {

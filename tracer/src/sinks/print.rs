@@ -50,10 +50,14 @@ impl Sink for PrintSink {
                     self.error = Some(e);
                 }
             }
+            // One line per call only: stalls go to stderr (trace, daemon).
             Event::Call { .. }
             | Event::ProcessSeen(_)
             | Event::ProcessGone { .. }
-            | Event::Lost(_) => {}
+            | Event::Lost(_)
+            | Event::NcclCollective(_)
+            | Event::NcclStall(_)
+            | Event::NcclStallEnded(_) => {}
         }
     }
 

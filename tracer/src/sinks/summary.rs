@@ -39,7 +39,11 @@ impl Sink for SummarySink {
                 self.summary.lost = report.total;
                 self.undecodable = report.undecodable;
             }
-            Event::ProcessSeen(_) | Event::ProcessGone { .. } => {}
+            Event::NcclStall(s) => self.summary.nccl.stall(s),
+            Event::NcclStallEnded(e) => self.summary.nccl.stall_over(e),
+            // The summary matches collectives across ranks from the calls
+            // themselves (as `stats` does from a timeline).
+            Event::NcclCollective(_) | Event::ProcessSeen(_) | Event::ProcessGone { .. } => {}
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The JSONL event schema (docs/events.md): writing it fast (here), and
 //! reading it back ([`parse`]).
 
+mod nccl;
 mod parse;
 
+pub use nccl::{collective_json, parse_nccl_record, stall_json, stall_over_json, NcclRecord};
 pub use parse::{parse_call, ParseError};
 
 use std::fmt::Write as _;
@@ -281,14 +283,45 @@ pub fn write_args(out: &mut String, args: &Args) {
             hex(out, n.comm);
             out.push_str(",\"stream\":");
             hex(out, n.stream);
+            write_identity(out, &n.ident, n.unaligned);
             out.push('}');
         }
         Args::NcclGroup => out.push_str("{}"),
-        Args::CommInit { comm, nranks, rank } => {
+        Args::CommInit {
+            comm,
+            nranks,
+            rank,
+            unique_id,
+            comm_id,
+        } => {
             out.push_str("{\"comm\":");
             opt_hex(out, *comm);
             let _ = write!(out, ",\"nranks\":{nranks},\"rank\":");
             opt_int(out, *rank);
+            if let Some(id) = unique_id {
+                out.push_str(",\"unique_id\":\"");
+                for b in id.iter() {
+                    let _ = write!(out, "{b:02x}");
+                }
+                out.push('"');
+            }
+            out.push_str(",\"comm_id\":");
+            opt_hex(out, *comm_id);
+            out.push('}');
+        }
+        Args::CommSplit {
+            comm,
+            color,
+            key,
+            newcomm,
+            comm_id,
+        } => {
+            out.push_str("{\"comm\":");
+            hex(out, *comm);
+            let _ = write!(out, ",\"color\":{color},\"key\":{key},\"newcomm\":");
+            opt_hex(out, *newcomm);
+            out.push_str(",\"comm_id\":");
+            opt_hex(out, *comm_id);
             out.push('}');
         }
         Args::CommEnd { comm } => {
@@ -306,5 +339,34 @@ pub fn write_args(out: &mut String, args: &Args) {
         Args::Other(map) => {
             out.push_str(&Value::Object(map.clone()).to_string());
         }
+    }
+}
+
+/// The communicator fields of an NCCL call: `comm_id` (as NCCL prints it),
+/// `rank`, `nranks`, `cuda_dev`, `seq`, where `seq` came from
+/// (`seq_from`), and why a collective has none (`unaligned`).
+fn write_identity(out: &mut String, id: &Identity, unaligned: Option<Unaligned>) {
+    out.push_str(",\"comm_id\":");
+    opt_hex(out, id.comm_id);
+    for (k, v) in [
+        ("rank", id.rank),
+        ("nranks", id.nranks),
+        ("cuda_dev", id.cuda_dev),
+    ] {
+        let _ = write!(out, ",\"{k}\":");
+        opt_int(out, v.map(i64::from));
+    }
+    out.push_str(",\"seq\":");
+    match id.seq {
+        Some(s) => num(out, s),
+        None => out.push_str("null"),
+    }
+    if let Some(src) = id.source {
+        out.push_str(",\"seq_from\":");
+        string(out, src.name());
+    }
+    if let Some(u) = unaligned {
+        out.push_str(",\"unaligned\":");
+        string(out, u.code());
     }
 }
