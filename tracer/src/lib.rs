@@ -14,6 +14,7 @@ pub mod commands;
 pub mod config;
 pub mod error;
 pub mod events;
+pub mod fd;
 pub mod names;
 pub mod nccl;
 pub mod probes;

@@ -15,8 +15,7 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -79,47 +78,22 @@ pub struct CalibrationCache {
     said: bool,
 }
 
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() }
-}
+use crate::fd::euid;
 
 fn open_dir_nofollow(dir: &Path) -> std::io::Result<File> {
-    let c = CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    // SAFETY: open of a NUL-terminated path, result checked.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: just opened, owned by nobody else.
-    Ok(unsafe { File::from_raw_fd(fd) })
+    crate::fd::open(dir, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW)
 }
 
 fn open_at(dir: &File, name: &str, flags: i32, mode: u32) -> std::io::Result<File> {
-    let c = CString::new(name).expect("no NUL");
-    // SAFETY: openat relative to a directory we hold, result checked.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            mode,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: just opened, owned by nobody else.
-    Ok(unsafe { File::from_raw_fd(fd) })
+    use std::os::fd::AsFd;
+    crate::fd::open_at(
+        dir.as_fd(),
+        std::ffi::OsStr::new(name),
+        flags | libc::O_NOFOLLOW,
+        mode,
+    )
 }
 
-/// Reads and checks the cache file; `Err` says why it must be ignored.
 fn read_file(dir: &File, shown: &Path) -> Result<BTreeMap<String, Layout>, String> {
     let path = shown.join(FILE);
     let mut file = match open_at(dir, FILE, libc::O_RDONLY | libc::O_NONBLOCK, 0) {

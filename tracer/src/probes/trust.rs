@@ -18,7 +18,7 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
@@ -46,15 +46,7 @@ fn c_name(name: &OsStr) -> Result<CString, String> {
 
 /// `openat(dir, name, flags)`.
 fn open_at(dir: BorrowedFd<'_>, name: &OsStr, flags: i32) -> std::io::Result<OwnedFd> {
-    let c = CString::new(name.as_bytes())
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    // SAFETY: a plain openat on a NUL-terminated name; the result is checked.
-    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the descriptor was just opened and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    crate::fd::open_at(dir, name, flags, 0).map(OwnedFd::from)
 }
 
 fn fstat(fd: BorrowedFd<'_>) -> std::io::Result<libc::stat> {
@@ -230,20 +222,7 @@ fn read_link(fd: BorrowedFd<'_>) -> Result<PathBuf, String> {
 }
 
 fn open_dir(path: &Path) -> std::io::Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    // SAFETY: a plain open of a NUL-terminated path; the result is checked.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: just opened, owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    crate::fd::open(path, libc::O_PATH | libc::O_DIRECTORY).map(OwnedFd::from)
 }
 
 /// The host's root directory: PID 1's (the host's, also from a `hostPID`

@@ -8,50 +8,20 @@
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
 use std::io::{Error, ErrorKind};
-use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() }
-}
+use crate::fd::euid;
 
 fn open_dir(path: &Path) -> std::io::Result<File> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| Error::from(ErrorKind::InvalidInput))?;
-    // SAFETY: open of a NUL-terminated path; the result is checked.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(Error::last_os_error());
-    }
-    // SAFETY: just opened, owned by nobody else.
-    Ok(unsafe { File::from_raw_fd(fd) })
+    crate::fd::open(path, libc::O_RDONLY | libc::O_DIRECTORY)
 }
 
 /// `openat(dir, name, flags | O_NOFOLLOW | O_CLOEXEC, mode)`.
 fn open_at(dir: &File, name: &OsStr, flags: i32, mode: u32) -> std::io::Result<File> {
-    let c = CString::new(name.as_bytes()).map_err(|_| Error::from(ErrorKind::InvalidInput))?;
-    // SAFETY: openat relative to a directory we hold; the result is checked.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            mode,
-        )
-    };
-    if fd < 0 {
-        return Err(Error::last_os_error());
-    }
-    // SAFETY: just opened, owned by nobody else.
-    Ok(unsafe { File::from_raw_fd(fd) })
+    use std::os::fd::AsFd;
+    crate::fd::open_at(dir.as_fd(), name, flags | libc::O_NOFOLLOW, mode)
 }
 
 /// Creates `name` in `dir` (`mode` before the umask); `None` if the name exists.
