@@ -104,9 +104,15 @@ mod tests {
             .with_comm(6, Some(4))
             .with_comm_layout(3);
         assert_eq!((c.comm_arg(), c.comm_func(), c.comm_layout()), (7, 4, 3));
-        assert_eq!((c.blob_source(), c.blob_len(), c.api()), (crate::BLOB_FROM_STACK, 128, 300));
+        assert_eq!(
+            (c.blob_source(), c.blob_len(), c.api()),
+            (crate::BLOB_FROM_STACK, 128, 300)
+        );
         let p2p = ProbeCookie::new(1).with_comm(4, None);
-        assert_eq!((p2p.comm_arg(), p2p.comm_func(), p2p.comm_layout()), (5, NO_FUNC, 0));
+        assert_eq!(
+            (p2p.comm_arg(), p2p.comm_func(), p2p.comm_layout()),
+            (5, NO_FUNC, 0)
+        );
         let plain = ProbeCookie::new(1);
         assert_eq!((plain.comm_arg(), plain.comm_layout()), (0, 0));
         // Re-setting replaces.

@@ -18,12 +18,11 @@ use aya_ebpf::{
     EbpfContext,
 };
 use tracer_common::{
-    CommLayout, COMM_SLOT_SHIFT, COMM_DEV_READ, COMM_DEV_SLOT, COMM_HASH_READ, COMM_HASH_SLOT, COMM_LAYOUT_SLOTS,
-    COMM_NRANKS_READ, COMM_RANKS_SLOT, COMM_RANK_READ, COMM_SEQ_READ, COMM_SEQ_SLOT,
-    COMM_VALID_SLOT, NO_FIELD, NO_FUNC,
-    Blob, BlobCallEvent, CallEvent, EventKind, LostReason, NamedCallEvent, ProbeCookie,
-    BLOB_FROM_STACK, BLOB_LEN, DEREF_BYTES, LOST_SLOTS, MAX_ARGS, NO_RETURN, READABLE_SLOT,
-    RUNTIME_SLOT, STACK_ARGS,
+    Blob, BlobCallEvent, CallEvent, CommLayout, EventKind, LostReason, NamedCallEvent, ProbeCookie,
+    BLOB_FROM_STACK, BLOB_LEN, COMM_DEV_READ, COMM_DEV_SLOT, COMM_HASH_READ, COMM_HASH_SLOT,
+    COMM_LAYOUT_SLOTS, COMM_NRANKS_READ, COMM_RANKS_SLOT, COMM_RANK_READ, COMM_SEQ_READ,
+    COMM_SEQ_SLOT, COMM_SLOT_SHIFT, COMM_VALID_SLOT, DEREF_BYTES, LOST_SLOTS, MAX_ARGS, NO_FIELD,
+    NO_FUNC, NO_RETURN, READABLE_SLOT, RUNTIME_SLOT, STACK_ARGS,
 };
 
 /// Completed calls, drained by userspace. Its size is set at load time.
@@ -303,7 +302,9 @@ fn comm_field(base: u64, off: u32, wide: bool) -> Option<u64> {
     if wide {
         unsafe { bpf_probe_read_user(at as *const u64) }.ok()
     } else {
-        unsafe { bpf_probe_read_user(at as *const u32) }.ok().map(u64::from)
+        unsafe { bpf_probe_read_user(at as *const u32) }
+            .ok()
+            .map(u64::from)
     }
 }
 

@@ -106,6 +106,9 @@ pub struct TraceArgs {
     /// Use this libnccl instead of the one found in /proc/PID/maps (NCCL linked into another library).
     #[arg(long, value_name = "PATH")]
     pub libnccl: Option<PathBuf>,
+    /// NCCL: report ranks waiting in a collective for another, or a thread inside an NCCL call, for this long (0: never).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
+    pub nccl_stall: Duration,
     /// Start this command and trace it from its first call.
     #[arg(last = true, value_name = "CMD")]
     pub cmd: Vec<String>,
@@ -122,6 +125,9 @@ pub struct TopArgs {
     /// Refresh interval (at most an hour).
     #[arg(long, value_name = "DUR", value_parser = parse_interval, default_value = "1s")]
     pub interval: Duration,
+    /// NCCL: report ranks waiting in a collective for another, or a thread inside an NCCL call, for this long (0: never).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
+    pub nccl_stall: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -155,6 +161,9 @@ pub struct DaemonArgs {
     /// Keep the series of an exited process this long, then drop them.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "60s")]
     pub keep_exited: Duration,
+    /// NCCL: report ranks waiting in a collective for another, or a thread inside an NCCL call, for this long (0: never).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
+    pub nccl_stall: Duration,
 }
 
 /// `10s`, `2m`, `500ms`, `1h`, or plain seconds.
@@ -167,6 +176,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
     humantime::parse_duration(s)
         .map_err(|e| format!("`{s}` is not a duration like 10s, 2m or 500ms ({e})"))
+}
+
+/// `--nccl-stall`: `None` for 0 (stalls not looked for).
+pub fn stall_threshold(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
 }
 
 /// `top`'s refresh: a duration of at most an hour.

@@ -12,9 +12,9 @@ use serde_json::{json, Value};
 
 use super::render::fmt_ns;
 use crate::events::model::{Args, Call, Unaligned};
+use crate::events::nccl::arrival;
 use crate::events::{NcclStall, StallEnded};
 use crate::nccl::hash::format_comm_id;
-use crate::events::nccl::arrival;
 use crate::nccl::ranks::CrossRank;
 
 /// `ncclRemoteError`: a peer failed while this rank was in the collective
@@ -46,11 +46,14 @@ impl NcclSummary {
             return;
         }
         if let Some(why) = n.unaligned {
-            let u = self.unaligned.entry((c.pid, n.comm)).or_insert(UnalignedComm {
-                comm_id: n.ident.comm_id,
-                reason: why,
-                collectives: 0,
-            });
+            let u = self
+                .unaligned
+                .entry((c.pid, n.comm))
+                .or_insert(UnalignedComm {
+                    comm_id: n.ident.comm_id,
+                    reason: why,
+                    collectives: 0,
+                });
             u.collectives += 1;
             u.reason = why;
             return;
@@ -90,11 +93,7 @@ impl NcclSummary {
                 c.nranks,
                 c.ranks.values().filter(|r| r.collectives > 0).count()
             );
-            let _ = write!(
-                out,
-                "Collectives every rank entered: {}",
-                c.complete
-            );
+            let _ = write!(out, "Collectives every rank entered: {}", c.complete);
             match c.skew_ns_avg() {
                 Some(avg) => {
                     let _ = writeln!(
@@ -119,7 +118,11 @@ impl NcclSummary {
                 " {:>5}  {:>8}  {:>11}  {:>10}  {:>12}",
                 "Rank", "PID", "Collectives", "Times last", "Delay caused"
             );
-            let _ = writeln!(out, " {:->5}  {:->8}  {:->11}  {:->10}  {:->12}", "", "", "", "", "");
+            let _ = writeln!(
+                out,
+                " {:->5}  {:->8}  {:->11}  {:->10}  {:->12}",
+                "", "", "", "", ""
+            );
             for (rank, r) in &c.ranks {
                 let _ = writeln!(
                     out,

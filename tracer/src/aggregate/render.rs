@@ -227,7 +227,14 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
         let _ = writeln!(
             out,
             " {:<14}  {:>14}  {:>18}  {:>9}  {:>7}  {:>12}  {:>12}  {:>10}",
-            "Operation", "Comm", "Comm ID", "Ranks", "Calls", "Total Bytes", "Avg Size", "Host Time"
+            "Operation",
+            "Comm",
+            "Comm ID",
+            "Ranks",
+            "Calls",
+            "Total Bytes",
+            "Avg Size",
+            "Host Time"
         );
         let _ = writeln!(
             out,

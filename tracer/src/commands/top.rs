@@ -33,6 +33,7 @@ pub fn run(args: TopArgs, config: &Config) -> Result<ExitCode> {
     let spec = TargetSpec {
         pids: args.pids.clone(),
         all: args.all || args.pids.is_empty(),
+        nccl_stall: crate::cli::stall_threshold(args.nccl_stall),
         ..TargetSpec::default()
     };
     if !std::io::stdout().is_terminal() {

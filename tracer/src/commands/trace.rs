@@ -25,6 +25,7 @@ impl From<&TraceArgs> for TargetSpec {
             probes: a.probes.clone(),
             libcuda: a.libcuda.clone(),
             libnccl: a.libnccl.clone(),
+            nccl_stall: crate::cli::stall_threshold(a.nccl_stall),
         }
     }
 }

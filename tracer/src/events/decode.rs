@@ -5,15 +5,15 @@ use tracer_common::{
     READABLE_SLOT, RUNTIME_SLOT,
 };
 
+use super::model::{Alloc, Args, HandleKind, Launch, Memcpy, Nccl};
+use super::types::Direction;
 use crate::nccl::tracker::CommMemory;
+use crate::probes::catalogue::{Api, Shape};
 use tracer_common::{
     COMM_DEV_READ, COMM_DEV_SLOT, COMM_HASH_READ, COMM_HASH_SLOT, COMM_NRANKS_READ,
     COMM_RANKS_SLOT, COMM_RANK_READ, COMM_SEQ_READ, COMM_SEQ_SLOT, COMM_SLOT_SHIFT,
     COMM_VALID_SLOT,
 };
-use super::model::{Alloc, Args, HandleKind, Launch, Memcpy, Nccl};
-use super::types::Direction;
-use crate::probes::catalogue::{Api, Shape};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {

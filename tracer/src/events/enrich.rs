@@ -10,10 +10,10 @@ use super::decode::{decode_args, ret_of, DecodeError, RawCall};
 use super::memory::{MemoryBook, Place};
 use super::model::{Args, Call, Unaligned};
 use super::nccl::NcclState;
-use crate::nccl::libs::NcclLibraries;
 use super::types::Direction;
 use crate::names::demangle::demangle;
 use crate::names::namer::KernelNamer;
+use crate::nccl::libs::NcclLibraries;
 use crate::probes::catalogue;
 use crate::probes::discover;
 
@@ -216,7 +216,10 @@ impl Enricher {
 
     /// The identity of an NCCL call still in flight (from its entry record,
     /// as the in-flight map holds it); nothing is advanced.
-    pub fn peek_nccl(&mut self, e: &tracer_common::CallEvent) -> Option<(Call, Result<(), Unaligned>)> {
+    pub fn peek_nccl(
+        &mut self,
+        e: &tracer_common::CallEvent,
+    ) -> Option<(Call, Result<(), Unaligned>)> {
         let api = catalogue::api(e.api)?;
         let state = self.procs.get_mut(&e.pid)?;
         let raw = RawCall {
@@ -282,7 +285,10 @@ impl Enricher {
         let ret = ret_of(raw);
         let ok = ret.is_none_or(|r| r == 0);
         if api.lib == catalogue::Lib::Nccl {
-            if let Some(warning) = state.nccl.observe(&self.nccl_libs, api.name, e, &mut args, ret) {
+            if let Some(warning) = state
+                .nccl
+                .observe(&self.nccl_libs, api.name, e, &mut args, ret)
+            {
                 eprintln!("gputrace: process {}: {warning}", e.pid);
             }
         }

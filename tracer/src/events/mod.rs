@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 pub use crate::nccl::ranks::{Collective, StallEnded};
 use crate::probes::cgroup::Container;
-pub use stall::{NcclStall, StuckCall};
 use model::Call;
+pub use stall::{NcclStall, StuckCall};
 use types::LostCounts;
 
 /// What the session tells every output, in order.

@@ -43,9 +43,7 @@ pub struct NcclState {
 impl NcclState {
     fn comms(&mut self, libs: &NcclLibraries, e: &CallEvent) -> &mut ProcessComms {
         let version = libs.get(comm_slot(e)).and_then(|l| l.version());
-        let c = self
-            .comms
-            .get_or_insert_with(|| ProcessComms::new(version));
+        let c = self.comms.get_or_insert_with(|| ProcessComms::new(version));
         c.set_version(version);
         c
     }
@@ -118,7 +116,12 @@ impl NcclState {
 
     /// The identity of a call still in flight (its entry record), without
     /// advancing anything: its return will be observed later.
-    pub fn peek(&mut self, libs: &NcclLibraries, e: &CallEvent, n: &Nccl) -> Result<Identity, Unaligned> {
+    pub fn peek(
+        &mut self,
+        libs: &NcclLibraries,
+        e: &CallEvent,
+        n: &Nccl,
+    ) -> Result<Identity, Unaligned> {
         self.comms(libs, e)
             .peek(e.tid, n.comm, func_of(n), comm_memory(e))
             .map_err(|(_, why)| why)

@@ -79,16 +79,27 @@ impl NcclStall {
                         )
                     })
                     .collect();
-                o.push_str(if missing.len() == 1 { "rank " } else { "ranks " });
+                o.push_str(if missing.len() == 1 {
+                    "rank "
+                } else {
+                    "ranks "
+                });
                 rank_list(&mut o, &missing);
                 o.push_str(if missing.len() == 1 {
                     " has not entered it; "
                 } else {
                     " have not entered it; "
                 });
-                let waiting: Vec<(u32, String)> =
-                    s.waiting.iter().map(|(r, p)| (*r, format!("pid {p}"))).collect();
-                o.push_str(if waiting.len() == 1 { "rank " } else { "ranks " });
+                let waiting: Vec<(u32, String)> = s
+                    .waiting
+                    .iter()
+                    .map(|(r, p)| (*r, format!("pid {p}")))
+                    .collect();
+                o.push_str(if waiting.len() == 1 {
+                    "rank "
+                } else {
+                    "ranks "
+                });
                 rank_list(&mut o, &waiting);
                 let _ = write!(
                     o,
@@ -118,7 +129,11 @@ impl NcclStall {
                         }
                     }
                     _ => {
-                        let _ = write!(o, " on ncclComm_t {:#x} (communicator not identified", c.comm);
+                        let _ = write!(
+                            o,
+                            " on ncclComm_t {:#x} (communicator not identified",
+                            c.comm
+                        );
                         if let Some(u) = c.unaligned {
                             let _ = write!(o, ": {}", u.reason());
                         }
@@ -167,7 +182,9 @@ mod tests {
             "gputrace: NCCL stall: communicator 0x5b3f (3 ranks) AllReduce seq 41: rank 1 (pid 101 on node-a) \
              has not entered it; ranks 0 (pid 100) and 2 (pid 102) have waited 10.0 s"
         );
-        let NcclStall::Collective { mut stall, host } = s else { unreachable!() };
+        let NcclStall::Collective { mut stall, host } = s else {
+            unreachable!()
+        };
         stall.missing = vec![(1, None), (2, Some(7))];
         stall.waiting = vec![(0, 100)];
         assert_eq!(

@@ -112,7 +112,11 @@ impl NcclLibraries {
 
     /// Every build traced, by slot.
     pub fn all(&self) -> Vec<Arc<NcclLibrary>> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).slots.clone()
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .slots
+            .clone()
     }
 
     /// A library added by hand (tests).

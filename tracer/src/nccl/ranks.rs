@@ -242,7 +242,11 @@ impl CrossRank {
         let mut e = p.entries;
         e.sort_by_key(|&(rank, _, t)| (t, rank));
         let (first, last) = (e[0], e[e.len() - 1]);
-        let before = if e.len() > 1 { e[e.len() - 2].2 } else { last.2 };
+        let before = if e.len() > 1 {
+            e[e.len() - 2].2
+        } else {
+            last.2
+        };
         let done = Collective {
             comm_id,
             nranks: p.nranks,
@@ -311,15 +315,18 @@ impl CrossRank {
     pub fn forget(&mut self, comm_id: u64) {
         self.active_ns.remove(&comm_id);
         self.comms.remove(&comm_id);
-        self.pending
-            .retain(|(c, _, _), _| *c != comm_id);
+        self.pending.retain(|(c, _, _), _| *c != comm_id);
     }
 
     /// Collectives entered by some ranks and not by others for longer than
     /// `threshold_ns` at `now_ns`, reported once each; also updates each
     /// missing rank's stalled time. Returns the new stalls and those that
     /// ended since the last check.
-    pub fn check_stalls(&mut self, now_ns: u64, threshold_ns: u64) -> (Vec<Stall>, Vec<StallEnded>) {
+    pub fn check_stalls(
+        &mut self,
+        now_ns: u64,
+        threshold_ns: u64,
+    ) -> (Vec<Stall>, Vec<StallEnded>) {
         for c in self.comms.values_mut() {
             for r in c.ranks.values_mut() {
                 r.stalled_ns = 0;
@@ -374,7 +381,10 @@ impl CrossRank {
 
     /// The collectives reported as stalled and still waiting.
     pub fn stalled_keys(&self) -> impl Iterator<Item = (u64, Func, u64)> + '_ {
-        self.pending.iter().filter(|(_, p)| p.stalled).map(|(k, _)| *k)
+        self.pending
+            .iter()
+            .filter(|(_, p)| p.stalled)
+            .map(|(k, _)| *k)
     }
 
     /// The communicators, by id.
@@ -422,13 +432,19 @@ mod tests {
         assert_eq!((odd.skew_ns, odd.delay_ns), (43 * MS, 40 * MS));
         // Even collectives: ranks 1 and 2 tie at +3 ms; the tie goes to the
         // higher rank, whose delay over the one before is 0.
-        assert_eq!((done[0].skew_ns, done[0].last_rank, done[0].delay_ns), (3 * MS, 2, 0));
+        assert_eq!(
+            (done[0].skew_ns, done[0].last_rank, done[0].delay_ns),
+            (3 * MS, 2, 0)
+        );
         let c = x.comms()[&0xabc];
         assert_eq!((c.complete, c.incomplete, c.conflicts), (6, 0, 0));
         assert_eq!(c.skew_ns_max, 43 * MS);
         assert_eq!(c.skew_ns_avg(), Some((3 * 3 + 43 * 3) * MS / 6));
         let r2 = &c.ranks[&2];
-        assert_eq!((r2.collectives, r2.times_last, r2.delay_ns_total), (6, 6, 120 * MS));
+        assert_eq!(
+            (r2.collectives, r2.times_last, r2.delay_ns_total),
+            (6, 6, 120 * MS)
+        );
         assert_eq!(r2.last_seq[Func::AllReduce.index()], Some(5));
         assert_eq!(c.ranks[&0].times_last, 0);
     }

@@ -286,14 +286,26 @@ impl ProcessComms {
         mem: CommMemory,
     ) -> Result<Identity, (Identity, Unaligned)> {
         self.check(comm, &mem);
-        let mem = if self.distrust { CommMemory::default() } else { mem };
+        let mem = if self.distrust {
+            CommMemory::default()
+        } else {
+            mem
+        };
         let distrust = self.distrust;
-        let in_group = func.and_then(|f| self.groups.get(&tid).map(|g| g.1.get(&(comm, f)).copied().unwrap_or(0)));
+        let in_group = func.and_then(|f| {
+            self.groups
+                .get(&tid)
+                .map(|g| g.1.get(&(comm, f)).copied().unwrap_or(0))
+        });
         let v = self.view(comm);
         // What a traced init gave was checked against memory above; other
         // fields take memory's value when there is one (it is read now).
         let mem_id = mem.hash.filter(|&h| h != 0);
-        let id = if v.from_args { v.id.or(mem_id) } else { mem_id.or(v.id) };
+        let id = if v.from_args {
+            v.id.or(mem_id)
+        } else {
+            mem_id.or(v.id)
+        };
         let rank = v.rank.or(mem.rank);
         let nranks = v.nranks.or(mem.nranks.filter(|&n| n > 0));
         let cuda_dev = mem.cuda_dev.or(v.cuda_dev);
@@ -307,7 +319,13 @@ impl ProcessComms {
             source: None,
         };
         let Some(f) = func else { return Ok(ident) };
-        let why = |w| if distrust { Unaligned::LayoutMismatch } else { w };
+        let why = |w| {
+            if distrust {
+                Unaligned::LayoutMismatch
+            } else {
+                w
+            }
+        };
         if id.is_none() || rank.is_none() || nranks.is_none() {
             return Err((ident, why(Unaligned::NoIdentity)));
         }
@@ -332,7 +350,8 @@ impl ProcessComms {
         let Some(v) = self.comms.get(&comm).filter(|v| v.from_args) else {
             return;
         };
-        let differs = |a: Option<u64>, b: Option<u64>| matches!((a, b), (Some(x), Some(y)) if x != y);
+        let differs =
+            |a: Option<u64>, b: Option<u64>| matches!((a, b), (Some(x), Some(y)) if x != y);
         let what = if differs(v.id, mem.hash.filter(|&h| h != 0)) {
             "commHash"
         } else if differs(v.rank.map(u64::from), mem.rank.map(u64::from)) {
@@ -359,7 +378,8 @@ mod tests {
     fn id() -> Vec<u8> {
         let mut v = vec![0u8; 128];
         v[..16].copy_from_slice(&[
-            0x1e, 0x9f, 0x52, 0x36, 0xcb, 0x5b, 0x63, 0x6d, 0x02, 0x00, 0x8a, 0x75, 0xc0, 0x00, 0x02, 0x02,
+            0x1e, 0x9f, 0x52, 0x36, 0xcb, 0x5b, 0x63, 0x6d, 0x02, 0x00, 0x8a, 0x75, 0xc0, 0x00,
+            0x02, 0x02,
         ]);
         v
     }
@@ -371,10 +391,16 @@ mod tests {
         let none = CommMemory::default();
         let a = p.call(7, 0x10, Some(Func::AllReduce), none).unwrap();
         assert_eq!(a.comm_id, Some(0xfc90_ba46_7d2d_f505));
-        assert_eq!((a.rank, a.nranks, a.seq, a.source), (Some(1), Some(2), Some(0), Some(SeqSource::FromInit)));
+        assert_eq!(
+            (a.rank, a.nranks, a.seq, a.source),
+            (Some(1), Some(2), Some(0), Some(SeqSource::FromInit))
+        );
         let b = p.call(7, 0x10, Some(Func::Broadcast), none).unwrap();
         assert_eq!(b.seq, Some(0));
-        assert_eq!(p.call(7, 0x10, Some(Func::AllReduce), none).unwrap().seq, Some(1));
+        assert_eq!(
+            p.call(7, 0x10, Some(Func::AllReduce), none).unwrap().seq,
+            Some(1)
+        );
         // p2p: identity, no sequence.
         let s = p.call(7, 0x10, None, none).unwrap();
         assert_eq!((s.comm_id, s.seq), (Some(0xfc90_ba46_7d2d_f505), None));
@@ -408,19 +434,44 @@ mod tests {
         p.group_start(1);
         let seqs: Vec<u64> = [Func::AllReduce, Func::AllReduce, Func::Broadcast]
             .into_iter()
-            .map(|f| p.call(1, 0x20, Some(f), mem(if f == Func::Broadcast { 9 } else { 42 })).unwrap().seq.unwrap())
+            .map(|f| {
+                p.call(
+                    1,
+                    0x20,
+                    Some(f),
+                    mem(if f == Func::Broadcast { 9 } else { 42 }),
+                )
+                .unwrap()
+                .seq
+                .unwrap()
+            })
             .collect();
         assert_eq!(seqs, vec![42, 43, 9]);
         // Another thread is not in the group.
-        assert_eq!(p.call(2, 0x20, Some(Func::AllReduce), mem(44)).unwrap().seq, Some(44));
+        assert_eq!(
+            p.call(2, 0x20, Some(Func::AllReduce), mem(44)).unwrap().seq,
+            Some(44)
+        );
         p.group_end(1);
         p.group_end(1);
-        assert_eq!(p.call(1, 0x20, Some(Func::AllReduce), mem(44)).unwrap().seq, Some(44));
+        assert_eq!(
+            p.call(1, 0x20, Some(Func::AllReduce), mem(44)).unwrap().seq,
+            Some(44)
+        );
         // peek does not advance a group position.
         p.group_start(1);
-        assert_eq!(p.peek(1, 0x20, Some(Func::AllReduce), mem(45)).unwrap().seq, Some(45));
-        assert_eq!(p.call(1, 0x20, Some(Func::AllReduce), mem(45)).unwrap().seq, Some(45));
-        assert_eq!(p.call(1, 0x20, Some(Func::AllReduce), mem(45)).unwrap().seq, Some(46));
+        assert_eq!(
+            p.peek(1, 0x20, Some(Func::AllReduce), mem(45)).unwrap().seq,
+            Some(45)
+        );
+        assert_eq!(
+            p.call(1, 0x20, Some(Func::AllReduce), mem(45)).unwrap().seq,
+            Some(45)
+        );
+        assert_eq!(
+            p.call(1, 0x20, Some(Func::AllReduce), mem(45)).unwrap().seq,
+            Some(46)
+        );
     }
 
     #[test]
@@ -434,9 +485,13 @@ mod tests {
             ..CommMemory::default()
         };
         let e = p.call(1, 0x30, Some(Func::AllReduce), mem).unwrap_err();
-        assert_eq!((e.0.comm_id, e.0.rank, e.1), (Some(0xaa), Some(0), Unaligned::NoCounter));
         assert_eq!(
-            p.call(1, 0x31, Some(Func::AllReduce), CommMemory::default()).map_err(|e| e.1),
+            (e.0.comm_id, e.0.rank, e.1),
+            (Some(0xaa), Some(0), Unaligned::NoCounter)
+        );
+        assert_eq!(
+            p.call(1, 0x31, Some(Func::AllReduce), CommMemory::default())
+                .map_err(|e| e.1),
             Err(Unaligned::NoIdentity)
         );
         // A memory read that contradicts a traced init: memory is off.
@@ -447,7 +502,14 @@ mod tests {
             ..CommMemory::default()
         };
         let a = p.call(1, 0x40, Some(Func::AllReduce), wrong).unwrap();
-        assert_eq!((a.comm_id, a.seq, a.source), (Some(0xfc90_ba46_7d2d_f505), Some(0), Some(SeqSource::FromInit)));
+        assert_eq!(
+            (a.comm_id, a.seq, a.source),
+            (
+                Some(0xfc90_ba46_7d2d_f505),
+                Some(0),
+                Some(SeqSource::FromInit)
+            )
+        );
         assert!(p.mismatch.as_deref().unwrap().contains("commHash"));
         assert_eq!(
             p.call(1, 0x30, Some(Func::AllReduce), mem).map_err(|e| e.1),
@@ -465,7 +527,10 @@ mod tests {
         let none = CommMemory::default();
         let c1 = p.peek(1, 0x51, None, none).unwrap();
         assert_eq!(c1.comm_id, split_hash(V, parent, 1, 7));
-        assert_eq!(p.peek(1, 0x52, None, none).unwrap().comm_id, split_hash(V, parent, 2, 7));
+        assert_eq!(
+            p.peek(1, 0x52, None, none).unwrap().comm_id,
+            split_hash(V, parent, 2, 7)
+        );
         // Its rank comes from memory at its first collective.
         let mem = CommMemory {
             hash: split_hash(V, parent, 1, 7),
@@ -474,7 +539,10 @@ mod tests {
             ..CommMemory::default()
         };
         let a = p.call(1, 0x51, Some(Func::AllReduce), mem).unwrap();
-        assert_eq!((a.rank, a.seq, a.source), (Some(1), Some(0), Some(SeqSource::FromInit)));
+        assert_eq!(
+            (a.rank, a.seq, a.source),
+            (Some(1), Some(0), Some(SeqSource::FromInit))
+        );
         // A parent created before attach: the child's id only from memory.
         p.split(0x60, 7, 0x61);
         assert_eq!(p.peek(1, 0x61, None, none).unwrap().comm_id, None);

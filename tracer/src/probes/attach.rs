@@ -11,11 +11,11 @@ use aya::{Ebpf, EbpfLoader};
 use tracer_common::{CommLayout as ProbeLayout, LostReason, LOST_SLOTS};
 
 use super::catalogue::{Lib, ProbeSelection};
-use crate::nccl::libs::{NcclLibraries, Slot};
 use super::discover::LibraryFile;
 use super::multi::{MultiLink, MultiPrograms};
 use super::symbols::{resolve_symbols, ResolvedSymbol};
 use crate::events::types::LostCounts;
+use crate::nccl::libs::{NcclLibraries, Slot};
 
 const ENTRY: &str = "call_entry";
 const RETURN: &str = "call_return";
@@ -383,7 +383,9 @@ impl Probes {
 
     /// A handle on the in-flight map (entry records of calls not returned),
     /// read to find threads stuck inside a call.
-    pub fn take_inflight(&mut self) -> anyhow::Result<aya::maps::HashMap<MapData, u64, tracer_common::CallEvent>> {
+    pub fn take_inflight(
+        &mut self,
+    ) -> anyhow::Result<aya::maps::HashMap<MapData, u64, tracer_common::CallEvent>> {
         let map = self
             .ebpf
             .take_map("INFLIGHT")

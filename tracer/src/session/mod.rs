@@ -242,6 +242,10 @@ impl Session {
         match e {
             Event::ProcessSeen(info) => self.enricher.add(info.pid, info.comm.clone()),
             Event::ProcessGone { pid, .. } => self.enricher.forget(*pid),
+            // One stderr line each, whatever the sinks (trace, daemon; top
+            // shows its captured stderr).
+            Event::NcclStall(s) => eprintln!("{}", s.line()),
+            Event::NcclStallEnded(e) => eprintln!("{}", crate::events::stall::ended_line(e)),
             _ => {}
         }
     }

@@ -54,7 +54,10 @@ fn hostname() -> String {
 }
 
 impl NcclWatch {
-    pub(super) fn new(threshold: Option<Duration>, inflight: Option<BpfHashMap<MapData, u64, CallEvent>>) -> Self {
+    pub(super) fn new(
+        threshold: Option<Duration>,
+        inflight: Option<BpfHashMap<MapData, u64, CallEvent>>,
+    ) -> Self {
         Self {
             cross: CrossRank::new(),
             threshold,
@@ -85,14 +88,18 @@ impl NcclWatch {
     /// The check tick: collectives entered by ranks still inside them (from
     /// the in-flight map), then stalls and stuck calls past the threshold.
     pub(super) fn check(&mut self, enricher: &mut Enricher, clock: Clock, out: &mut Vec<Event>) {
-        let Some(threshold) = self.threshold else { return };
+        let Some(threshold) = self.threshold else {
+            return;
+        };
         let threshold_ns = threshold.as_nanos() as u64;
         let now_mono = Clock::now_mono_ns();
         let now = clock.to_unix_ns(now_mono);
         let mut stuck = Vec::new();
         if let Some(map) = &self.inflight {
             for (_, e) in map.iter().filter_map(Result::ok) {
-                let Some(api) = catalogue::api(e.api) else { continue };
+                let Some(api) = catalogue::api(e.api) else {
+                    continue;
+                };
                 if api.lib != Lib::Nccl || e.dur_ns != NO_RETURN {
                     continue;
                 }
@@ -100,7 +107,9 @@ impl NcclWatch {
                 if age < threshold_ns {
                     continue;
                 }
-                let Some((call, known)) = enricher.peek_nccl(&e) else { continue };
+                let Some((call, known)) = enricher.peek_nccl(&e) else {
+                    continue;
+                };
                 if let Some(a) = arrival(&call) {
                     if let Some(done) = self.cross.arrive(a) {
                         out.push(Event::NcclCollective(done));

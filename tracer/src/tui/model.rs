@@ -289,6 +289,9 @@ pub struct Model {
     pub lost: u64,
     /// Probes attached.
     pub probes: usize,
+    /// NCCL collectives stalled now (communicator id, op, sequence), with
+    /// the stall's line; stuck calls stay until the process is gone.
+    pub nccl_stalls: BTreeMap<(u64, &'static str, u64), String>,
 }
 
 impl Model {
@@ -317,8 +320,26 @@ impl Model {
         }
     }
 
+    /// A stall said by the session.
+    pub fn nccl_stall(&mut self, s: &crate::events::NcclStall) {
+        use crate::events::NcclStall;
+        let key = match s {
+            NcclStall::Collective { stall, .. } => (stall.comm_id, stall.func.name(), stall.seq),
+            // Keyed by the process: a stuck call is shown until it exits.
+            NcclStall::Stuck(c) => (u64::from(c.pid), "stuck", c.entered_ns),
+        };
+        self.nccl_stalls.insert(key, s.line());
+    }
+
+    /// A collective stall is over.
+    pub fn nccl_stall_over(&mut self, e: &crate::events::StallEnded) {
+        self.nccl_stalls.remove(&(e.comm_id, e.func.name(), e.seq));
+    }
+
     /// Marks a process the session says is gone (exited at `exited_ns`).
     pub fn gone(&mut self, pid: u32, exited_ns: u64) {
+        self.nccl_stalls
+            .retain(|k, _| k.1 != "stuck" || k.0 != u64::from(pid));
         if let Some(p) = self.processes.get_mut(&pid) {
             p.exited_at_ns.get_or_insert(exited_ns);
         }

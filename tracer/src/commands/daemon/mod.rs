@@ -29,6 +29,7 @@ const FLUSH_EVERY: Duration = Duration::from_secs(1);
 pub fn run(args: DaemonArgs, config: &Config) -> Result<ExitCode> {
     let spec = TargetSpec {
         all: true,
+        nccl_stall: crate::cli::stall_threshold(args.nccl_stall),
         ..TargetSpec::default()
     };
     preflight(&spec)?;

@@ -99,7 +99,9 @@ fn opt_hex(v: &Value, k: &str) -> Result<Option<u64>, String> {
 }
 
 fn u(v: &Value, k: &str) -> Result<u64, String> {
-    v.get(k).and_then(Value::as_u64).ok_or_else(|| format!("`{k}` is not a number"))
+    v.get(k)
+        .and_then(Value::as_u64)
+        .ok_or_else(|| format!("`{k}` is not a number"))
 }
 
 fn u32_of(v: &Value, k: &str) -> Result<u32, String> {
@@ -169,7 +171,10 @@ pub fn parse_nccl_record(v: &Value) -> Option<Result<NcclRecord, String>> {
 
 fn parse_stall(v: &Value) -> Result<NcclStall, String> {
     if v.get("kind").and_then(Value::as_str) == Some("inside_call") {
-        let api = v.get("api").and_then(Value::as_str).ok_or("`api` is not a string")?;
+        let api = v
+            .get("api")
+            .and_then(Value::as_str)
+            .ok_or("`api` is not a string")?;
         let api = crate::probes::catalogue::api_by_name(api)
             .map(|a| a.name)
             .ok_or_else(|| format!("`{api}` is not an NCCL call gputrace traces"))?;
@@ -281,13 +286,17 @@ mod tests {
         };
         let back = |v: Value| {
             let text = v.to_string();
-            parse_nccl_record(&serde_json::from_str(&text).unwrap()).unwrap().unwrap()
+            parse_nccl_record(&serde_json::from_str(&text).unwrap())
+                .unwrap()
+                .unwrap()
         };
         assert_eq!(back(collective_json(&c)), NcclRecord::Collective(c));
         assert_eq!(back(stall_json(&stall)), NcclRecord::Stall(stall));
         assert_eq!(back(stall_json(&stuck)), NcclRecord::Stall(stuck));
         assert_eq!(back(stall_over_json(&over)), NcclRecord::StallOver(over));
         assert!(parse_nccl_record(&json!({"type": "summary"})).is_none());
-        assert!(parse_nccl_record(&json!({"type": "nccl_collective"})).unwrap().is_err());
+        assert!(parse_nccl_record(&json!({"type": "nccl_collective"}))
+            .unwrap()
+            .is_err());
     }
 }

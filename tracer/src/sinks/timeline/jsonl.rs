@@ -31,6 +31,16 @@ impl JsonlWriter {
         Ok(())
     }
 
+    /// A record other than a call, on a line of its own.
+    pub fn record(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
+        self.line.clear();
+        self.line.push_str(&record.to_string());
+        self.line.push('\n');
+        self.out.write_all(self.line.as_bytes())?;
+        self.written += self.line.len() as u64;
+        Ok(())
+    }
+
     /// Bytes of events written so far.
     pub fn bytes_written(&self) -> u64 {
         self.written

@@ -26,6 +26,10 @@ pub trait TimelineFile: Send + 'static {
     /// What the probes could not record so far (counts since the start).
     fn lost(&mut self, _lost: LostCounts) {}
 
+    /// A record that is not a call: the cross-rank NCCL records
+    /// (`nccl_collective`, `nccl_stall`, `nccl_stall_over`; docs/events.md).
+    fn record(&mut self, record: &serde_json::Value) -> std::io::Result<()>;
+
     /// Makes what was written readable in the file now.
     fn flush(&mut self) -> std::io::Result<()>;
 
@@ -80,6 +84,13 @@ impl TimelineFile for Timeline {
         match self {
             Self::Jsonl(w) => w.write(call),
             Self::Chrome(w) => w.write(call, device_bytes),
+        }
+    }
+
+    fn record(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
+        match self {
+            Self::Jsonl(w) => w.record(record),
+            Self::Chrome(w) => w.record(record),
         }
     }
 

@@ -10,8 +10,9 @@ use std::io::{BufRead, BufReader, Read};
 
 use serde_json::{Map, Value};
 
+use super::chrome::CROSS_RANK_CAT;
 use crate::aggregate::summary::Summary;
-use crate::events::json::parse_call;
+use crate::events::json::{parse_call, parse_nccl_record, NcclRecord};
 use crate::events::types::LostCounts;
 
 /// Longest line accepted; longer ones are reported as corrupt, not buffered.
@@ -151,9 +152,13 @@ pub fn read_timeline<R: Read>(input: R) -> std::io::Result<StatsInput> {
                         summary.lost = l;
                     }
                 }
-                Ok(v) => match parse_call(&v) {
-                    Ok(c) => summary.record(&c),
-                    Err(e) => problems.add(lineno, e.to_string()),
+                Ok(v) => match parse_nccl_record(&v) {
+                    Some(Ok(r)) => cross_rank(&mut summary, r),
+                    Some(Err(e)) => problems.add(lineno, e),
+                    None => match parse_call(&v) {
+                        Ok(c) => summary.record(&c),
+                        Err(e) => problems.add(lineno, e.to_string()),
+                    },
                 },
                 Err(e) => problems.add(lineno, describe_json_error(&e)),
             },
@@ -176,6 +181,15 @@ pub fn read_timeline<R: Read>(input: R) -> std::io::Result<StatsInput> {
                     continue;
                 }
                 match serde_json::from_str::<Value>(t) {
+                    Ok(v) if v.get("cat").and_then(Value::as_str) == Some(CROSS_RANK_CAT) => {
+                        match v.get("args").and_then(parse_nccl_record) {
+                            Some(Ok(r)) => cross_rank(&mut summary, r),
+                            Some(Err(e)) => problems.add(lineno, e),
+                            None => {
+                                problems.add(lineno, "a cross-rank event without its record".into())
+                            }
+                        }
+                    }
                     Ok(v) => match chrome_event(&v, *origin, comms) {
                         Ok(Some(c)) => summary.record(&c),
                         Ok(None) => {}
@@ -192,6 +206,16 @@ pub fn read_timeline<R: Read>(input: R) -> std::io::Result<StatsInput> {
         problems,
         complete,
     })
+}
+
+/// A cross-rank record read back: stalls are kept as said; collectives
+/// are matched again from the calls (so they need nothing here).
+fn cross_rank(summary: &mut Summary, r: NcclRecord) {
+    match r {
+        NcclRecord::Collective(_) => {}
+        NcclRecord::Stall(s) => summary.nccl.stall(&s),
+        NcclRecord::StallOver(e) => summary.nccl.stall_over(&e),
+    }
 }
 
 fn describe_json_error(e: &serde_json::Error) -> String {

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::TimelineFile;
 use crate::error::Failure;
+use crate::events::json::{collective_json, stall_json, stall_over_json};
 use crate::events::model::Call;
 use crate::events::Event;
 use crate::sinks::{Halt, Sink, Status};
@@ -24,6 +25,7 @@ type Batch = Vec<(Call, Option<u64>)>;
 enum Message {
     Calls(Batch),
     Lost(crate::events::types::LostCounts),
+    Record(serde_json::Value),
     Flush,
 }
 
@@ -68,6 +70,7 @@ fn write_messages<T: TimelineFile>(
                 file.lost(lost);
                 Ok(())
             }
+            Message::Record(r) => file.record(&r),
             Message::Flush => file.flush(),
         };
         if let Err(e) = result {
@@ -140,6 +143,15 @@ impl<T: TimelineFile> TimelineSink<T> {
         self.send(Message::Calls(batch));
     }
 
+    /// A cross-rank record, after the calls before it.
+    fn record(&mut self, record: serde_json::Value) {
+        if self.tx.is_none() {
+            return;
+        }
+        self.send_batch();
+        self.send(Message::Record(record));
+    }
+
     fn take_error(&self) -> Option<std::io::Error> {
         self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
@@ -170,6 +182,9 @@ impl<T: TimelineFile> Sink for TimelineSink<T> {
                 self.send_batch();
                 self.send(Message::Lost(report.total));
             }
+            Event::NcclCollective(c) => self.record(collective_json(c)),
+            Event::NcclStall(s) => self.record(stall_json(s)),
+            Event::NcclStallEnded(e) => self.record(stall_over_json(e)),
             Event::ProcessSeen(_) | Event::ProcessGone { .. } => {}
         }
     }
