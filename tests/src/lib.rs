@@ -328,7 +328,9 @@ pub fn of_api<'a>(events: &'a [Value], api: &str) -> Vec<&'a Value> {
 pub fn counts(events: &[Value]) -> std::collections::BTreeMap<String, u64> {
     let mut m = std::collections::BTreeMap::new();
     for e in events {
-        *m.entry(e["api"].as_str().unwrap().to_string()).or_default() += 1;
+        if let Some(api) = e["api"].as_str() {
+            *m.entry(api.to_string()).or_default() += 1;
+        }
     }
     m
 }

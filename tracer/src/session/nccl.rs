@@ -80,7 +80,12 @@ impl NcclWatch {
                 self.cross.rank_seen(*id, n, r, c.pid);
                 None
             }
-            Args::Nccl(_) => self.cross.arrive(arrival(c)?).map(Event::NcclCollective),
+            // A 1-rank communicator has nothing to compare: no event.
+            Args::Nccl(_) => self
+                .cross
+                .arrive(arrival(c)?)
+                .filter(|done| done.nranks > 1)
+                .map(Event::NcclCollective),
             _ => None,
         }
     }
@@ -111,7 +116,7 @@ impl NcclWatch {
                     continue;
                 };
                 if let Some(a) = arrival(&call) {
-                    if let Some(done) = self.cross.arrive(a) {
+                    if let Some(done) = self.cross.arrive(a).filter(|d| d.nranks > 1) {
                         out.push(Event::NcclCollective(done));
                     }
                 }
