@@ -148,7 +148,8 @@ fn metric_names(text: &str, prefix: &str) -> std::collections::BTreeSet<String> 
 #[test]
 fn nccl_rules_and_dashboard_use_what_is_served_and_recorded() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let read =
+        |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
     let rules = read("deploy/prometheus/gputrace-nccl.rules.yml");
     let dashboard = read("deploy/grafana/gputrace-nccl.json");
     let docs = read("docs/metrics.md");
@@ -167,12 +168,20 @@ fn nccl_rules_and_dashboard_use_what_is_served_and_recorded() {
         assert!(recorded.contains(name), "{name} is used but not recorded");
     }
     // Every raw series they use is served by the daemon and documented.
-    for name in metric_names(&rules, "gputrace_nccl_").union(&metric_names(&dashboard, "gputrace_nccl_")) {
+    for name in
+        metric_names(&rules, "gputrace_nccl_").union(&metric_names(&dashboard, "gputrace_nccl_"))
+    {
         let family = ["_bucket", "_sum", "_count"]
             .iter()
             .find_map(|s| name.strip_suffix(s))
             .unwrap_or(name);
-        assert!(served.contains(&format!("\"{family}\"")), "{family} is not served");
-        assert!(docs.contains(&format!("`{family}`")), "{family} is not in docs/metrics.md");
+        assert!(
+            served.contains(&format!("\"{family}\"")),
+            "{family} is not served"
+        );
+        assert!(
+            docs.contains(&format!("`{family}`")),
+            "{family} is not in docs/metrics.md"
+        );
     }
 }

@@ -115,12 +115,25 @@ fn a_late_rank_is_named_with_the_delay_it_caused() {
             .unwrap();
         let row = &proc_["nccl"][0];
         assert_eq!(
-            (row["comm_id"].as_str(), &row["rank"], &row["nranks"], &row["count"]),
-            (Some(comm_id.as_str()), &Value::from(r), &Value::from(3), &Value::from(12)),
+            (
+                row["comm_id"].as_str(),
+                &row["rank"],
+                &row["nranks"],
+                &row["count"]
+            ),
+            (
+                Some(comm_id.as_str()),
+                &Value::from(r),
+                &Value::from(3),
+                &Value::from(12)
+            ),
             "{proc_}"
         );
         let e = rank_of(&summary, *pid);
-        assert_eq!((&e["rank"], &e["collectives"]), (&Value::from(r), &Value::from(12)));
+        assert_eq!(
+            (&e["rank"], &e["collectives"]),
+            (&Value::from(r), &Value::from(12))
+        );
     }
 
     // Per collective: the late ones have rank 2 last, by LATE_MS.
@@ -133,11 +146,18 @@ fn a_late_rank_is_named_with_the_delay_it_caused() {
     let ms = 1_000_000u64;
     let mut late_total = 0;
     for c in &colls {
-        assert_eq!((c["comm_id"].as_str(), c["op"].as_str()), (Some(comm_id.as_str()), Some("AllReduce")));
+        assert_eq!(
+            (c["comm_id"].as_str(), c["op"].as_str()),
+            (Some(comm_id.as_str()), Some("AllReduce"))
+        );
         let seq = c["seq"].as_u64().unwrap();
         let delay = c["delay_ns"].as_u64().unwrap();
         if (seq + 1) % 3 == 0 {
-            assert_eq!((c["last_rank"].as_u64(), c["last_pid"].as_u64()), (Some(2), Some(u64::from(p[2]))), "{c}");
+            assert_eq!(
+                (c["last_rank"].as_u64(), c["last_pid"].as_u64()),
+                (Some(2), Some(u64::from(p[2]))),
+                "{c}"
+            );
             assert!(
                 (LATE_MS * ms..(LATE_MS + 100) * ms).contains(&delay),
                 "seq {seq}: delay {delay} ns for a {LATE_MS} ms sleep"
@@ -145,7 +165,10 @@ fn a_late_rank_is_named_with_the_delay_it_caused() {
             assert!(c["skew_ns"].as_u64().unwrap() >= delay);
             late_total += delay;
         } else {
-            assert!(delay < 100 * ms, "seq {seq}: delay {delay} ns without a sleep");
+            assert!(
+                delay < 100 * ms,
+                "seq {seq}: delay {delay} ns without a sleep"
+            );
         }
     }
     // Every call's sequence number is NCCL's counter, read from the
@@ -165,7 +188,10 @@ fn a_late_rank_is_named_with_the_delay_it_caused() {
     let r2 = rank_of(&summary, p[2]);
     assert!(r2["times_last"].as_u64().unwrap() >= 4, "{r2}");
     let total = r2["delay_ns_total"].as_u64().unwrap();
-    assert!(total >= late_total && total < late_total + 8 * 100 * ms, "{r2}");
+    assert!(
+        total >= late_total && total < late_total + 8 * 100 * ms,
+        "{r2}"
+    );
     let on_time: u64 = p[..2]
         .iter()
         .map(|pid| rank_of(&summary, *pid)["delay_ns_total"].as_u64().unwrap())
@@ -180,7 +206,9 @@ fn a_late_rank_is_named_with_the_delay_it_caused() {
     assert_eq!(again["nccl_comms"], summary["nccl_comms"]);
     let text = run_gputrace(&["stats", out.to_str().unwrap()]).stdout;
     assert!(
-        text.contains(&format!("== NCCL communicator {comm_id} (3 ranks, 3 traced) ==")),
+        text.contains(&format!(
+            "== NCCL communicator {comm_id} (3 ranks, 3 traced) =="
+        )),
         "{text}"
     );
 }
@@ -244,15 +272,146 @@ fn a_stopping_rank_is_named_in_the_stall_line() {
     let all = f.stderr_text();
     assert_eq!(all.matches("gputrace: NCCL stall:").count(), 1, "{all}");
     assert!(f.stdout.contains("\nNCCL stalls:\n"), "{}", f.stdout);
-    assert!(f.stdout.contains(&want["gputrace: NCCL stall: ".len()..]), "{}", f.stdout);
+    assert!(
+        f.stdout.contains(&want["gputrace: NCCL stall: ".len()..]),
+        "{}",
+        f.stdout
+    );
     let (events, summary) = read_jsonl(&out);
-    let stalls: Vec<&Value> = events.iter().filter(|e| e["type"] == "nccl_stall").collect();
+    let stalls: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "nccl_stall")
+        .collect();
     assert_eq!(stalls.len(), 1);
     assert_eq!(
-        (&stalls[0]["seq"], &stalls[0]["missing"][0]["rank"], &stalls[0]["comm_id"]),
-        (&Value::from(3), &Value::from(1), &Value::from(summary_id.as_str()))
+        (
+            &stalls[0]["seq"],
+            &stalls[0]["missing"][0]["rank"],
+            &stalls[0]["comm_id"]
+        ),
+        (
+            &Value::from(3),
+            &Value::from(1),
+            &Value::from(summary_id.as_str())
+        )
     );
     assert_eq!(summary["nccl_stalls"].as_array().unwrap().len(), 1);
     // Three collectives complete, the fourth not.
     assert_eq!(summary["nccl_comms"][0]["collectives_complete"], 3);
+}
+
+/// The daemon's per-(communicator, rank) series: rank 1 is late by
+/// LATE_MS before collective 3, then stops before collective 6.
+#[test]
+fn the_daemon_serves_per_rank_series_and_the_stall() {
+    use gputrace_tests::node::{sample, Daemon};
+    let dir = scratch("nccl-daemon");
+    let late = LATE_MS.to_string();
+    let mut ws = ranks(
+        2,
+        &dir.join("id"),
+        &[
+            &["--nccl", "10"],
+            &[
+                "--nccl",
+                "10",
+                "--late-ms",
+                &late,
+                "--late-every",
+                "4",
+                "--stop-after",
+                "6",
+            ],
+        ],
+    );
+    let d = Daemon::start(&["--nccl-stall", "1s"], &[]);
+    for w in ws.iter_mut() {
+        w.go();
+    }
+    let (p0, p1) = (ws[0].pid.to_string(), ws[1].pid.to_string());
+    // Our communicator: the one whose rank 1 is our process (the daemon
+    // may see other tests' ranks too).
+    let our_comm = |m: &str| -> Option<String> {
+        let info = m.lines().find(|l| {
+            l.starts_with("gputrace_nccl_rank_info{")
+                && l.contains("rank=\"1\"")
+                && l.contains(&format!("pid=\"{p1}\""))
+        })?;
+        Some(
+            info.split("comm_id=\"")
+                .nth(1)?
+                .split('"')
+                .next()?
+                .to_string(),
+        )
+    };
+    let m = d.wait_metrics(Duration::from_secs(30), |m| {
+        our_comm(m).is_some_and(|c| {
+            sample(
+                m,
+                "gputrace_nccl_stalls_total",
+                &[("comm_id", &c), ("rank", "1")],
+            )
+            .is_some_and(|v| v >= 1.0)
+        })
+    });
+    let comm_id = &our_comm(&m).unwrap()[..];
+    let id = |rank: &'static str| [("comm_id", comm_id), ("rank", rank), ("nranks", "2")];
+    assert!(
+        sample(
+            &m,
+            "gputrace_nccl_rank_info",
+            &[("comm_id", comm_id), ("rank", "0"), ("pid", &p0)]
+        )
+        .is_some(),
+        "{m}"
+    );
+    let op = ("op", "AllReduce");
+    for rank in ["0", "1"] {
+        let l = [&id(rank)[..], &[op]].concat();
+        assert_eq!(
+            sample(&m, "gputrace_nccl_collectives_total", &l),
+            Some(6.0),
+            "rank {rank}\n{m}"
+        );
+        assert_eq!(
+            sample(&m, "gputrace_nccl_last_seq", &l),
+            Some(5.0),
+            "rank {rank}"
+        );
+    }
+    let sk = [("comm_id", comm_id), ("nranks", "2")];
+    assert_eq!(
+        sample(&m, "gputrace_nccl_arrival_skew_seconds_count", &sk),
+        Some(6.0)
+    );
+    assert!(
+        sample(&m, "gputrace_nccl_arrival_skew_seconds_sum", &sk).unwrap() >= LATE_MS as f64 / 1e3
+    );
+    assert!(sample(&m, "gputrace_nccl_last_arrivals_total", &id("1")).unwrap() >= 1.0);
+    let delay = sample(&m, "gputrace_nccl_delay_caused_seconds_total", &id("1")).unwrap();
+    assert!(
+        (LATE_MS as f64 / 1e3..LATE_MS as f64 / 1e3 + 0.5).contains(&delay),
+        "{delay}"
+    );
+    assert_eq!(
+        sample(&m, "gputrace_nccl_stalls_total", &id("1")),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&m, "gputrace_nccl_stalls_total", &id("0")),
+        Some(0.0)
+    );
+    assert!(sample(&m, "gputrace_nccl_stalled_seconds", &id("1")).unwrap() >= 1.0);
+    assert_eq!(
+        sample(&m, "gputrace_nccl_stalled_seconds", &id("0")),
+        Some(0.0)
+    );
+    for w in &ws {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(w.pid as i32, libc::SIGTERM) };
+    }
+    for w in ws {
+        let _ = w.finish();
+    }
 }

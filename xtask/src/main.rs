@@ -219,8 +219,14 @@ fn promtool_rules() -> Result<()> {
     if tests.is_empty() {
         bail!("no rule tests (*.test.yml) in {}", dir.display());
     }
-    run(Command::new("promtool").current_dir(&dir).args(["check", "rules"]).args(&rules))?;
-    run(Command::new("promtool").current_dir(&dir).args(["test", "rules"]).args(&tests))
+    run(Command::new("promtool")
+        .current_dir(&dir)
+        .args(["check", "rules"])
+        .args(&rules))?;
+    run(Command::new("promtool")
+        .current_dir(&dir)
+        .args(["test", "rules"])
+        .args(&tests))
 }
 
 unsafe extern "C" {

@@ -481,6 +481,7 @@ mod tests {
                 nranks: 4,
                 rank: Some(3),
                 unique_id: Some(id.into()),
+                comm_id: None,
             }
         );
         // A failed read leaves an empty blob: no id rather than a wrong one.
