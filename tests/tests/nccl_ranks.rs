@@ -50,7 +50,7 @@ fn hostname() -> String {
 }
 
 /// The `nccl_ranks` entry of a pid.
-fn rank_of<'a>(summary: &'a Value, pid: u32) -> &'a Value {
+fn rank_of(summary: &Value, pid: u32) -> &Value {
     summary["nccl_ranks"]
         .as_array()
         .unwrap()

@@ -140,13 +140,16 @@ struct CommView {
     splits: i32,
 }
 
+/// A thread's group depth, and each (comm, func)'s calls in the group.
+type GroupState = (u32, HashMap<(u64, Func), u64>);
+
 /// One process's communicators and its threads' group nesting.
 #[derive(Debug)]
 pub struct ProcessComms {
     version: Option<NcclVersion>,
     comms: HashMap<u64, CommView>,
     /// Per thread: group depth and each (comm, func)'s calls in the group.
-    groups: HashMap<u32, (u32, HashMap<(u64, Func), u64>)>,
+    groups: HashMap<u32, GroupState>,
     /// Memory reads no longer trusted (they contradicted a traced init).
     distrust: bool,
     /// Set once when `distrust` is decided, for one warning.

@@ -313,6 +313,17 @@ fn parse_nccl_op(s: &str) -> Option<NcclOp> {
     .find(|o| o.name() == s)
 }
 
+/// `"00ff…"` → bytes.
+fn parse_hex_bytes(s: &str) -> Option<Box<[u8]>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,15 +391,4 @@ mod tests {
                 .unwrap();
         assert_eq!(parse_call(&v), Err(ParseError::Field("ts_ns")));
     }
-}
-
-/// `"00ff…"` → bytes.
-fn parse_hex_bytes(s: &str) -> Option<Box<[u8]>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
