@@ -415,3 +415,106 @@ fn the_daemon_serves_per_rank_series_and_the_stall() {
         let _ = w.finish();
     }
 }
+
+/// Communicators made before gputrace attached (`--nccl-init-early`): no
+/// init is traced, so the id, rank, size, device and sequence numbers come
+/// from the communicator's memory, at offsets decoded from the simulated
+/// libnccl's machine code. The id is the one the library itself logs.
+#[test]
+fn communicators_created_before_attach_are_read_from_memory() {
+    let dir = scratch("nccl-early");
+    let id_file = dir.join("id");
+    // Both ranks at once: the init waits for every rank.
+    let ws: Vec<Workload> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let id_file = id_file.to_str().unwrap();
+                s.spawn(move || {
+                    let rank = r.to_string();
+                    let dev = (r * 3).to_string();
+                    let mut cmd = std::process::Command::new(workload_bin());
+                    cmd.env("NCCL_DEBUG", "INFO");
+                    Workload::start_with(
+                        cmd,
+                        &[
+                            "--ranks",
+                            "2",
+                            "--rank",
+                            &rank,
+                            "--id-file",
+                            id_file,
+                            "--threads",
+                            "1",
+                            "--nccl-allreduce-only",
+                            "--nccl",
+                            "5",
+                            "--nccl-init-early",
+                            "--cuda-dev",
+                            &dev,
+                        ],
+                    )
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // `... NCCL INFO ncclCommInitRank comm 0x… rank 0 nranks 2 ... commId 0x… - Init COMPLETE`
+    let logged = ws[0]
+        .stdout
+        .seen
+        .iter()
+        .find(|l| l.contains("Init COMPLETE"))
+        .and_then(|l| l.split("commId ").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("no Init COMPLETE line: {:?}", ws[0].stdout.seen))
+        .to_string();
+    let out = dir.join("t.jsonl");
+    let mut ws = ws;
+    let pids = pids(&ws);
+    let t = Tracer::attach(&[
+        "--pid",
+        &pids,
+        "--output",
+        out.to_str().unwrap(),
+        "--summary",
+        "none",
+    ]);
+    for w in ws.iter_mut() {
+        w.go();
+    }
+    let p: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    for w in ws {
+        let (status, _) = w.finish();
+        assert!(status.success(), "a rank failed: {status}");
+    }
+    let f = t.finish(Duration::from_secs(60));
+    assert!(f.status.success(), "{}", f.stderr_text());
+    let (events, summary) = read_jsonl(&out);
+    assert!(
+        of_api(&events, "ncclCommInitRank").is_empty(),
+        "the init was before the attach"
+    );
+    for (r, pid) in p.iter().enumerate() {
+        let calls: Vec<&Value> = events
+            .iter()
+            .filter(|c| c["api"] == "ncclAllReduce" && c["pid"] == *pid)
+            .collect();
+        assert_eq!(calls.len(), 5);
+        let mut seqs = Vec::new();
+        for c in calls {
+            let a = &c["args"];
+            assert_eq!(a["comm_id"], logged.as_str(), "{c}");
+            assert_eq!(
+                (&a["rank"], &a["nranks"], &a["cuda_dev"]),
+                (&Value::from(r), &Value::from(2), &Value::from(r * 3)),
+                "{c}"
+            );
+            assert_eq!(a["seq_from"], "counter");
+            seqs.push(a["seq"].as_u64().unwrap());
+        }
+        seqs.sort();
+        assert_eq!(seqs, vec![0, 1, 2, 3, 4]);
+    }
+    assert_eq!(summary["nccl_comms"][0]["comm_id"], logged.as_str());
+    assert_eq!(summary["nccl_comms"][0]["collectives_complete"], 5);
+}

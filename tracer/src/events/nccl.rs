@@ -85,6 +85,14 @@ impl NcclState {
                 }
                 *comm_id = comms.comm_id_of(*c);
             }
+            // Traced `:args` only: no communicator handle, but the id is
+            // the hash of the ncclUniqueId passed.
+            Args::CommInit {
+                comm: None,
+                unique_id: Some(id),
+                comm_id,
+                ..
+            } if ok => *comm_id = self.comms(libs, e).id_of_unique_id(id),
             Args::CommSplit {
                 comm,
                 color,

@@ -192,11 +192,14 @@ impl ProcessComms {
 
     /// `ncclCommInitRank(Config)`/`InitRankScalable` returned: `id` is the
     /// (first) `ncclUniqueId` the call was given, when the probe copied it.
+    /// The id of a communicator made from `id` (its hash as this
+    /// process's NCCL release computes it), when the release is known.
+    pub fn id_of_unique_id(&self, id: &[u8]) -> Option<u64> {
+        Some(comm_hash(self.version?, id))
+    }
+
     pub fn init(&mut self, comm: u64, nranks: u32, rank: u32, id: Option<&[u8]>) {
-        let id = match (id, self.version) {
-            (Some(bytes), Some(v)) => Some(comm_hash(v, bytes)),
-            _ => None,
-        };
+        let id = id.and_then(|bytes| self.id_of_unique_id(bytes));
         *self.view(comm) = CommView {
             id,
             rank: Some(rank),
