@@ -140,7 +140,10 @@ fn metric_names(text: &str, prefix: &str) -> std::collections::BTreeSet<String> 
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
             .collect();
         rest = &rest[i + name.len().max(1)..];
-        out.insert(name);
+        // `gputrace: NCCL across ranks` (a title) names nothing.
+        if name.len() > prefix.len() {
+            out.insert(name);
+        }
     }
     out
 }
