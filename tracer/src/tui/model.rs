@@ -508,4 +508,39 @@ mod tests {
         m.advance(T0 + (HISTORY_SECS + 5) * NS);
         assert!(m.processes[&3].history.is_empty());
     }
+
+    #[test]
+    fn nccl_stalls_shown_until_over_or_gone() {
+        use crate::events::{NcclStall, StallEnded};
+        use crate::nccl::ranks::{Func, Stall};
+        let mut m = Model::default();
+        let stall = Stall {
+            comm_id: 0xab,
+            nranks: 2,
+            func: Func::AllReduce,
+            seq: 4,
+            waiting: vec![(0, 7)],
+            missing: vec![(1, Some(8))],
+            first_ns: T0,
+            waited_ns: 3 * NS,
+        };
+        m.nccl_stall(&NcclStall::Collective {
+            stall,
+            host: std::sync::Arc::from("h"),
+        });
+        assert_eq!(m.nccl_stalls.len(), 1);
+        assert!(m
+            .nccl_stalls
+            .values()
+            .next()
+            .unwrap()
+            .contains("rank 1 (pid 8 on h)"));
+        m.nccl_stall_over(&StallEnded {
+            comm_id: 0xab,
+            func: Func::AllReduce,
+            seq: 4,
+            waited_ns: 4 * NS,
+        });
+        assert!(m.nccl_stalls.is_empty());
+    }
 }
