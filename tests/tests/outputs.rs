@@ -255,6 +255,45 @@ fn a_duration_too_long_for_the_clock_is_no_deadline() {
     assert!(!running(workload[0]), "the traced command was left running");
 }
 
+/// Scripts signal gputrace as soon as they read its `attached` line: the
+/// handlers must already be there (they once were installed a few
+/// milliseconds later, and such a signal killed gputrace with exit 143 and
+/// no summary).
+#[test]
+fn a_sigterm_right_after_the_attached_line_stops_cleanly() {
+    let w = workload_bin();
+    for round in 0..3 {
+        let dir = scratch(&format!("early-sigterm-{round}"));
+        let out = dir.join("p.jsonl");
+        let mut child = spawn(
+            &[
+                "--output",
+                out.to_str().unwrap(),
+                "--summary",
+                "none",
+                "--",
+                w.to_str().unwrap(),
+                "--loop",
+                "--launches",
+                "10",
+                "--syncs",
+                "1",
+            ],
+            Stdio::null(),
+        );
+        let mut stderr = Lines::new(child.stderr.take().unwrap());
+        stderr.wait_for("gputrace: attached", Duration::from_secs(60));
+        let _reap = Reap(children(child.id()));
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let (code, stderr) = wait(child, stderr, Duration::from_secs(30));
+        assert_no_panic(&stderr);
+        assert_eq!(code, Some(0), "round {round}: {stderr:?}");
+        let (events, summary) = read_jsonl(&out);
+        assert_eq!(summary["events"], events.len() as u64, "round {round}");
+    }
+}
+
 #[test]
 fn a_panic_is_one_line_and_exit_1() {
     let mut child = spawn(&["__panic"], Stdio::null());

@@ -66,7 +66,7 @@ pub fn run(args: TraceArgs, config: &Config) -> Result<ExitCode> {
     };
     let stop = rt.block_on(async {
         let mut session = Session::start(config, &spec, clock)?;
-        session.announce();
+        session.announce()?;
         session.release()?;
         // The timeline last: it is handed the calls (no copy).
         let mut sinks = (&mut summary, &mut print, &mut timeline);

@@ -71,6 +71,8 @@ pub struct Session {
     /// Collectives across ranks, stalls.
     nccl: NcclWatch,
     clock: Clock,
+    /// Installed by [`Session::announce`], used by [`Session::run`].
+    signals: Option<run::Signals>,
 }
 
 impl Session {
@@ -168,6 +170,7 @@ impl Session {
             pending: Vec::new(),
             nccl: NcclWatch::new(spec.nccl_stall, inflight),
             clock,
+            signals: None,
         };
         for e in pending {
             session.note(&e);
@@ -176,8 +179,12 @@ impl Session {
         Ok(session)
     }
 
-    /// The `gputrace: attached ...` line scripts wait for.
-    pub fn announce(&self) {
+    /// The `gputrace: attached ...` line scripts wait for; SIGINT and
+    /// SIGTERM are caught from here on (see [`Session::run`]).
+    pub fn announce(&mut self) -> Result<()> {
+        if self.signals.is_none() {
+            self.signals = Some(run::Signals::install()?);
+        }
         let probes = self.attacher.probe_count();
         if self.node.is_some() {
             eprintln!(
@@ -190,6 +197,7 @@ impl Session {
                 if n == 1 { "" } else { "es" }
             );
         }
+        Ok(())
     }
 
     /// Lets a command started with `-- CMD` run (a no-op without one).

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::MissedTickBehavior;
 
 use super::{Session, CHECK_EVERY, DRAIN_EVERY};
@@ -26,6 +26,24 @@ pub struct RunOptions {
 /// Records decoded per bite of the ring buffer before the loop looks at
 /// its other sources again (a few milliseconds of work).
 pub const BITE: usize = 4096;
+
+/// SIGINT and SIGTERM, caught from the moment they are installed: before
+/// the `attached` line, so a script that signals as soon as it reads that
+/// line stops the trace cleanly instead of killing it (exit 143).
+pub(super) struct Signals {
+    int: Signal,
+    term: Signal,
+}
+
+impl Signals {
+    pub(super) fn install() -> Result<Signals> {
+        let sig = |k| signal(k).map_err(|e| Failure::runtime(format!("signal handler: {e}")));
+        Ok(Signals {
+            int: sig(SignalKind::interrupt())?,
+            term: sig(SignalKind::terminate())?,
+        })
+    }
+}
 
 /// The longest single timer the loop sets.
 const LONGEST_SLEEP: Duration = Duration::from_secs(86400);
@@ -47,9 +65,13 @@ impl Session {
     /// Runs until one of the [`Stop`] reasons; events go to `sink`. The
     /// caller then calls [`Session::stop`].
     pub async fn run<S: Sink + ?Sized>(&mut self, sink: &mut S, opts: &RunOptions) -> Result<Stop> {
-        let sig = |k| signal(k).map_err(|e| Failure::runtime(format!("signal handler: {e}")));
-        let (mut sigint, mut sigterm) =
-            (sig(SignalKind::interrupt())?, sig(SignalKind::terminate())?);
+        let Signals {
+            int: mut sigint,
+            term: mut sigterm,
+        } = match self.signals.take() {
+            Some(s) => s,
+            None => Signals::install()?,
+        };
         let mut drain_tick = tokio::time::interval(DRAIN_EVERY);
         drain_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut check_tick = tokio::time::interval(CHECK_EVERY);

@@ -98,7 +98,7 @@ async fn daemon(
             args.max_file_mb
         );
     }
-    session.announce();
+    session.announce()?;
 
     let options = RunOptions {
         deadline: None,
