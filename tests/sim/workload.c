@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "workload.h"
 #include "cudart_sim.h"
+#include "workload_nccl.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -191,7 +192,7 @@ static CUgraphExec g_gexec;
 static void **g_fatbin_handle;       /* from __cudaRegisterFatBinary (--runtime only) */
 struct worker *g_workers;
 static pthread_barrier_t g_started, g_go;
-static volatile sig_atomic_t g_stop;
+volatile sig_atomic_t g_stop; /* also read by workload_nccl.c */
 static int g_skip;                   /* written before g_go, read after */
 static struct timespec g_start;      /* written before g_go, read after */
 
@@ -201,13 +202,15 @@ static struct timespec g_start;      /* written before g_go, read after */
 
 static const char *usage_text =
     "usage: gputrace-workload [--threads T] [--launches N] [--launch-ex N] [--coop N] [--graphs N] "
-    "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--fail N] [--nccl N] [--nccl-config] [--ptsz] "
+    "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--fail N] [--nccl N] [--nccl-config] "
+    "[--ranks N --rank R [--id-file PATH] [--nccl-init-early] [--nccl-allreduce-only] [--nccl-scalable] "
+    "[--split-color C] [--late-ms D [--late-every K]] [--stop-after N] [--nccl-timeout-ms MS] [--cuda-dev N]] [--ptsz] "
     "[--graph-replays R] [--graph-update] [--graphs-before-wait] [--graph-linger-ms N] "
     "[--per-thread-stream] [--wait-stdin] [--delay-ms N] [--names-after-wait] [--loop] "
     "[--duration-ms N] [--sync-us US] [--print-handles] "
     "[--bench launch|launch-ex|memcpy|nccl|alloc [--calls N]]";
 
-static void usage_error(const char *fmt, const char *arg)
+void usage_error(const char *fmt, const char *arg)
 {
     fprintf(stderr, "gputrace-workload: ");
     fprintf(stderr, fmt, arg);
@@ -298,6 +301,7 @@ static void on_signal(int sig)
     (void)sig;
     if (g_stop) _exit(0); /* second signal: leave at once */
     g_stop = 1;
+    simNcclInterrupt(); /* a rank blocked in a collective gives up now */
 }
 
 void print_handle(const char *name, const void *p)
@@ -361,26 +365,6 @@ static void register_runtime(void)
             print_handle(name, simCudartFunctionFor(g_stubs[i]));
         }
         fflush(stdout);
-    }
-}
-
-static void nccl_comm_init(struct worker *w, ncclComm_t *comm, int counted)
-{
-    ncclUniqueId id;
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 1;
-    config.cgaClusterSize = 4;
-    config.minCTAs = 2;
-    config.maxCTAs = 16;
-    config.commName = "gputrace-sim";
-    if (counted) {
-        NC(ncclGetUniqueId(&id));
-        if (opt.nccl_config) NC(ncclCommInitRankConfig(comm, 1, id, 0, &config));
-        else NC(ncclCommInitRank(comm, 1, id, 0));
-    } else {
-        WSETUP_NCCL(ncclGetUniqueId(&id));
-        if (opt.nccl_config) WSETUP_NCCL(ncclCommInitRankConfig(comm, 1, id, 0, &config));
-        else WSETUP_NCCL(ncclCommInitRank(comm, 1, id, 0));
     }
 }
 
@@ -569,30 +553,8 @@ static void run_pass(struct worker *w)
         if (d != (CUdeviceptr)FAIL_SENTINEL) die_msg((int)w->idx, "failed cuMemAlloc_v2 modified its out-pointer");
     }
 
-    /* --nccl: 4 + 9 per iteration + 3 */
-    if (opt.nccl) {
-        CUdeviceptr sendbuf = 0, recvbuf = 0;
-        ncclComm_t comm = NULL;
-        CC(cuMemAlloc_v2(&sendbuf, 8 * MiB));
-        CC(cuMemAlloc_v2(&recvbuf, 8 * MiB));
-        nccl_comm_init(w, &comm, 1);
-        const void *sb = (const void *)(uintptr_t)sendbuf;
-        void *rb = (void *)(uintptr_t)recvbuf;
-        for (uint64_t i = 0; i < opt.nccl; i++) {
-            NC(ncclAllReduce(sb, rb, 1048576, ncclFloat32, ncclSum, comm, s));
-            NC(ncclBroadcast(sb, rb, 1000, ncclInt8, 0, comm, s));
-            NC(ncclReduce(sb, rb, 4096, ncclFloat64, ncclMax, 0, comm, s));
-            NC(ncclAllGather(sb, rb, 2048, ncclBfloat16, comm, s));
-            NC(ncclReduceScatter(sb, rb, 512, ncclInt32, ncclMin, comm, s));
-            NC(ncclGroupStart());
-            NC(ncclSend(sb, 256, ncclFloat16, 0, comm, s));
-            NC(ncclRecv(rb, 256, ncclFloat16, 0, comm, s));
-            NC(ncclGroupEnd());
-        }
-        NC(ncclCommDestroy(comm));
-        CC(cuMemFree_v2(sendbuf));
-        CC(cuMemFree_v2(recvbuf));
-    }
+    /* --nccl (workload_nccl.c) */
+    if (wnccl_pass((int)w->idx, s, &w->calls)) w->halted = 1;
 
     /* --graph-replays: capture, node-by-node construction, replays, updates */
     if (opt.graph_replays) graphs_pass(w);
@@ -623,7 +585,7 @@ static void bench_setup(struct worker *w)
     case BENCH_NCCL:
         WSETUP(cuMemAlloc_v2(&w->b_send, 8 * MiB));
         WSETUP(cuMemAlloc_v2(&w->b_recv, 8 * MiB));
-        nccl_comm_init(w, &w->b_comm, 0);
+        wnccl_bench_init((int)w->idx, &w->b_comm);
         break;
     default:
         break;
@@ -791,7 +753,8 @@ static void *worker_main(void *arg)
     do {
         run_pass(w);
         w->passes++;
-    } while (keep_going());
+    } while (!w->halted && keep_going());
+    wnccl_finish((int)w->idx, &w->calls);
     if (opt.graph_replays) graphs_worker_teardown(w);
     return NULL;
 }
@@ -800,7 +763,7 @@ static void *worker_main(void *arg)
 /* Argument parsing                                                    */
 /* ------------------------------------------------------------------ */
 
-static uint64_t parse_u64(const char *flag, const char *s)
+uint64_t parse_u64(const char *flag, const char *s)
 {
     if (s == NULL) usage_error("%s needs a value", flag);
     if (*s < '0' || *s > '9') usage_error("bad number '%s'", s);
@@ -813,7 +776,7 @@ static uint64_t parse_u64(const char *flag, const char *s)
 
 static void parse_args(int argc, char **argv)
 {
-    int counted_flags = 0;
+    int counted_flags = 0, ranks_flags = 0;
     for (int i = 1; i < argc; i++) {
         char *a = argv[i];
         char *val = NULL;
@@ -843,12 +806,13 @@ static void parse_args(int argc, char **argv)
         else if (!strcmp(a, "--copies")) { opt.copies = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--syncs")) { opt.syncs = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--fail")) { opt.fail = parse_u64(a, TAKE_VALUE()); counted_flags++; }
-        else if (!strcmp(a, "--nccl")) { opt.nccl = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--nccl")) { nopt.iters = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--graph-replays")) { opt.graph_replays = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--graph-update")) { NO_VALUE(); opt.graph_update = 1; }
         else if (!strcmp(a, "--graphs-before-wait")) { NO_VALUE(); opt.graphs_before_wait = 1; }
         else if (!strcmp(a, "--graph-linger-ms")) { opt.graph_linger_ms = parse_u64(a, TAKE_VALUE()); }
-        else if (!strcmp(a, "--nccl-config")) { NO_VALUE(); opt.nccl_config = 1; }
+        else if (!strcmp(a, "--nccl-config")) { NO_VALUE(); nopt.config = 1; }
+        else if (parse_nccl_flag(a, val, argc, argv, &i)) { ranks_flags++; }
         else if (!strcmp(a, "--ptsz")) { NO_VALUE(); opt.ptsz = 1; }
         else if (!strcmp(a, "--per-thread-stream")) { NO_VALUE(); opt.per_thread = 1; }
         else if (!strcmp(a, "--wait-stdin")) { NO_VALUE(); opt.wait_stdin = 1; }
@@ -879,6 +843,7 @@ static void parse_args(int argc, char **argv)
 #undef NO_VALUE
     }
     if (opt.have_calls && !opt.bench) usage_error("%s requires --bench", "--calls");
+    check_nccl_flags(ranks_flags, opt.bench != BENCH_NONE, opt.threads, opt.have_duration);
     if ((opt.graph_update || opt.graphs_before_wait) && !opt.graph_replays)
         usage_error("%s requires --graph-replays (at least 1)", opt.graph_update ? "--graph-update" : "--graphs-before-wait");
     if (opt.graphs_before_wait && opt.names_after_wait)
@@ -953,6 +918,8 @@ int main(int argc, char **argv)
         }
     }
 
+    wnccl_setup_early(); /* --ranks --nccl-init-early: the communicator exists before the ready lines */
+
     if (pthread_barrier_init(&g_started, NULL, T + 1) != 0 || pthread_barrier_init(&g_go, NULL, T + 1) != 0) {
         fprintf(stderr, "gputrace-workload: pthread_barrier_init failed\n");
         return 1;
@@ -1009,6 +976,7 @@ int main(int argc, char **argv)
     if (g_library) SETUP(cuLibraryUnload(g_library));
     if (g_module) SETUP(cuModuleUnload(g_module));
     if (g_fatbin_handle) __cudaUnregisterFatBinary(g_fatbin_handle);
+    wnccl_teardown_early();
     SETUP(cuDevicePrimaryCtxRelease_v2(g_dev));
 
     if (opt.bench && !g_skip) {
@@ -1017,6 +985,7 @@ int main(int argc, char **argv)
         printf("bench kind=%s threads=%u calls=%" PRIu64 " ns_per_call=%.3f cpu_ns_per_call=%.3f\n",
                k_bench_names[opt.bench], T, (uint64_t)T * per_thread_calls, ns_per_call, cpu_per_call);
     }
+    wnccl_print_figures();
     if (opt.graph_replays) graphs_report();
     printf("done calls=%" PRIu64 "\n", total);
     fflush(stdout);

@@ -16,12 +16,11 @@
 #define MiB (1ULL << 20)
 
 struct options {
-    uint64_t launches, launch_ex, coop, graphs, runtime, allocs, copies, syncs, fail, nccl;
+    uint64_t launches, launch_ex, coop, graphs, runtime, allocs, copies, syncs, fail; /* --nccl: workload_nccl.h */
     uint64_t graph_replays; /* --graph-replays: the graph section, each executable graph R times */
     int graph_update;       /* --graph-update */
     int graphs_before_wait; /* --graphs-before-wait */
     uint64_t graph_linger_ms; /* --graph-linger-ms */
-    int nccl_config;
     int ptsz;            /* --ptsz: cuLaunchKernel_ptsz instead of cuLaunchKernel */
     int per_thread;      /* --per-thread-stream: every per-thread variant */
     unsigned threads;
@@ -72,6 +71,7 @@ struct worker {
     CUevent event;
     uint64_t calls;      /* counted calls made by this thread */
     uint64_t passes;
+    int halted;          /* this rank stopped or was interrupted: no more passes */
     uint64_t bench_ns;
     uint64_t bench_cpu_ns; /* the thread's CPU time in the loop */
     uint64_t bench_calls;

@@ -350,9 +350,11 @@ pub fn is_teardown(e: &Value) -> bool {
 /// Counts per API.
 pub fn counts(events: &[Value]) -> std::collections::BTreeMap<String, u64> {
     let mut m = std::collections::BTreeMap::new();
-    // Calls only: not the `{"type":"graph"}` records.
+    // Calls only: not the graph, stack or cross-rank records.
     for e in events.iter().filter(|e| e.get("type").is_none()) {
-        *m.entry(e["api"].as_str().unwrap().to_string()).or_default() += 1;
+        if let Some(api) = e["api"].as_str() {
+            *m.entry(api.to_string()).or_default() += 1;
+        }
     }
     m
 }

@@ -129,3 +129,62 @@ fn daemonset_is_privileged_host_pid_and_consistent() {
         Some("/healthz")
     );
 }
+
+/// Names like `gputrace_nccl_last_seq` or `gputrace:nccl_seq_behind` in a text.
+fn metric_names(text: &str, prefix: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(prefix) {
+        let name: String = rest[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+            .collect();
+        rest = &rest[i + name.len().max(1)..];
+        // `gputrace: NCCL across ranks` (a title) names nothing.
+        if name.len() > prefix.len() {
+            out.insert(name);
+        }
+    }
+    out
+}
+
+#[test]
+fn nccl_rules_and_dashboard_use_what_is_served_and_recorded() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read =
+        |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let rules = read("deploy/prometheus/gputrace-nccl.rules.yml");
+    let dashboard = read("deploy/grafana/gputrace-nccl.json");
+    let docs = read("docs/metrics.md");
+    let served = read("tracer/src/sinks/metrics/nccl.rs");
+    // The dashboard is JSON with panels.
+    let d: serde_json::Value = serde_json::from_str(&dashboard).expect("dashboard JSON");
+    assert!(d["panels"].as_array().is_some_and(|p| !p.is_empty()));
+    // Every recorded series they use is recorded by the rules.
+    let recorded: std::collections::BTreeSet<String> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- record: "))
+        .map(str::to_string)
+        .collect();
+    assert!(!recorded.is_empty());
+    for name in metric_names(&rules, "gputrace:").union(&metric_names(&dashboard, "gputrace:")) {
+        assert!(recorded.contains(name), "{name} is used but not recorded");
+    }
+    // Every raw series they use is served by the daemon and documented.
+    for name in
+        metric_names(&rules, "gputrace_nccl_").union(&metric_names(&dashboard, "gputrace_nccl_"))
+    {
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        assert!(
+            served.contains(&format!("\"{family}\"")),
+            "{family} is not served"
+        );
+        assert!(
+            docs.contains(&format!("`{family}`")),
+            "{family} is not in docs/metrics.md"
+        );
+    }
+}

@@ -306,6 +306,11 @@ fn every_family_with_exact_arguments() {
 
     // nccl: ops, counts, datatypes, bytes, reduction ops, root, peer, comm, stream (7th/8th on the stack).
     let comm = of_api(&events, "ncclCommInitRank")[0]["args"]["comm"].clone();
+    let comm_id = of_api(&events, "ncclCommInitRank")[0]["args"]["comm_id"].clone();
+    assert!(
+        comm_id.as_str().is_some_and(|s| s.starts_with("0x")),
+        "{comm_id}"
+    );
     assert_eq!(of_api(&events, "ncclCommInitRank")[0]["args"]["nranks"], 1);
     assert_eq!(of_api(&events, "ncclCommInitRank")[0]["args"]["rank"], 0);
     let n = |api: &str| of_api(&events, api)[0]["args"].clone();
@@ -316,8 +321,17 @@ fn every_family_with_exact_arguments() {
                   redop: Value,
                   root: Value,
                   peer: Value| {
-        json!({"op": op, "count": count, "datatype": dt, "bytes": bytes, "redop": redop, "root": root,
-               "peer": peer, "comm": comm, "stream": stream})
+        let mut v = json!({"op": op, "count": count, "datatype": dt, "bytes": bytes, "redop": redop, "root": root,
+               "peer": peer, "comm": comm, "stream": stream,
+               // The communicator: its id from the traced init, rank 0 of 1,
+               // and for a collective its first sequence number, NCCL's
+               // counter read from the communicator at the call's entry.
+               "comm_id": comm_id, "rank": 0, "nranks": 1, "cuda_dev": 0, "seq": null});
+        if peer.is_null() {
+            v["seq"] = json!(0);
+            v["seq_from"] = json!("counter");
+        }
+        v
     };
     assert_eq!(
         n("ncclAllReduce"),

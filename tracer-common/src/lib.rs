@@ -7,7 +7,9 @@
 //! which arguments need extra reads (stack, structs, out-pointers, strings).
 #![no_std]
 
+mod comm;
 pub mod stack;
+pub use comm::*;
 
 /// Integer arguments passed in registers by the System V x86-64 ABI.
 pub const REG_ARGS: usize = 6;
@@ -208,6 +210,8 @@ pub const LOST_SLOTS: u32 = 5;
 /// - 48..54: the blob's length in 8-byte words (1..=32, so up to
 ///   [`BLOB_LEN`] bytes; more is cut to [`BLOB_LEN`])
 ///
+/// - 54..64: an NCCL communicator read at entry (`comm` module)
+///
 /// A blob and a string argument (bits 32..36) are not combined: the blob wins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ProbeCookie(pub u64);
@@ -348,6 +352,8 @@ mod user {
     unsafe impl aya::Pod for super::BlobCallEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Blob {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::CommLayout {}
 }
 
 #[cfg(test)]

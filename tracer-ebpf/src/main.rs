@@ -21,9 +21,11 @@ use aya_ebpf::{
     EbpfContext,
 };
 use tracer_common::{
-    Blob, BlobCallEvent, CallEvent, EventKind, LostReason, NamedCallEvent, ProbeCookie,
-    BLOB_FROM_STACK, BLOB_LEN, DEREF_BYTES, LOST_SLOTS, MAX_ARGS, NO_RETURN, READABLE_SLOT,
-    REG_ARGS, RUNTIME_SLOT, STACK_ARGS,
+    Blob, BlobCallEvent, CallEvent, CommLayout, EventKind, LostReason, NamedCallEvent, ProbeCookie,
+    BLOB_FROM_STACK, BLOB_LEN, COMM_DEV_READ, COMM_DEV_SLOT, COMM_HASH_READ, COMM_HASH_SLOT,
+    COMM_LAYOUT_SLOTS, COMM_NRANKS_READ, COMM_RANKS_SLOT, COMM_RANK_READ, COMM_SEQ_READ,
+    COMM_SEQ_SLOT, COMM_SLOT_SHIFT, COMM_VALID_SLOT, DEREF_BYTES, LOST_SLOTS, MAX_ARGS, NO_FIELD,
+    NO_FUNC, NO_RETURN, READABLE_SLOT, REG_ARGS, RUNTIME_SLOT, STACK_ARGS,
 };
 
 /// Completed calls, drained by userspace. Its size is set at load time.
@@ -50,6 +52,11 @@ static INFLIGHT_BLOB: LruHashMap<u64, Blob> = LruHashMap::with_max_entries(4096,
 /// call record, so it is inserted from here and filled in place.
 #[map]
 static BLOB_TEMPLATE: Array<Blob> = Array::with_max_entries(1, 0);
+
+/// Where each traced libnccl build keeps a communicator's identity and
+/// counters (slot from the cookie; filled by userspace before attaching).
+#[map]
+static COMM_LAYOUTS: Array<CommLayout> = Array::with_max_entries(COMM_LAYOUT_SLOTS, 0);
 
 /// The host stub of the runtime launch a thread is inside (tid → stub).
 #[map]
@@ -313,6 +320,74 @@ fn fill_entry(
         // SAFETY: a plain value read from a map lookup.
         e.extra[RUNTIME_SLOT] = unsafe { RUNTIME_STUB.get(&e.tid) }.copied().unwrap_or(0);
     }
+    read_comm(cookie, e);
+}
+
+/// Reads `size` (4 or 8) bytes at `base + off`; `None` for a field the
+/// layout lacks or a failed read.
+#[inline(always)]
+fn comm_field(base: u64, off: u32, wide: bool) -> Option<u64> {
+    if off == NO_FIELD {
+        return None;
+    }
+    let at = base.checked_add(off as u64)?;
+    // SAFETY: user-memory reads; failure is handled (and is not counted as
+    // lost: the call is recorded, its identity is then unknown).
+    if wide {
+        unsafe { bpf_probe_read_user(at as *const u64) }.ok()
+    } else {
+        unsafe { bpf_probe_read_user(at as *const u32) }
+            .ok()
+            .map(u64::from)
+    }
+}
+
+/// An NCCL call: the layout slot of its library (so userspace knows the
+/// release), and the communicator's hash, rank, size, device and the
+/// function's sequence counter, read at entry into `extra`.
+#[inline(always)]
+fn read_comm(cookie: ProbeCookie, e: &mut CallEvent) {
+    let slot = cookie.comm_layout();
+    if slot == 0 {
+        return;
+    }
+    e.extra[COMM_VALID_SLOT] = (slot as u64) << COMM_SLOT_SHIFT;
+    let Some(comm) = arg_at(e, cookie.comm_arg()) else {
+        return;
+    };
+    if comm == 0 {
+        return;
+    }
+    let Some(l) = COMM_LAYOUTS.get(slot) else {
+        return;
+    };
+    let mut valid = (slot as u64) << COMM_SLOT_SHIFT;
+    if let Some(h) = comm_field(comm, l.hash, true) {
+        e.extra[COMM_HASH_SLOT] = h;
+        valid |= COMM_HASH_READ;
+    }
+    let mut ranks = 0u64;
+    if let Some(r) = comm_field(comm, l.rank, false) {
+        ranks |= r;
+        valid |= COMM_RANK_READ;
+    }
+    if let Some(n) = comm_field(comm, l.nranks, false) {
+        ranks |= n << 32;
+        valid |= COMM_NRANKS_READ;
+    }
+    e.extra[COMM_RANKS_SLOT] = ranks;
+    if let Some(d) = comm_field(comm, l.cuda_dev, false) {
+        e.extra[COMM_DEV_SLOT] = d;
+        valid |= COMM_DEV_READ;
+    }
+    let func = cookie.comm_func();
+    if func < NO_FUNC && l.seq != NO_FIELD {
+        if let Some(s) = comm_field(comm, l.seq.wrapping_add(8 * func), true) {
+            e.extra[COMM_SEQ_SLOT] = s;
+            valid |= COMM_SEQ_READ;
+        }
+    }
+    e.extra[COMM_VALID_SLOT] = valid;
 }
 
 #[uprobe]

@@ -56,6 +56,7 @@ fn call(
         family: api_by_name(api).map(|a| a.family),
         ret: Some(0),
         args,
+        stack: None,
     }
 }
 
@@ -98,6 +99,7 @@ fn synthetic(n: usize) -> Vec<(Call, Option<u64>)> {
                 block: [128 << (k % 3), 1, 1],
                 shared_mem_bytes: if k % 3 == 1 { 98304 } else { 0 },
                 stream: stream + (k % 2) * 0x100,
+                captured: None,
             };
             (
                 call(
@@ -135,6 +137,8 @@ fn synthetic(n: usize) -> Vec<(Call, Option<u64>)> {
                 peer: None,
                 comm: 0x7f00_3000_0000,
                 stream: stream + 0x200,
+                ident: Default::default(),
+                unaligned: None,
             };
             (
                 call(
@@ -161,6 +165,7 @@ fn synthetic(n: usize) -> Vec<(Call, Option<u64>)> {
                 stream: Some(stream),
                 value: None,
                 readable: (false, false),
+                captured: None,
             };
             (
                 call(

@@ -108,6 +108,9 @@ pub struct TraceArgs {
     pub libnccl: Option<PathBuf>,
     #[command(flatten)]
     pub stacks: StackArgs,
+    /// NCCL: report ranks waiting in a collective for another, or a thread inside an NCCL call, for this long (0: never).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
+    pub nccl_stall: Duration,
     /// Start this command and trace it from its first call.
     #[arg(last = true, value_name = "CMD")]
     pub cmd: Vec<String>,
@@ -150,6 +153,9 @@ pub struct TopArgs {
     pub interval: Duration,
     #[command(flatten)]
     pub stacks: StackArgs,
+    /// NCCL: report ranks waiting in a collective for another, or a thread inside an NCCL call, for this long (0: never).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
+    pub nccl_stall: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -190,6 +196,9 @@ pub struct DaemonArgs {
     /// Stacks go to the --output-dir timelines only (metrics have no call-site labels).
     #[command(flatten)]
     pub stacks: StackArgs,
+    /// NCCL: report ranks waiting in a collective for another, or a thread inside an NCCL call, for this long (0: never).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
+    pub nccl_stall: Duration,
 }
 
 /// `10s`, `2m`, `500ms`, `1h`, or plain seconds.
@@ -202,6 +211,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
     humantime::parse_duration(s)
         .map_err(|e| format!("`{s}` is not a duration like 10s, 2m or 500ms ({e})"))
+}
+
+/// `--nccl-stall`: `None` for 0 (stalls not looked for).
+pub fn stall_threshold(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
 }
 
 /// `top`'s refresh: a duration of at most an hour.

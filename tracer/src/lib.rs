@@ -16,6 +16,7 @@ pub mod error;
 pub mod events;
 pub mod fd;
 pub mod names;
+pub mod nccl;
 pub mod probes;
 pub mod session;
 pub mod sinks;

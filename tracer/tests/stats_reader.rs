@@ -277,3 +277,76 @@ proptest! {
         let _ = read_timeline(&data[..]).unwrap();
     }
 }
+
+/// Two ranks' collectives and a stall, as JSONL and as a Chrome trace:
+/// `stats` matches the collectives again and keeps the stall.
+#[test]
+fn cross_rank_analysis_from_jsonl_and_chrome() {
+    let call = |ts: u64, pid: u32, rank: u32, seq: u64| {
+        format!(
+            r#"{{"ts_ns":{ts},"dur_ns":1000,"pid":{pid},"tid":{pid},"comm":"py","api":"ncclAllReduce","ret":0,"args":{{"op":"AllReduce","count":1,"datatype":"float32","bytes":4,"redop":"sum","root":null,"peer":null,"comm":"0x10","stream":"0x0","comm_id":"0xab","rank":{rank},"nranks":2,"cuda_dev":null,"seq":{seq},"seq_from":"counter"}}}}"#
+        )
+    };
+    let t0 = 1_700_000_000_000_000_000u64;
+    let ms = 1_000_000;
+    let mut lines = Vec::new();
+    for seq in 0..4 {
+        let t = t0 + seq * 100 * ms;
+        lines.push(call(t, 7, 0, seq));
+        // Rank 1 is 30 ms late on collective 2.
+        lines.push(call(t + if seq == 2 { 30 * ms } else { ms }, 8, 1, seq));
+    }
+    lines.push(call(t0 + 400 * ms, 7, 0, 4));
+    let stall = format!(
+        r#"{{"type":"nccl_stall","kind":"collective","comm_id":"0xab","nranks":2,"op":"AllReduce","seq":4,"waiting":[{{"rank":0,"pid":7}}],"missing":[{{"rank":1,"pid":8}}],"host":"h","first_ts_ns":{},"waited_ns":2000000000}}"#,
+        t0 + 400 * ms
+    );
+    lines.push(stall.clone());
+    let jsonl = lines.join("\n") + "\n";
+    let s = read_timeline(jsonl.as_bytes()).unwrap();
+    assert_eq!(s.problems.count, 0, "{:?}", s.problems.first);
+    let j = render_json(&s.summary);
+    let r1 = j["nccl_ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["rank"] == 1)
+        .unwrap();
+    assert_eq!(
+        (&r1["pid"], &r1["collectives"]),
+        (&Value::from(8), &Value::from(4))
+    );
+    assert_eq!(r1["times_last"], 4);
+    assert_eq!(r1["delay_ns_total"], 3 * ms + 30 * ms);
+    assert_eq!(j["nccl_comms"][0]["collectives_complete"], 4);
+    assert_eq!(j["nccl_comms"][0]["collectives_incomplete"], 1);
+    assert_eq!(j["nccl_stalls"][0]["seq"], 4);
+    let text = render_text(&s.summary);
+    assert!(
+        text.contains("== NCCL communicator 0xab (2 ranks, 2 traced) =="),
+        "{text}"
+    );
+    assert!(
+        text.contains("rank 1 (pid 8 on h) has not entered it"),
+        "{text}"
+    );
+
+    let dir = std::env::temp_dir().join(format!("gputrace-chrome-nccl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.json");
+    let mut w = gputrace::sinks::timeline::Timeline::create(&path, t0 - ms).unwrap();
+    for line in &lines {
+        let v: Value = serde_json::from_str(line).unwrap();
+        if v.get("type").is_some() {
+            w.cross_rank(&v).unwrap();
+        } else {
+            w.write(&gputrace::events::json::parse_call(&v).unwrap(), None)
+                .unwrap();
+        }
+    }
+    w.finish(Some(&j)).unwrap();
+    let back = read_timeline(std::fs::File::open(&path).unwrap()).unwrap();
+    assert_eq!(back.problems.count, 0, "{:?}", back.problems.first);
+    assert_eq!(render_text(&back.summary), text);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -245,12 +245,42 @@ fn main() -> Result<()> {
             if unsafe { libc_geteuid() } != 0 {
                 bail!("the eBPF integration tests load programs and attach uprobes: run `cargo xtask test` as root");
             }
+            promtool_rules()?;
             run(cargo().args(["build", "--package", "tracer"]))?;
             run(cargo()
                 .args(["test", "--workspace", "--exclude", "tracer-ebpf", "--"])
                 .args(&args))
         }
     }
+}
+
+/// The Prometheus rules in deploy/prometheus: valid, and their unit tests
+/// (`*.test.yml`) pass (promtool is installed by `cargo xtask setup`).
+fn promtool_rules() -> Result<()> {
+    let dir = root().join("deploy/prometheus");
+    let mut rules = Vec::new();
+    let mut tests = Vec::new();
+    for e in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let name = e?.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".test.yml") {
+            tests.push(name);
+        } else if name.ends_with(".rules.yml") {
+            rules.push(name);
+        }
+    }
+    rules.sort();
+    tests.sort();
+    if tests.is_empty() {
+        bail!("no rule tests (*.test.yml) in {}", dir.display());
+    }
+    run(Command::new("promtool")
+        .current_dir(&dir)
+        .args(["check", "rules"])
+        .args(&rules))?;
+    run(Command::new("promtool")
+        .current_dir(&dir)
+        .args(["test", "rules"])
+        .args(&tests))
 }
 
 unsafe extern "C" {

@@ -142,6 +142,17 @@ ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId
 ncclResult_t  ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist);
 ncclResult_t pncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist);
 
+/* Collective over the ranks of comm (all must call it, in the same order as their
+ * collectives): ranks with the same color form one new communicator, ordered by key
+ * (then by rank in comm); NCCL_SPLIT_NOCOLOR gives *newcomm = NULL. */
+ncclResult_t  ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t* config);
+ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t* config);
+
+/* NCCL 2.23+: up to one ncclUniqueId per rank (nId of them, the same array on every
+ * rank); the communicator's hash is that of commIds[0]. */
+ncclResult_t  ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds, ncclConfig_t* config);
+ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds, ncclConfig_t* config);
+
 ncclResult_t  ncclCommDestroy(ncclComm_t comm);
 ncclResult_t pncclCommDestroy(ncclComm_t comm);
 
@@ -156,6 +167,16 @@ ncclResult_t pncclCommCount(const ncclComm_t comm, int* count);
 
 ncclResult_t  ncclCommUserRank(const ncclComm_t comm, int* rank);
 ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank);
+
+ncclResult_t  ncclCommCuDevice(const ncclComm_t comm, int* device);
+ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device);
+
+ncclResult_t  ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
+ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
+
+/* The last error message of comm (or of the calling process when comm is NULL). */
+const char*  ncclGetLastError(ncclComm_t comm);
+const char* pncclGetLastError(ncclComm_t comm);
 
 ncclResult_t  ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
     ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
@@ -205,6 +226,13 @@ ncclResult_t pncclGroupStart(void);
 
 ncclResult_t  ncclGroupEnd(void);
 ncclResult_t pncclGroupEnd(void);
+
+/*
+ * Simulator only, not an NCCL API (exported without a pncclX alias): make every
+ * rendezvous wait in this process return ncclRemoteError now and from now on.
+ * Async-signal-safe (it stores one flag), so a SIGTERM handler may call it.
+ */
+void simNcclInterrupt(void);
 
 #ifdef __cplusplus
 }

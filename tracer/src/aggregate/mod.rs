@@ -1,5 +1,6 @@
 //! Turning calls into statistics: the summary and its histograms.
 
 pub mod histogram;
+pub mod nccl;
 pub mod render;
 pub mod summary;

@@ -4,7 +4,8 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use super::summary::{ProcessSummary, Summary};
+use super::summary::{NcclStats, ProcessSummary, Summary};
+use crate::nccl::hash::format_comm_id;
 
 /// "Top call sites" (`--stacks`): the APIs with the most host time, and
 /// each one's top sites.
@@ -88,6 +89,7 @@ pub fn render_text(s: &Summary) -> String {
         let _ = writeln!(out, "\n== All processes ==");
         render_process(&mut out, &total);
     }
+    s.nccl.render_text(&mut out);
     let _ = writeln!(out, "\n{}", lost_line(s));
     if s.lost.read_failed > 0 {
         let _ = writeln!(
@@ -260,25 +262,34 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
         let _ = writeln!(out, "\nNCCL:");
         let _ = writeln!(
             out,
-            " {:<14}  {:>14}  {:>9}  {:>7}  {:>12}  {:>12}  {:>10}",
-            "Operation", "Comm", "Ranks", "Calls", "Total Bytes", "Avg Size", "Host Time"
+            " {:<14}  {:>14}  {:>18}  {:>9}  {:>7}  {:>12}  {:>12}  {:>10}",
+            "Operation",
+            "Comm",
+            "Comm ID",
+            "Ranks",
+            "Calls",
+            "Total Bytes",
+            "Avg Size",
+            "Host Time"
         );
         let _ = writeln!(
             out,
-            " {:-<14}  {:->14}  {:->9}  {:->7}  {:->12}  {:->12}  {:->10}",
-            "", "", "", "", "", "", ""
+            " {:-<14}  {:->14}  {:->18}  {:->9}  {:->7}  {:->12}  {:->12}  {:->10}",
+            "", "", "", "", "", "", "", ""
         );
         for ((op, comm), n) in &p.nccl {
-            let ranks = match p.comms.get(comm) {
-                Some((nranks, Some(rank))) => format!("{rank}/{nranks}"),
-                Some((nranks, None)) => format!("{nranks}"),
-                None => "-".into(),
+            let (nranks, rank) = nccl_ranks(p, *comm, n);
+            let ranks = match (nranks, rank) {
+                (Some(nranks), Some(rank)) => format!("{rank}/{nranks}"),
+                (Some(nranks), None) => format!("{nranks}"),
+                _ => "-".into(),
             };
             let _ = writeln!(
                 out,
-                " {:<14}  {:>14}  {:>9}  {:>7}  {:>12}  {:>12}  {:>10}",
+                " {:<14}  {:>14}  {:>18}  {:>9}  {:>7}  {:>12}  {:>12}  {:>10}",
                 op.name(),
                 format!("{comm:#x}"),
+                n.comm_id.map_or("-".into(), format_comm_id),
                 ranks,
                 n.count,
                 fmt_bytes(n.bytes as f64),
@@ -288,6 +299,15 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
         }
     }
     p.sites.render_text(out, SITES_APIS, SITES_PER_API, fmt_ns);
+}
+
+/// (nranks, rank) of a communicator's row: what its init said, else what
+/// its calls said (read from its memory).
+fn nccl_ranks(p: &ProcessSummary, comm: u64, n: &NcclStats) -> (Option<i64>, Option<i64>) {
+    match p.comms.get(&comm) {
+        Some((nranks, rank)) => (Some(*nranks), rank.or(n.rank.map(i64::from))),
+        None => (n.nranks.map(i64::from), n.rank.map(i64::from)),
+    }
 }
 
 fn process_json(p: &ProcessSummary) -> Value {
@@ -338,11 +358,9 @@ fn process_json(p: &ProcessSummary) -> Value {
         .nccl
         .iter()
         .map(|((op, comm), n)| {
-            let (nranks, rank) = p
-                .comms
-                .get(comm)
-                .map_or((None, None), |(n, r)| (Some(*n), *r));
-            json!({"op": op.name(), "comm": format!("{comm:#x}"), "nranks": nranks, "rank": rank,
+            let (nranks, rank) = nccl_ranks(p, *comm, n);
+            json!({"op": op.name(), "comm": format!("{comm:#x}"),
+                   "comm_id": n.comm_id.map(format_comm_id), "nranks": nranks, "rank": rank,
                    "count": n.count, "bytes": n.bytes, "host_ns": n.total_ns})
         })
         .collect();
@@ -386,5 +404,9 @@ pub fn render_json(s: &Summary) -> Value {
         "duration_ns": total.last_ts.saturating_sub(total.first_ts),
         "processes": procs,
         "total": process_json(&total),
+        "nccl_ranks": s.nccl.ranks_json(),
+        "nccl_comms": s.nccl.comms_json(),
+        "nccl_stalls": s.nccl.stalls_json(),
+        "nccl_unaligned": s.nccl.unaligned_json(),
     })
 }

@@ -9,6 +9,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use super::histogram::Histogram;
+use super::nccl::NcclSummary;
 use crate::events::graph::Node;
 use crate::events::memory::MemoryBook;
 use crate::events::model::{Args, Call};
@@ -190,6 +191,10 @@ pub struct NcclStats {
     pub count: u64,
     pub bytes: u64,
     pub total_ns: u64,
+    /// The communicator as its calls named it (id, this rank, the size).
+    pub comm_id: Option<u64>,
+    pub rank: Option<u32>,
+    pub nranks: Option<u32>,
 }
 
 /// Everything summarised for one process.
@@ -289,6 +294,9 @@ impl ProcessSummary {
                 s.count += 1;
                 s.bytes = s.bytes.saturating_add(n.bytes().unwrap_or(0));
                 s.total_ns = s.total_ns.saturating_add(c.dur_ns.unwrap_or(0));
+                s.comm_id = n.ident.comm_id.or(s.comm_id);
+                s.rank = n.ident.rank.or(s.rank);
+                s.nranks = n.ident.nranks.or(s.nranks);
             }
             Args::CommInit {
                 comm: Some(comm),
@@ -341,6 +349,9 @@ impl ProcessSummary {
             mine.count += s.count;
             mine.bytes += s.bytes;
             mine.total_ns += s.total_ns;
+            mine.comm_id = mine.comm_id.or(s.comm_id);
+            mine.rank = mine.rank.or(s.rank);
+            mine.nranks = mine.nranks.or(s.nranks);
         }
         self.comms.extend(o.comms.iter().map(|(k, v)| (*k, *v)));
         self.graphs.merge(&o.graphs);
@@ -373,10 +384,13 @@ pub struct Summary {
     pub lost: LostCounts,
     /// Lines that could not be read (from `stats FILE`).
     pub unreadable: u64,
+    /// Across ranks: communicators, stalls.
+    pub nccl: NcclSummary,
 }
 
 impl Summary {
     pub fn record(&mut self, c: &Call) {
+        self.nccl.record(c);
         let p = self
             .processes
             .entry(c.pid)

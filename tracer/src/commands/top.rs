@@ -34,6 +34,7 @@ pub fn run(args: TopArgs, config: &Config) -> Result<ExitCode> {
         pids: args.pids.clone(),
         all: args.all || args.pids.is_empty(),
         stacks: args.stacks.wanted(),
+        nccl_stall: crate::cli::stall_threshold(args.nccl_stall),
         ..TargetSpec::default()
     };
     if !std::io::stdout().is_terminal() {

@@ -34,6 +34,7 @@ impl From<&TraceArgs> for TargetSpec {
             libcuda: a.libcuda.clone(),
             libnccl: a.libnccl.clone(),
             stacks: a.stacks.wanted(),
+            nccl_stall: crate::cli::stall_threshold(a.nccl_stall),
         }
     }
 }

@@ -8,7 +8,13 @@ use tracer_common::{
 use super::graph::{self, GraphLaunch};
 use super::model::{Alloc, Args, HandleKind, Launch, Memcpy, Nccl};
 use super::types::Direction;
+use crate::nccl::tracker::CommMemory;
 use crate::probes::catalogue::{Api, Shape};
+use tracer_common::{
+    COMM_DEV_READ, COMM_DEV_SLOT, COMM_HASH_READ, COMM_HASH_SLOT, COMM_NRANKS_READ,
+    COMM_RANKS_SLOT, COMM_RANK_READ, COMM_SEQ_READ, COMM_SEQ_SLOT, COMM_SLOT_SHIFT,
+    COMM_VALID_SLOT,
+};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -140,6 +146,32 @@ fn int_of(v: u64) -> i64 {
 /// The return code: CUresult and ncclResult_t are 32-bit enums.
 pub fn ret_of(raw: &RawCall<'_>) -> Option<i64> {
     raw.has_return().then_some(raw.event.ret as u32 as i64)
+}
+
+/// The `ncclUniqueId` a probe copied (none when the read failed).
+fn unique_id(raw: &RawCall<'_>) -> Option<Box<[u8]>> {
+    raw.blob
+        .filter(|b| b.len() == NCCL_UNIQUE_ID_BYTES)
+        .map(Box::from)
+}
+
+/// What an NCCL call's probe read from its communicator at entry.
+pub fn comm_memory(e: &CallEvent) -> CommMemory {
+    let valid = e.extra[COMM_VALID_SLOT];
+    let has = |bit: u64| valid & bit != 0;
+    let ranks = e.extra[COMM_RANKS_SLOT];
+    CommMemory {
+        hash: has(COMM_HASH_READ).then_some(e.extra[COMM_HASH_SLOT]),
+        rank: has(COMM_RANK_READ).then_some(ranks as u32),
+        nranks: has(COMM_NRANKS_READ).then_some((ranks >> 32) as u32),
+        cuda_dev: has(COMM_DEV_READ).then_some(e.extra[COMM_DEV_SLOT] as u32),
+        seq: has(COMM_SEQ_READ).then_some(e.extra[COMM_SEQ_SLOT]),
+    }
+}
+
+/// The libnccl layout slot an NCCL call's record carries (0: none).
+pub fn comm_slot(e: &CallEvent) -> u32 {
+    ((e.extra[COMM_VALID_SLOT] >> COMM_SLOT_SHIFT) & 0xff) as u32
 }
 
 /// Decodes the arguments of `api` from a record.
@@ -288,22 +320,37 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             peer: peer.map(|i| int_of(a(i))),
             comm: a(comm),
             stream: a(stream),
+            ident: comm_memory(e).as_identity(),
+            unaligned: None,
         }),
         Shape::NcclGroup => Args::NcclGroup,
         Shape::CommInit => Args::CommInit {
             comm: out(0),
             nranks: int_of(a(1)),
             rank: Some(int_of(a(2))),
-            unique_id: raw
-                .blob
-                .filter(|b| b.len() == NCCL_UNIQUE_ID_BYTES)
-                .map(Box::from),
+            unique_id: unique_id(raw),
+            comm_id: None,
+        },
+        Shape::CommInitScalable => Args::CommInit {
+            comm: out(0),
+            nranks: int_of(a(1)),
+            rank: Some(int_of(a(2))),
+            unique_id: unique_id(raw),
+            comm_id: None,
         },
         Shape::CommInitAll => Args::CommInit {
             comm: out(0),
             nranks: int_of(a(1)),
             rank: None,
             unique_id: None,
+            comm_id: None,
+        },
+        Shape::CommSplit => Args::CommSplit {
+            comm: a(0),
+            color: int_of(a(1)),
+            key: int_of(a(2)),
+            newcomm: out(0).filter(|&c| c != 0),
+            comm_id: None,
         },
         Shape::CommEnd => Args::CommEnd { comm: a(0) },
         Shape::RuntimeLaunch => Args::RuntimeLaunch {
@@ -444,6 +491,7 @@ mod tests {
                 nranks: 4,
                 rank: Some(3),
                 unique_id: Some(id.into()),
+                comm_id: None,
             }
         );
         // A failed read leaves an empty blob: no id rather than a wrong one.

@@ -10,10 +10,12 @@ use super::decode::{decode_args, ret_of, DecodeError, RawCall};
 use super::graph::{GraphRecord, KernelNode, Node};
 use super::graph_book::{GraphBook, GraphEnv, GraphNote};
 use super::memory::{MemoryBook, Place};
-use super::model::{Args, Call};
+use super::model::{Args, Call, Unaligned};
+use super::nccl::NcclState;
 use super::types::Direction;
 use crate::names::demangle::demangle;
 use crate::names::namer::KernelNamer;
+use crate::nccl::libs::NcclLibraries;
 use crate::probes::catalogue;
 use crate::probes::discover;
 
@@ -105,6 +107,8 @@ fn read_writable_maps(pid: u32) -> std::io::Result<Vec<(u64, u64)>> {
 pub struct ProcessState {
     pub comm: Arc<str>,
     pub memory: MemoryBook,
+    /// Its NCCL communicators.
+    pub nccl: NcclState,
     /// CUfunction / CUkernel handle → (kernel name, demangled; the module or
     /// library it came from), learned from intercepted calls.
     names: HashMap<u64, (Arc<str>, u64)>,
@@ -156,6 +160,7 @@ impl ProcessState {
         Self {
             comm,
             memory: MemoryBook::default(),
+            nccl: NcclState::default(),
             names: HashMap::default(),
             host_maps: HostMaps::default(),
             graphs: GraphBook::default(),
@@ -234,6 +239,8 @@ pub struct Enricher {
     clock: Clock,
     procs: HashMap<u32, ProcessState>,
     pub namer: KernelNamer,
+    /// The libnccl builds probed (their releases and layouts, by slot).
+    pub nccl_libs: NcclLibraries,
 }
 
 /// A call, and device memory in use after it when that changed.
@@ -251,7 +258,46 @@ impl Enricher {
             clock,
             procs: HashMap::default(),
             namer,
+            nccl_libs: NcclLibraries::default(),
         }
+    }
+
+    /// The identity of an NCCL call still in flight (from its entry record,
+    /// as the in-flight map holds it); nothing is advanced.
+    pub fn peek_nccl(
+        &mut self,
+        e: &tracer_common::CallEvent,
+    ) -> Option<(Call, Result<(), Unaligned>)> {
+        let api = catalogue::api(e.api)?;
+        let state = self.procs.get_mut(&e.pid)?;
+        let raw = RawCall {
+            event: *e,
+            name: None,
+            blob: None,
+        };
+        let Args::Nccl(mut n) = decode_args(api, &raw) else {
+            return None;
+        };
+        let res = match state.nccl.peek(&self.nccl_libs, e, &n) {
+            Ok(i) => {
+                n.ident = i;
+                Ok(())
+            }
+            Err(why) => Err(why),
+        };
+        let call = Call {
+            ts_ns: self.clock.to_unix_ns(e.start_ns),
+            dur_ns: None,
+            pid: e.pid,
+            tid: e.tid,
+            comm: state.comm.clone(),
+            api: api.name,
+            family: Some(api.family),
+            ret: None,
+            args: Args::Nccl(n),
+            stack: None,
+        };
+        Some((call, res))
     }
 
     pub fn process(&self, pid: u32) -> Option<&ProcessState> {
@@ -287,6 +333,14 @@ impl Enricher {
         let mut args = decode_args(api, raw);
         let ret = ret_of(raw);
         let ok = ret.is_none_or(|r| r == 0);
+        if api.lib == catalogue::Lib::Nccl {
+            if let Some(warning) = state
+                .nccl
+                .observe(&self.nccl_libs, api.name, e, &mut args, ret)
+            {
+                eprintln!("gputrace: process {}: {warning}", e.pid);
+            }
+        }
         let changed = state.observe(e.pid, &mut args, ok, &mut self.namer);
         let news = {
             let mut env = Env {

@@ -8,8 +8,8 @@ use serde_json::{Map, Value};
 
 use super::graph::{ExecContents, GraphCall, GraphLaunch, GraphRecord, KernelNode, Node};
 use super::json::{
-    dims, field, get_dim, get_hex, get_opt_hex, get_opt_u64, get_u64, hex, num, opt_hex,
-    opt_string, string, ParseError,
+    dims, field, get_dim, get_hex, get_opt_hex, get_opt_u32, get_opt_u64, get_u64, hex, num,
+    opt_hex, opt_string, string, ParseError,
 };
 use crate::events::types::Direction;
 use crate::probes::graph_apis::GraphOp;
@@ -272,12 +272,6 @@ pub fn write_call(out: &mut String, c: &GraphCall) {
         GraphCall::ExecDestroy { exec } => start(out, "graph_exec", *exec),
     }
     out.push('}');
-}
-
-fn get_opt_u32(a: &Map<String, Value>, k: &'static str) -> Result<Option<u32>, ParseError> {
-    get_opt_u64(a, k)?
-        .map(|v| u32::try_from(v).map_err(|_| ParseError::Field(k)))
-        .transpose()
 }
 
 fn params(a: &Map<String, Value>) -> Result<Node, ParseError> {

@@ -11,12 +11,16 @@ pub mod graph_json;
 pub mod json;
 pub mod memory;
 pub mod model;
+pub mod nccl;
+pub mod stall;
 pub mod types;
 
 use std::sync::Arc;
 
+pub use crate::nccl::ranks::{Collective, StallEnded};
 use crate::probes::cgroup::Container;
 use model::Call;
+pub use stall::{NcclStall, StuckCall};
 use types::LostCounts;
 
 /// What the session tells every output, in order.
@@ -44,6 +48,16 @@ pub enum Event {
     /// What an executable CUDA graph runs: said right before the first
     /// `cuGraphLaunch` of it that the trace sees, and again after it changed.
     Graph(graph::GraphRecord),
+    /// Every rank of a communicator has entered one collective (matched by
+    /// communicator id, function and sequence number across the traced
+    /// processes): its arrival skew and the rank that came last.
+    NcclCollective(Collective),
+    /// Ranks have entered a collective that others have not, or a thread
+    /// has been inside an NCCL call, for longer than `--nccl-stall`
+    /// (said once per collective or call).
+    NcclStall(NcclStall),
+    /// A collective stall said before is over: every rank entered.
+    NcclStallEnded(StallEnded),
 }
 
 /// Who a process is, read once while it is alive.

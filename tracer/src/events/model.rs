@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::graph::{GraphCall, GraphLaunch};
 use super::types::{AllocKind, Direction, Family, NcclOp};
+pub use crate::nccl::tracker::{Identity, SeqSource, Unaligned};
 use crate::stacks::table::CallStack;
 
 /// One traced call.
@@ -92,8 +93,24 @@ pub enum Args {
         comm: Option<u64>,
         nranks: i64,
         rank: Option<i64>,
-        /// The 128-byte `ncclUniqueId` passed by value (InitRank, InitRankConfig).
+        /// The 128-byte `ncclUniqueId` passed by value (InitRank,
+        /// InitRankConfig), or the first of InitRankScalable's ids.
         unique_id: Option<Box<[u8]>>,
+        /// The communicator's id (its `commHash`, as NCCL prints it), when
+        /// known: from `unique_id` and the library's release.
+        comm_id: Option<u64>,
+    },
+    /// ncclCommSplit(comm, color, key, &newcomm, config).
+    CommSplit {
+        comm: u64,
+        color: i64,
+        key: i64,
+        /// The new communicator, read at return (`None`: the call failed or
+        /// this rank asked for none).
+        newcomm: Option<u64>,
+        /// Its id, when the parent's init was traced (NCCL 2.26+ derive it
+        /// from the parent's id, its split count and the color).
+        comm_id: Option<u64>,
     },
     CommEnd {
         comm: u64,
@@ -166,6 +183,12 @@ pub struct Nccl {
     pub peer: Option<i64>,
     pub comm: u64,
     pub stream: u64,
+    /// The communicator as known at this call: id, rank, size, device, and
+    /// for a collective its sequence number (what names it on every rank).
+    pub ident: Identity,
+    /// Why a collective has no sequence number (`None` when it has one,
+    /// and for point-to-point calls).
+    pub unaligned: Option<Unaligned>,
 }
 
 impl Nccl {

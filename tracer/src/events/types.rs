@@ -156,6 +156,19 @@ impl NcclOp {
             NcclOp::Recv => "Recv",
         }
     }
+
+    /// NCCL's `ncclFunc_t` (the index of its `seqNumber` counter); `None`
+    /// for point-to-point calls, which have no counter.
+    pub fn func(self) -> Option<u32> {
+        match self {
+            NcclOp::Broadcast => Some(0),
+            NcclOp::Reduce => Some(1),
+            NcclOp::AllGather => Some(2),
+            NcclOp::ReduceScatter => Some(3),
+            NcclOp::AllReduce => Some(4),
+            NcclOp::Send | NcclOp::Recv => None,
+        }
+    }
 }
 
 /// Counts of what the probes could not record, summed over CPUs.

@@ -4,18 +4,19 @@ use std::collections::HashMap;
 use std::num::NonZeroU32;
 
 use anyhow::{anyhow, Context};
-use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
+use aya::maps::{Array, MapData, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeScope};
 use aya::programs::UProbe;
 use aya::{Ebpf, EbpfLoader};
-use tracer_common::{LostReason, ProbeCookie, LOST_SLOTS};
+use tracer_common::{CommLayout as ProbeLayout, LostReason, ProbeCookie, LOST_SLOTS};
 
-use super::catalogue::ProbeSelection;
+use super::catalogue::{Lib, ProbeSelection};
 use super::discover::LibraryFile;
 use super::multi::{MultiLink, MultiPrograms};
 use super::symbols::{resolve_symbols, ResolvedSymbol};
 use crate::events::types::Family;
 use crate::events::types::LostCounts;
+use crate::nccl::libs::{NcclLibraries, Slot};
 use crate::stacks::settings::{PyProcMap, StackSettings};
 
 const ENTRY: &str = "call_entry";
@@ -131,6 +132,8 @@ pub struct Probes {
     /// `--stacks`: every probe captures its caller's stack.
     stacks: Option<StackSettings>,
     per_task: bool,
+    /// The libnccl builds probed, each with its communicator layout slot.
+    nccl: NcclLibraries,
 }
 
 /// How probes are attached.
@@ -234,12 +237,54 @@ impl Probes {
             multi,
             stacks,
             per_task,
+            nccl: NcclLibraries::default(),
         })
     }
 
     /// Whether calls in flight are kept in task storage (else a hash map).
     pub fn inflight_per_task(&self) -> bool {
         self.per_task
+    }
+
+    /// The libnccl builds probed (shared: the decoder reads records' slots).
+    pub fn nccl_libraries(&self) -> NcclLibraries {
+        self.nccl.clone()
+    }
+
+    /// The layout slot of a libnccl file, its layout written to the probes'
+    /// map the first time its build is seen; 0 for other libraries or when
+    /// no slot can be had (said once).
+    fn layout_slot(&mut self, file: &LibraryFile) -> u32 {
+        if file.lib != Lib::Nccl {
+            return 0;
+        }
+        match self.nccl.slot_for(&file.path) {
+            Slot::Known(slot) => slot,
+            Slot::New(slot, lib) => {
+                let written = self
+                    .ebpf
+                    .map_mut("COMM_LAYOUTS")
+                    .ok_or_else(|| anyhow!("COMM_LAYOUTS map missing"))
+                    .and_then(|m| Ok(Array::<_, ProbeLayout>::try_from(m)?))
+                    .and_then(|mut a| Ok(a.set(slot, lib.probe_layout(), 0)?));
+                match written {
+                    Ok(()) => slot,
+                    Err(e) => {
+                        eprintln!(
+                            "gputrace: {}: cannot give the probes its communicator layout: {e:#}",
+                            file.path.display()
+                        );
+                        0
+                    }
+                }
+            }
+            Slot::None(msg) => {
+                if let Some(m) = msg {
+                    eprintln!("gputrace: {m}");
+                }
+                0
+            }
+        }
     }
 
     pub fn attach_mode(&self) -> AttachMode {
@@ -288,6 +333,7 @@ impl Probes {
         if symbols.is_empty() {
             return Ok(att);
         }
+        let runtime_stubs = (runtime_stubs, self.layout_slot(file));
         if let Some(multi) = &self.multi {
             match self.attach_multi(multi, file, scope, &symbols, runtime_stubs) {
                 Ok((entry, ret)) => {
@@ -329,7 +375,7 @@ impl Probes {
         file: &LibraryFile,
         scope: Scope,
         symbols: &[ResolvedSymbol],
-        runtime_stubs: bool,
+        (runtime_stubs, slot): (bool, u32),
     ) -> std::io::Result<(MultiLink, Option<MultiLink>)> {
         let pid = match scope {
             Scope::Process(pid) => Some(pid),
@@ -339,6 +385,7 @@ impl Probes {
         let mut ret = (Vec::new(), Vec::new());
         for sym in symbols {
             let (cookie, args_only) = self.cookie(sym, runtime_stubs);
+            let cookie = cookie.with_comm_layout(slot);
             entry.0.push(sym.file_offset);
             entry.1.push(cookie.0);
             if !args_only {
@@ -376,11 +423,12 @@ impl Probes {
         scope: Scope,
         symbols: &[ResolvedSymbol],
         att: &mut Attachment,
-        runtime_stubs: bool,
+        (runtime_stubs, slot): (bool, u32),
     ) -> anyhow::Result<()> {
         let uscope = scope.uprobe_scope()?;
         for sym in symbols {
             let (cookie, args_only) = self.cookie(sym, runtime_stubs);
+            let cookie = cookie.with_comm_layout(slot);
             let point = |c: u64| UProbeAttachPoint {
                 location: UProbeAttachLocation::AbsoluteOffset(sym.file_offset),
                 cookie: Some(c),
@@ -455,6 +503,18 @@ impl Probes {
             .take_map("EVENTS")
             .ok_or_else(|| anyhow!("EVENTS map missing"))?;
         Ok(RingBuf::try_from(map)?)
+    }
+
+    /// A handle on the in-flight map (entry records of calls not returned),
+    /// read to find threads stuck inside a call.
+    pub fn take_inflight(
+        &mut self,
+    ) -> anyhow::Result<aya::maps::HashMap<MapData, u64, tracer_common::CallEvent>> {
+        let map = self
+            .ebpf
+            .take_map("INFLIGHT")
+            .ok_or_else(|| anyhow!("INFLIGHT map missing"))?;
+        Ok(aya::maps::HashMap::try_from(map)?)
     }
 
     /// A handle on the lost-event counters, read at any time.

@@ -114,6 +114,11 @@ pub enum Shape {
     CommInit,
     /// ncclCommInitAll(comm*, ndev, devlist).
     CommInitAll,
+    /// ncclCommInitRankScalable(comm*, nranks, rank, nId, ncclUniqueId* ids, config*):
+    /// the first id is read through the pointer.
+    CommInitScalable,
+    /// ncclCommSplit(comm, color, key, newcomm*, config*).
+    CommSplit,
     /// ncclCommDestroy / ncclCommAbort(comm).
     CommEnd,
     /// cudaLaunchKernel(func, dim3 grid, dim3 block, args, shmem, stream): each
@@ -140,8 +145,17 @@ impl Shape {
             Shape::AllocPitch => c.with_out(0, 0).with_out(1, 1),
             Shape::ModuleGetFunction | Shape::LibraryGetKernel => c.with_out(0, 0).with_str(2),
             Shape::KernelGetFunction => c.with_out(0, 0),
-            Shape::Nccl { stream, .. } if stream >= 6 => c.with_stack(),
+            // Every NCCL call reads its communicator at entry (identity,
+            // sequence counter); the layout slot is added per library file.
+            Shape::Nccl {
+                op, comm, stream, ..
+            } => {
+                let c = if stream >= 6 { c.with_stack() } else { c };
+                c.with_comm(u32::from(comm), op.func())
+            }
             Shape::Graph(op) => op.cookie(c),
+            Shape::CommInitScalable => c.with_out(0, 0).with_blob_arg(4, 128),
+            Shape::CommSplit => c.with_out(0, 3),
             Shape::Memcpy { dir: None, .. } => c.with_readable(),
             Shape::Memcpy { .. }
             | Shape::Memset { .. }
@@ -152,7 +166,6 @@ impl Shape {
             | Shape::MemUnmap
             | Shape::Sync { .. }
             | Shape::Unload
-            | Shape::Nccl { .. }
             | Shape::NcclGroup
             | Shape::CommEnd => c,
         }
@@ -295,6 +308,8 @@ fn rows() -> Vec<Row> {
         Row("ncclCommInitRank",       PLAIN, libnccl, collective, S::CommInit),
         Row("ncclCommInitRankConfig", PLAIN, libnccl, collective, S::CommInit),
         Row("ncclCommInitAll",        PLAIN, libnccl, collective, S::CommInitAll),
+        Row("ncclCommInitRankScalable", PLAIN, libnccl, collective, S::CommInitScalable),
+        Row("ncclCommSplit",          PLAIN, libnccl, collective, S::CommSplit),
         Row("ncclCommDestroy",        PLAIN, libnccl, collective, S::CommEnd),
         Row("ncclCommAbort",          PLAIN, libnccl, collective, S::CommEnd),
     ]

@@ -83,6 +83,11 @@ impl Attacher {
         }
     }
 
+    /// The libnccl builds probed (shared with the decoder).
+    pub(super) fn nccl_libraries(&self) -> crate::nccl::libs::NcclLibraries {
+        self.probes.nccl_libraries()
+    }
+
     /// The library files to probe for `pid`: what it maps, with the
     /// overrides standing in for their kind.
     pub(super) fn libraries_of(&self, pid: u32) -> std::io::Result<Vec<LibraryFile>> {

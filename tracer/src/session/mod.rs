@@ -10,6 +10,7 @@
 //! [`Session::drain`] and [`Session::maintain`] itself.
 
 mod attacher;
+mod nccl;
 mod node;
 mod processes;
 mod run;
@@ -37,6 +38,7 @@ use crate::probes::discover;
 use crate::probes::spawn::GatedChild;
 use crate::sinks::{Sink, Status};
 use attacher::Attacher;
+use nccl::NcclWatch;
 use node::NodeWatch;
 use processes::Processes;
 use stacks::SessionStacks;
@@ -70,6 +72,9 @@ pub struct Session {
     pending: Vec<Event>,
     /// `--stacks`: stack records resolved and joined to their calls.
     stacks: Option<SessionStacks>,
+    /// Collectives across ranks, stalls.
+    nccl: NcclWatch,
+    clock: Clock,
     /// Installed by [`Session::announce`], used by [`Session::run`].
     signals: Option<run::Signals>,
 }
@@ -94,9 +99,17 @@ impl Session {
         let ring = probes.take_ring()?;
         let lost = probes.take_lost()?;
         let lost_by_pid = probes.take_lost_by_pid()?;
+        let inflight = match probes.take_inflight() {
+            Ok(m) => Some(m),
+            Err(e) => {
+                eprintln!("gputrace: threads stuck inside NCCL calls will not be seen: {e:#}");
+                None
+            }
+        };
         let mut attacher = Attacher::new(probes, selection, overrides);
         let cache = CalibrationCache::open(&config.cache_dir);
         let mut enricher = Enricher::new(clock, KernelNamer::new(cache, config.calibration));
+        enricher.nccl_libs = attacher.nccl_libraries();
         let check_every = if spec.all {
             node::SCAN_EVERY
         } else {
@@ -176,6 +189,8 @@ impl Session {
             undecodable: 0,
             pending: Vec::new(),
             stacks,
+            nccl: NcclWatch::new(spec.nccl_stall, inflight),
+            clock,
             signals: None,
         };
         for e in pending {
@@ -266,6 +281,10 @@ impl Session {
                     s.gone(*pid);
                 }
             }
+            // One stderr line each, whatever the sinks (trace, daemon; top
+            // shows its captured stderr).
+            Event::NcclStall(s) => eprintln!("{}", s.line()),
+            Event::NcclStallEnded(e) => eprintln!("{}", crate::events::stall::ended_line(e)),
             _ => {}
         }
     }
@@ -323,10 +342,14 @@ impl Session {
                     if let Some(s) = &mut self.stacks {
                         e.call.stack = s.take(raw.event.tid, raw.event.start_ns);
                     }
+                    let across = self.nccl.observe(&e.call);
                     sink.take(Event::Call {
                         call: e.call,
                         device_bytes: e.device_bytes,
-                    })
+                    });
+                    if let Some(across) = across {
+                        sink.take(across);
+                    }
                 }
                 Err(_) => self.undecodable += 1,
             }
@@ -359,6 +382,7 @@ impl Session {
         if let Some(s) = &mut self.stacks {
             s.maintain();
         }
+        self.nccl.check(&mut self.enricher, self.clock, &mut events);
         self.read_lost(now, false, &mut events);
         for e in events {
             self.note(&e);

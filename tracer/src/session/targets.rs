@@ -21,6 +21,10 @@ pub struct TargetSpec {
     pub libnccl: Option<PathBuf>,
     /// `--stacks`: capture call stacks.
     pub stacks: Option<StackRequest>,
+    /// `--nccl-stall`: how long ranks may wait in a collective for another
+    /// (or a thread stay inside an NCCL call) before it is a stall; `None`:
+    /// stalls are not looked for.
+    pub nccl_stall: Option<Duration>,
 }
 
 /// What `--stacks` asks for (checked against the kernel in `Session::start`).

@@ -50,11 +50,15 @@ impl Sink for PrintSink {
                     self.error = Some(e);
                 }
             }
+            // One line per call only: stalls go to stderr (trace, daemon).
             Event::Call { .. }
             | Event::ProcessSeen(_)
             | Event::ProcessGone { .. }
             | Event::Graph(_)
-            | Event::Lost(_) => {}
+            | Event::Lost(_)
+            | Event::NcclCollective(_)
+            | Event::NcclStall(_)
+            | Event::NcclStallEnded(_) => {}
         }
     }
 

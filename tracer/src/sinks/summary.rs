@@ -39,8 +39,15 @@ impl Sink for SummarySink {
                 self.summary.lost = report.total;
                 self.undecodable = report.undecodable;
             }
+            Event::NcclStall(s) => self.summary.nccl.stall(s),
+            Event::NcclStallEnded(e) => self.summary.nccl.stall_over(e),
+            // The summary matches collectives across ranks from the calls
+            // themselves (as `stats` does from a timeline).
             // The launch that follows carries what the graph runs.
-            Event::ProcessSeen(_) | Event::ProcessGone { .. } | Event::Graph(_) => {}
+            Event::NcclCollective(_)
+            | Event::ProcessSeen(_)
+            | Event::ProcessGone { .. }
+            | Event::Graph(_) => {}
         }
     }
 }

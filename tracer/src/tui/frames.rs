@@ -89,6 +89,8 @@ fn busy_app() -> App {
                 peer: None,
                 comm: 0xc0ffee,
                 stream: 0,
+                ident: Default::default(),
+                unaligned: None,
             });
             m.feed(
                 &call(
@@ -141,6 +143,7 @@ fn busy_app() -> App {
         nranks: 8,
         rank: Some(3),
         unique_id: None,
+        comm_id: None,
     };
     m.feed(
         &call(4242, "train", "ncclCommInitRank", T0, 1_000, init),

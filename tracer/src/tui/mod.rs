@@ -49,6 +49,10 @@ impl Sink for ModelSink<'_> {
                 self.model.set_lost(&report.by_pid);
                 self.model.lost = report.total.events_lost();
             }
+            Event::NcclStall(s) => self.model.nccl_stall(s),
+            Event::NcclStallEnded(e) => self.model.nccl_stall_over(e),
+            // The process table counts calls; skew is in the summary.
+            Event::NcclCollective(_) => {}
         }
     }
 

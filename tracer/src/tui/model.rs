@@ -288,6 +288,9 @@ pub struct Model {
     pub lost: u64,
     /// Probes attached.
     pub probes: usize,
+    /// NCCL collectives stalled now (communicator id, op, sequence), with
+    /// the stall's line; stuck calls stay until the process is gone.
+    pub nccl_stalls: BTreeMap<(u64, &'static str, u64), String>,
 }
 
 impl Model {
@@ -316,8 +319,26 @@ impl Model {
         }
     }
 
+    /// A stall said by the session.
+    pub fn nccl_stall(&mut self, s: &crate::events::NcclStall) {
+        use crate::events::NcclStall;
+        let key = match s {
+            NcclStall::Collective { stall, .. } => (stall.comm_id, stall.func.name(), stall.seq),
+            // Keyed by the process: a stuck call is shown until it exits.
+            NcclStall::Stuck(c) => (u64::from(c.pid), "stuck", c.entered_ns),
+        };
+        self.nccl_stalls.insert(key, s.line());
+    }
+
+    /// A collective stall is over.
+    pub fn nccl_stall_over(&mut self, e: &crate::events::StallEnded) {
+        self.nccl_stalls.remove(&(e.comm_id, e.func.name(), e.seq));
+    }
+
     /// Marks a process the session says is gone (exited at `exited_ns`).
     pub fn gone(&mut self, pid: u32, exited_ns: u64) {
+        self.nccl_stalls
+            .retain(|k, _| k.1 != "stuck" || k.0 != u64::from(pid));
         if let Some(p) = self.processes.get_mut(&pid) {
             p.exited_at_ns.get_or_insert(exited_ns);
         }
@@ -485,5 +506,40 @@ mod tests {
         assert_eq!(p.history.len(), 1);
         m.advance(T0 + (HISTORY_SECS + 5) * NS);
         assert!(m.processes[&3].history.is_empty());
+    }
+
+    #[test]
+    fn nccl_stalls_shown_until_over_or_gone() {
+        use crate::events::{NcclStall, StallEnded};
+        use crate::nccl::ranks::{Func, Stall};
+        let mut m = Model::default();
+        let stall = Stall {
+            comm_id: 0xab,
+            nranks: 2,
+            func: Func::AllReduce,
+            seq: 4,
+            waiting: vec![(0, 7)],
+            missing: vec![(1, Some(8))],
+            first_ns: T0,
+            waited_ns: 3 * NS,
+        };
+        m.nccl_stall(&NcclStall::Collective {
+            stall,
+            host: std::sync::Arc::from("h"),
+        });
+        assert_eq!(m.nccl_stalls.len(), 1);
+        assert!(m
+            .nccl_stalls
+            .values()
+            .next()
+            .unwrap()
+            .contains("rank 1 (pid 8 on h)"));
+        m.nccl_stall_over(&StallEnded {
+            comm_id: 0xab,
+            func: Func::AllReduce,
+            seq: 4,
+            waited_ns: 4 * NS,
+        });
+        assert!(m.nccl_stalls.is_empty());
     }
 }

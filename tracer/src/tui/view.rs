@@ -56,6 +56,21 @@ fn draw_title(frame: &mut Frame, app: &App, area: Rect) {
             s.what, s.probes, app.window_secs, s.lost, app.clock
         )),
     ];
+    if let Some(line) = app.model.nccl_stalls.values().next_back() {
+        let n = app.model.nccl_stalls.len();
+        let what = line.trim_start_matches("gputrace: ");
+        spans.push(Span::styled(
+            format!(
+                "  {what}{}",
+                if n > 1 {
+                    format!(" (+{} more)", n - 1)
+                } else {
+                    String::new()
+                }
+            ),
+            Style::new().fg(Color::White).bg(Color::Red),
+        ));
+    }
     if app.paused {
         spans.push(Span::styled(
             "  PAUSED (p resumes)",

@@ -99,7 +99,11 @@ fn trace_fixture(app: &mut Waiting, window: Option<u32>) -> Traced {
     let pid = app.pid();
     let settings = StackSettings::new(window, 1, kernel_offsets().expect("kernel BTF"))
         .expect("default settings");
-    let mut probes = Probes::load(ProbeSelection::default(), 16 << 20, false, Some(settings))
+    let config = gputrace::config::Config {
+        ring_bytes: 16 << 20,
+        ..Default::default()
+    };
+    let mut probes = Probes::load(ProbeSelection::default(), &config, Some(settings))
         .expect("loading the probes with --stacks");
     let mut attachments = Vec::new();
     for lib in process_libraries(pid).expect("the fixture's libraries") {

@@ -30,6 +30,7 @@ pub fn run(args: DaemonArgs, config: &Config) -> Result<ExitCode> {
     let spec = TargetSpec {
         all: true,
         stacks: args.stacks.wanted(),
+        nccl_stall: crate::cli::stall_threshold(args.nccl_stall),
         ..TargetSpec::default()
     };
     preflight(&spec)?;

@@ -1,10 +1,12 @@
 //! The JSONL event schema (docs/events.md): writing it fast (here), and
 //! reading it back ([`parse`]).
 
+mod nccl;
 mod parse;
 
+pub use nccl::{collective_json, parse_nccl_record, stall_json, stall_over_json, NcclRecord};
 pub(crate) use parse::{
-    field, get_dim, get_hex, get_opt_hex, get_opt_u64, get_u64, parse_captured,
+    field, get_dim, get_hex, get_opt_hex, get_opt_u32, get_opt_u64, get_u64, parse_captured,
 };
 pub use parse::{parse_call, ParseError};
 
@@ -315,6 +317,7 @@ pub fn write_args(out: &mut String, args: &Args) {
             hex(out, n.comm);
             out.push_str(",\"stream\":");
             hex(out, n.stream);
+            write_identity(out, &n.ident, n.unaligned);
             out.push('}');
         }
         Args::NcclGroup => out.push_str("{}"),
@@ -323,6 +326,7 @@ pub fn write_args(out: &mut String, args: &Args) {
             nranks,
             rank,
             unique_id,
+            comm_id,
         } => {
             out.push_str("{\"comm\":");
             opt_hex(out, *comm);
@@ -335,6 +339,23 @@ pub fn write_args(out: &mut String, args: &Args) {
                 }
                 out.push('"');
             }
+            out.push_str(",\"comm_id\":");
+            opt_hex(out, *comm_id);
+            out.push('}');
+        }
+        Args::CommSplit {
+            comm,
+            color,
+            key,
+            newcomm,
+            comm_id,
+        } => {
+            out.push_str("{\"comm\":");
+            hex(out, *comm);
+            let _ = write!(out, ",\"color\":{color},\"key\":{key},\"newcomm\":");
+            opt_hex(out, *newcomm);
+            out.push_str(",\"comm_id\":");
+            opt_hex(out, *comm_id);
             out.push('}');
         }
         Args::CommEnd { comm } => {
@@ -352,5 +373,34 @@ pub fn write_args(out: &mut String, args: &Args) {
         Args::Other(map) => {
             out.push_str(&Value::Object(map.clone()).to_string());
         }
+    }
+}
+
+/// The communicator fields of an NCCL call: `comm_id` (as NCCL prints it),
+/// `rank`, `nranks`, `cuda_dev`, `seq`, where `seq` came from
+/// (`seq_from`), and why a collective has none (`unaligned`).
+fn write_identity(out: &mut String, id: &Identity, unaligned: Option<Unaligned>) {
+    out.push_str(",\"comm_id\":");
+    opt_hex(out, id.comm_id);
+    for (k, v) in [
+        ("rank", id.rank),
+        ("nranks", id.nranks),
+        ("cuda_dev", id.cuda_dev),
+    ] {
+        let _ = write!(out, ",\"{k}\":");
+        opt_int(out, v.map(i64::from));
+    }
+    out.push_str(",\"seq\":");
+    match id.seq {
+        Some(s) => num(out, s),
+        None => out.push_str("null"),
+    }
+    if let Some(src) = id.source {
+        out.push_str(",\"seq_from\":");
+        string(out, src.name());
+    }
+    if let Some(u) = unaligned {
+        out.push_str(",\"unaligned\":");
+        string(out, u.code());
     }
 }

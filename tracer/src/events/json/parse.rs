@@ -37,6 +37,15 @@ pub(crate) fn get_opt_u64(
     }
 }
 
+pub(crate) fn get_opt_u32(
+    m: &Map<String, Value>,
+    k: &'static str,
+) -> Result<Option<u32>, ParseError> {
+    get_opt_u64(m, k)?
+        .map(|v| u32::try_from(v).map_err(|_| ParseError::Field(k)))
+        .transpose()
+}
+
 pub(crate) fn get_opt_i64(
     m: &Map<String, Value>,
     k: &'static str,
@@ -249,10 +258,33 @@ fn parse_args(
                 peer: get_opt_i64(a, "peer")?,
                 comm: get_hex(a, "comm")?,
                 stream: get_hex(a, "stream")?,
+                ident: Identity {
+                    comm_id: get_opt_hex(a, "comm_id")?,
+                    rank: get_opt_u32(a, "rank")?,
+                    nranks: get_opt_u32(a, "nranks")?,
+                    cuda_dev: get_opt_u32(a, "cuda_dev")?,
+                    seq: get_opt_u64(a, "seq")?,
+                    source: match a.get("seq_from") {
+                        None | Some(Value::Null) => None,
+                        Some(v) => Some(
+                            v.as_str()
+                                .and_then(SeqSource::from_name)
+                                .ok_or(ParseError::Field("seq_from"))?,
+                        ),
+                    },
+                },
+                unaligned: match a.get("unaligned") {
+                    None | Some(Value::Null) => None,
+                    Some(v) => Some(
+                        v.as_str()
+                            .and_then(Unaligned::from_code)
+                            .ok_or(ParseError::Field("unaligned"))?,
+                    ),
+                },
             })
         }
         Shape::NcclGroup => Args::NcclGroup,
-        Shape::CommInit | Shape::CommInitAll => Args::CommInit {
+        Shape::CommInit | Shape::CommInitAll | Shape::CommInitScalable => Args::CommInit {
             comm: get_opt_hex(a, "comm")?,
             nranks: get_opt_i64(a, "nranks")?.ok_or(ParseError::Field("nranks"))?,
             rank: get_opt_i64(a, "rank")?,
@@ -264,6 +296,14 @@ fn parse_args(
                         .ok_or(ParseError::Field("unique_id"))?,
                 ),
             },
+            comm_id: get_opt_hex(a, "comm_id")?,
+        },
+        Shape::CommSplit => Args::CommSplit {
+            comm: get_hex(a, "comm")?,
+            color: get_opt_i64(a, "color")?.ok_or(ParseError::Field("color"))?,
+            key: get_opt_i64(a, "key")?.ok_or(ParseError::Field("key"))?,
+            newcomm: get_opt_hex(a, "newcomm")?,
+            comm_id: get_opt_hex(a, "comm_id")?,
         },
         Shape::CommEnd => Args::CommEnd {
             comm: get_hex(a, "comm")?,

@@ -133,6 +133,10 @@ impl Metrics {
 
     /// The series that are not per process.
     fn write_tracer(&self, o: &mut String) {
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        self.nccl.render(o, now_ns);
         header(
             o,
             "gputrace_events_lost_total",

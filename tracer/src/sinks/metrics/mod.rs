@@ -8,6 +8,7 @@
 //! keeps the number of series bounded on a busy node.
 
 mod exposition;
+mod nccl;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
@@ -127,6 +128,8 @@ pub struct Metrics {
     lost: LostCounts,
     gauges: TracerGauges,
     keep_exited: Duration,
+    /// Per (communicator, rank), across processes.
+    nccl: nccl::NcclMetrics,
 }
 
 impl Metrics {
@@ -138,6 +141,7 @@ impl Metrics {
             lost: LostCounts::default(),
             gauges: TracerGauges::default(),
             keep_exited,
+            nccl: nccl::NcclMetrics::default(),
         }
     }
 
@@ -191,6 +195,7 @@ impl Metrics {
             Args::Nccl(n) => {
                 let b = p.nccl.entry(n.op).or_default();
                 *b = b.saturating_add(n.bytes().unwrap_or(0));
+                self.nccl.record(c);
             }
             _ => {}
         }
@@ -272,6 +277,9 @@ impl Sink for MetricsSink {
                 self.lost = report.total;
                 lock(&self.metrics).set_lost(report.total);
             }
+            Event::NcclCollective(c) => lock(&self.metrics).nccl.collective(c),
+            Event::NcclStall(s) => lock(&self.metrics).nccl.stall(s),
+            Event::NcclStallEnded(e) => lock(&self.metrics).nccl.stall_over(e),
         }
     }
 

@@ -82,6 +82,8 @@ fn renders_counters_histograms_and_labels() {
             peer: None,
             comm: 1,
             stream: 2,
+            ident: Default::default(),
+            unaligned: None,
         }),
     ));
     m.record(&call(2, "cuMemAlloc_v2", 1_000, other()), Some(1 << 20));
@@ -211,6 +213,105 @@ fn chunks_add_up_to_the_whole() {
     assert_eq!(joined, whole);
     assert!(chunks > 10);
     assert_eq!(m.render_chunk(&mut cursor, 4096), None);
+}
+
+/// Two ranks of one communicator: collectives, a late rank, a stall.
+#[test]
+fn nccl_series_per_communicator_and_rank() {
+    use crate::events::model::Identity;
+    use crate::events::{Collective, NcclStall, StallEnded};
+    use crate::nccl::ranks::{Func, Stall};
+    let mut m = metrics();
+    for (pid, rank) in [(3, 0), (4, 1)] {
+        for seq in 0..3 {
+            m.record_call(&call(
+                pid,
+                "ncclAllReduce",
+                1_000,
+                Args::Nccl(Nccl {
+                    op: NcclOp::AllReduce,
+                    count: 1,
+                    datatype: 7,
+                    redop: Some(0),
+                    root: None,
+                    peer: None,
+                    comm: 0x10,
+                    stream: 2,
+                    ident: Identity {
+                        comm_id: Some(0xab),
+                        rank: Some(rank),
+                        nranks: Some(2),
+                        cuda_dev: None,
+                        seq: Some(seq),
+                        source: None,
+                    },
+                    unaligned: None,
+                }),
+            ));
+        }
+    }
+    let done = |seq, delay_ns| Collective {
+        comm_id: 0xab,
+        nranks: 2,
+        func: Func::AllReduce,
+        seq,
+        first_ns: 1,
+        skew_ns: delay_ns,
+        last_rank: 1,
+        last_pid: 4,
+        delay_ns,
+    };
+    m.nccl.collective(&done(0, 2_000));
+    m.nccl.collective(&done(1, 300_000_000));
+    let now = crate::events::enrich::Clock::measure()
+        .to_unix_ns(crate::events::enrich::Clock::now_mono_ns());
+    let stall = Stall {
+        comm_id: 0xab,
+        nranks: 2,
+        func: Func::AllReduce,
+        seq: 3,
+        waiting: vec![(0, 3)],
+        missing: vec![(1, Some(4))],
+        first_ns: now - 5_000_000_000,
+        waited_ns: 5_000_000_000,
+    };
+    m.nccl.stall(&NcclStall::Collective {
+        stall,
+        host: Arc::from("h"),
+    });
+    let text = m.render();
+    let id = |r| format!("comm_id=\"0xab\",rank=\"{r}\",nranks=\"2\"");
+    for line in [
+        format!("gputrace_nccl_rank_info{{{},pid=\"4\"}} 1", id(1)),
+        format!("gputrace_nccl_collectives_total{{{},op=\"AllReduce\"}} 3", id(0)),
+        format!("gputrace_nccl_last_seq{{{},op=\"AllReduce\"}} 2", id(1)),
+        "gputrace_nccl_arrival_skew_seconds_bucket{comm_id=\"0xab\",nranks=\"2\",le=\"0.0000025\"} 1".into(),
+        "gputrace_nccl_arrival_skew_seconds_bucket{comm_id=\"0xab\",nranks=\"2\",le=\"0.25\"} 1".into(),
+        "gputrace_nccl_arrival_skew_seconds_bucket{comm_id=\"0xab\",nranks=\"2\",le=\"0.5\"} 2".into(),
+        "gputrace_nccl_arrival_skew_seconds_sum{comm_id=\"0xab\",nranks=\"2\"} 0.300002".into(),
+        format!("gputrace_nccl_last_arrivals_total{{{}}} 2", id(1)),
+        format!("gputrace_nccl_delay_caused_seconds_total{{{}}} 0.300002", id(1)),
+        format!("gputrace_nccl_delay_caused_seconds_total{{{}}} 0", id(0)),
+        format!("gputrace_nccl_stalls_total{{{}}} 1", id(1)),
+        format!("gputrace_nccl_stalled_seconds{{{}}} 0", id(0)),
+    ] {
+        assert!(text.contains(&format!("{line}\n")), "missing {line}\n{text}");
+    }
+    let stalled = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("gputrace_nccl_stalled_seconds{{{}}} ", id(1))))
+        .unwrap();
+    let s: f64 = stalled.parse().unwrap();
+    assert!((5.0..60.0).contains(&s), "{s}");
+    m.nccl.stall_over(&StallEnded {
+        comm_id: 0xab,
+        func: Func::AllReduce,
+        seq: 3,
+        waited_ns: 6_000_000_000,
+    });
+    assert!(m
+        .render()
+        .contains(&format!("gputrace_nccl_stalled_seconds{{{}}} 0\n", id(1))));
 }
 
 impl Metrics {

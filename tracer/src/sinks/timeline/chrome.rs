@@ -15,6 +15,9 @@ use crate::events::graph::GraphLaunch;
 use crate::events::json::{string, write_args, write_frames};
 use crate::events::model::{Args, Call};
 
+/// The category of the cross-rank NCCL records in a Chrome trace.
+pub const CROSS_RANK_CAT: &str = "nccl_cross_rank";
+
 pub struct ChromeWriter {
     out: BufWriter<File>,
     line: String,
@@ -159,6 +162,32 @@ impl ChromeWriter {
                 c.pid
             );
         }
+        self.out.write_all(self.line.as_bytes())
+    }
+
+    /// A cross-rank record as a global instant event (category
+    /// [`CROSS_RANK_CAT`], the record in `args`), at its first entry.
+    pub fn cross_rank(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
+        self.line.clear();
+        let at = ["first_ts_ns", "entered_ts_ns"]
+            .iter()
+            .find_map(|k| record.get(*k).and_then(serde_json::Value::as_u64))
+            .unwrap_or(self.origin_ns);
+        let name = record
+            .get("type")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("nccl");
+        self.begin_event();
+        self.line.push_str("{\"name\":");
+        string(&mut self.line, name);
+        let _ = write!(
+            self.line,
+            ",\"cat\":\"{CROSS_RANK_CAT}\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":"
+        );
+        us(&mut self.line, at.saturating_sub(self.origin_ns));
+        self.line.push_str(",\"args\":");
+        self.line.push_str(&record.to_string());
+        self.line.push('}');
         self.out.write_all(self.line.as_bytes())
     }
 

@@ -23,6 +23,21 @@ pub(super) fn call_lines(line: &mut String, stacks: &mut FxHashSet<u32>, call: &
     line.push('\n');
 }
 
+/// Builds one entry's line(s) in `line` with `build`, then writes them
+/// to `out`, counting the bytes in `written`.
+pub(super) fn put<W: Write>(
+    out: &mut W,
+    line: &mut String,
+    written: &mut u64,
+    build: impl FnOnce(&mut String),
+) -> std::io::Result<()> {
+    line.clear();
+    build(line);
+    out.write_all(line.as_bytes())?;
+    *written += line.len() as u64;
+    Ok(())
+}
+
 /// The `{"type":"graph"}` line of an executable graph.
 pub(super) fn graph_line(line: &mut String, record: &GraphRecord) {
     write_record(line, record);
@@ -50,30 +65,33 @@ impl JsonlWriter {
     }
 
     pub fn write(&mut self, call: &Call) -> std::io::Result<()> {
-        self.line.clear();
-        call_lines(&mut self.line, &mut self.stacks, call);
-        self.out.write_all(self.line.as_bytes())?;
-        self.written += self.line.len() as u64;
-        Ok(())
+        let stacks = &mut self.stacks;
+        put(&mut self.out, &mut self.line, &mut self.written, |l| {
+            call_lines(l, stacks, call)
+        })
     }
 
     /// Writes a `{"type":"graph"}` record.
     pub fn graph(&mut self, record: &GraphRecord) -> std::io::Result<()> {
-        self.line.clear();
-        graph_line(&mut self.line, record);
-        self.out.write_all(self.line.as_bytes())?;
-        self.written += self.line.len() as u64;
-        Ok(())
+        put(&mut self.out, &mut self.line, &mut self.written, |l| {
+            graph_line(l, record)
+        })
     }
 
     /// Writes one non-call entry as its JSONL line.
     pub fn record(&mut self, r: &super::record::Record) -> std::io::Result<()> {
-        self.line.clear();
-        r.write_jsonl(&mut self.line);
-        self.line.push('\n');
-        self.out.write_all(self.line.as_bytes())?;
-        self.written += self.line.len() as u64;
-        Ok(())
+        put(&mut self.out, &mut self.line, &mut self.written, |l| {
+            r.write_jsonl(l);
+            l.push('\n');
+        })
+    }
+
+    /// A record other than a call, on a line of its own.
+    pub fn cross_rank(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
+        put(&mut self.out, &mut self.line, &mut self.written, |l| {
+            l.push_str(&record.to_string());
+            l.push('\n');
+        })
     }
 
     /// Bytes of events written so far.

@@ -12,7 +12,7 @@ use std::io::Write;
 
 use rustc_hash::FxHashSet;
 
-use super::jsonl::{call_lines, graph_line};
+use super::jsonl::{call_lines, graph_line, put};
 use crate::events::graph::GraphRecord;
 use crate::events::model::Call;
 
@@ -44,30 +44,33 @@ impl<W: Write> JsonlZstWriter<W> {
     }
 
     pub fn write(&mut self, call: &Call) -> std::io::Result<()> {
-        self.line.clear();
-        call_lines(&mut self.line, &mut self.stacks, call);
-        self.out.write_all(self.line.as_bytes())?;
-        self.written += self.line.len() as u64;
-        Ok(())
+        let stacks = &mut self.stacks;
+        put(&mut self.out, &mut self.line, &mut self.written, |l| {
+            call_lines(l, stacks, call)
+        })
     }
 
     /// Writes a `{"type":"graph"}` record (as `.jsonl`).
     pub fn graph(&mut self, record: &GraphRecord) -> std::io::Result<()> {
-        self.line.clear();
-        graph_line(&mut self.line, record);
-        self.out.write_all(self.line.as_bytes())?;
-        self.written += self.line.len() as u64;
-        Ok(())
+        put(&mut self.out, &mut self.line, &mut self.written, |l| {
+            graph_line(l, record)
+        })
+    }
+
+    /// An NCCL cross-rank record (as `.jsonl`).
+    pub fn cross_rank(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
+        put(&mut self.out, &mut self.line, &mut self.written, |l| {
+            l.push_str(&record.to_string());
+            l.push('\n');
+        })
     }
 
     /// Writes one non-call entry as its JSONL line.
     pub fn record(&mut self, r: &super::record::Record) -> std::io::Result<()> {
-        self.line.clear();
-        r.write_jsonl(&mut self.line);
-        self.line.push('\n');
-        self.out.write_all(self.line.as_bytes())?;
-        self.written += self.line.len() as u64;
-        Ok(())
+        put(&mut self.out, &mut self.line, &mut self.written, |l| {
+            r.write_jsonl(l);
+            l.push('\n');
+        })
     }
 
     /// Makes what was written so far readable: ends the current zstd

@@ -40,6 +40,10 @@ pub trait TimelineFile: Send + 'static {
     /// What the probes could not record so far (counts since the start).
     fn lost(&mut self, _lost: LostCounts) {}
 
+    /// A record that is not a call: the cross-rank NCCL records
+    /// (`nccl_collective`, `nccl_stall`, `nccl_stall_over`; docs/events.md).
+    fn cross_rank(&mut self, record: &serde_json::Value) -> std::io::Result<()>;
+
     /// Makes what was written readable in the file now.
     fn flush(&mut self) -> std::io::Result<()>;
 
@@ -131,6 +135,17 @@ impl TimelineFile for Timeline {
             // Each graph launch's slice lists its kernels in its args.
             Self::Chrome(_) => Ok(()),
             // Not carried in .pftrace yet (docs/events.md says so).
+            Self::Perfetto(_) => Ok(()),
+        }
+    }
+
+    fn cross_rank(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
+        match self {
+            Self::Jsonl(w) => w.cross_rank(record),
+            Self::Chrome(w) => w.cross_rank(record),
+            Self::JsonlZst(w) => w.cross_rank(record),
+            // Not carried in .pftrace yet (docs/events.md says so); `stats`
+            // still matches collectives from the calls.
             Self::Perfetto(_) => Ok(()),
         }
     }

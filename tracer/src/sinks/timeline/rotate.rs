@@ -201,6 +201,20 @@ impl TimelineFile for RotatingTimeline {
         self.lost = lost;
     }
 
+    /// Cross-rank records go into the current file (a new one is opened
+    /// for them as for a call).
+    fn cross_rank(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
+        if self.current.is_none() {
+            self.current = Some(self.create_next()?);
+            self.lost_at_open = self.lost;
+            self.prune()?;
+        }
+        self.current
+            .as_mut()
+            .expect("opened above")
+            .cross_rank(record)
+    }
+
     fn flush(&mut self) -> std::io::Result<()> {
         match &mut self.current {
             Some(w) => w.flush(),

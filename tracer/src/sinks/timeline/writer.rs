@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::TimelineFile;
 use crate::error::Failure;
 use crate::events::graph::GraphRecord;
+use crate::events::json::{collective_json, stall_json, stall_over_json};
 use crate::events::model::Call;
 use crate::events::Event;
 use crate::sinks::{Halt, Sink, Status};
@@ -22,6 +23,9 @@ const QUEUED_BATCHES: usize = 64;
 
 /// A call (with device memory in use after it, when that changed), or what
 /// an executable graph runs (written before the launch that follows it).
+// Calls are nearly every item: boxing them to shrink the rare graph record
+// would cost an allocation per call.
+#[allow(clippy::large_enum_variant)]
 enum Item {
     Call(Call, Option<u64>),
     Graph(GraphRecord),
@@ -33,6 +37,8 @@ enum Message {
     Calls(Batch),
     Record(super::record::Record),
     Lost(crate::events::types::LostCounts),
+    /// An NCCL cross-rank record (JSON, as JSONL writes it).
+    CrossRank(serde_json::Value),
     Flush,
 }
 
@@ -79,6 +85,7 @@ fn write_messages<T: TimelineFile>(
                 file.lost(lost);
                 Ok(())
             }
+            Message::CrossRank(r) => file.cross_rank(&r),
             Message::Flush => file.flush(),
         };
         if let Err(e) = result {
@@ -160,11 +167,21 @@ impl<T: TimelineFile> TimelineSink<T> {
 
     /// Queues a non-call entry, in order with the calls before it.
     pub fn record(&mut self, r: super::record::Record) {
+        self.queue(Message::Record(r));
+    }
+
+    /// A cross-rank record, after the calls before it.
+    fn cross_rank(&mut self, record: serde_json::Value) {
+        self.queue(Message::CrossRank(record));
+    }
+
+    /// Sends what is batched, then `m` (so it stays in order with the calls).
+    fn queue(&mut self, m: Message) {
         if self.tx.is_none() {
             return;
         }
         self.send_batch();
-        self.send(Message::Record(r));
+        self.send(m);
     }
 
     fn take_error(&self) -> Option<std::io::Error> {
@@ -198,6 +215,9 @@ impl<T: TimelineFile> Sink for TimelineSink<T> {
                 self.send_batch();
                 self.send(Message::Lost(report.total));
             }
+            Event::NcclCollective(c) => self.cross_rank(collective_json(c)),
+            Event::NcclStall(s) => self.cross_rank(stall_json(s)),
+            Event::NcclStallEnded(e) => self.cross_rank(stall_over_json(e)),
             Event::ProcessSeen(_) | Event::ProcessGone { .. } => {}
         }
     }

@@ -208,6 +208,19 @@ pub fn annotate(args: &Args, s: &mut impl AnnotationSink) {
             s.int("nranks", *nranks);
             opt_int(s, "rank", *rank);
         }
+        Args::CommSplit {
+            comm,
+            color,
+            key,
+            newcomm,
+            comm_id,
+        } => {
+            s.pointer("comm", *comm);
+            s.int("color", *color);
+            s.int("key", *key);
+            opt_pointer(s, "newcomm", *newcomm);
+            opt_pointer(s, "comm_id", *comm_id);
+        }
         Args::CommEnd { comm } => s.pointer("comm", *comm),
         Args::RuntimeLaunch { func, stream } => {
             s.pointer("func", *func);

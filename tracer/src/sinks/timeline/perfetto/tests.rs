@@ -38,6 +38,7 @@ pub(crate) fn every_api_calls() -> Vec<Call> {
             family: Some(api.family),
             ret: Some(0),
             args: decode_args(api, &raw),
+            stack: None,
         });
     }
     out
@@ -114,7 +115,9 @@ fn launch(ts: u64, tid: u32, kernel: Option<&Arc<str>>, i: u32) -> Call {
             block: [256, 1, 1],
             shared_mem_bytes: 4096,
             stream: 0x55a9_91dd_7940,
+            captured: None,
         }),
+        stack: None,
     }
 }
 
@@ -256,6 +259,7 @@ fn nested_calls_and_renamed_processes_round_trip() {
         family: Some(crate::events::types::Family::Runtime),
         ret: Some(2),
         args: outer_args,
+        stack: None,
     };
     let mut renamed = launch(base + 5_000, 5, None, 2);
     renamed.pid = 9;
@@ -279,6 +283,7 @@ fn nested_calls_and_renamed_processes_round_trip() {
             stream: None,
             value: Some(0),
             readable: (false, false),
+            captured: None,
         }),
         ..renamed.clone()
     };

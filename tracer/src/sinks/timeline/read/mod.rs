@@ -13,10 +13,11 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::chrome::CROSS_RANK_CAT;
 use crate::aggregate::summary::Summary;
 use crate::events::graph::ExecContents;
 use crate::events::graph_json::parse_record;
-use crate::events::json::parse_call;
+use crate::events::json::{parse_call, parse_nccl_record, NcclRecord};
 use crate::events::model::{Args, Call};
 use crate::events::types::LostCounts;
 use crate::stacks::table::{CallStack, FoldedStacks, StackTable};
@@ -251,28 +252,33 @@ pub(crate) fn read_text_timeline<R: Read>(input: R, folded: bool) -> std::io::Re
                         Err(e) => problems.add(lineno, e),
                     }
                 }
-                Ok(v) if Record::is_jsonl_record(&v) => records += 1,
-                Ok(v) => match parse_call(&v) {
-                    Ok(mut c) => {
-                        // What a graph launch runs: from the record before it.
-                        if let Args::Graph(g) = &mut c.args {
-                            g.contents = graphs.get(&(c.pid, g.exec)).cloned().flatten();
+                Ok(v) => match parse_nccl_record(&v) {
+                    Some(Ok(r)) => cross_rank(&mut summary, r),
+                    Some(Err(e)) => problems.add(lineno, e),
+                    // Other kinds this reader does not know: skipped, counted.
+                    None if Record::is_jsonl_record(&v) => records += 1,
+                    None => match parse_call(&v) {
+                        Ok(mut c) => {
+                            // What a graph launch runs: from the record before it.
+                            if let Args::Graph(g) = &mut c.args {
+                                g.contents = graphs.get(&(c.pid, g.exec)).cloned().flatten();
+                            }
+                            match v.get("stack_id") {
+                                None | Some(Value::Null) => record(&mut summary, &mut folded, &c),
+                                Some(id) => match id.as_u64().and_then(|i| stacks.by_id.get(&i)) {
+                                    Some(st) => {
+                                        c.stack = Some(st.clone());
+                                        record(&mut summary, &mut folded, &c);
+                                    }
+                                    None => problems.add(
+                                        lineno,
+                                        format!("`stack_id` {id} names no stack record before it"),
+                                    ),
+                                },
+                            }
                         }
-                        match v.get("stack_id") {
-                            None | Some(Value::Null) => record(&mut summary, &mut folded, &c),
-                            Some(id) => match id.as_u64().and_then(|i| stacks.by_id.get(&i)) {
-                                Some(st) => {
-                                    c.stack = Some(st.clone());
-                                    record(&mut summary, &mut folded, &c);
-                                }
-                                None => problems.add(
-                                    lineno,
-                                    format!("`stack_id` {id} names no stack record before it"),
-                                ),
-                            },
-                        }
-                    }
-                    Err(e) => problems.add(lineno, e.to_string()),
+                        Err(e) => problems.add(lineno, e.to_string()),
+                    },
                 },
                 Err(e) => problems.add(lineno, describe_json_error(&e)),
             },
@@ -295,6 +301,15 @@ pub(crate) fn read_text_timeline<R: Read>(input: R, folded: bool) -> std::io::Re
                     continue;
                 }
                 match serde_json::from_str::<Value>(t) {
+                    Ok(v) if v.get("cat").and_then(Value::as_str) == Some(CROSS_RANK_CAT) => {
+                        match v.get("args").and_then(parse_nccl_record) {
+                            Some(Ok(r)) => cross_rank(&mut summary, r),
+                            Some(Err(e)) => problems.add(lineno, e),
+                            None => {
+                                problems.add(lineno, "a cross-rank event without its record".into())
+                            }
+                        }
+                    }
                     Ok(v) if v.get("cat").and_then(Value::as_str) == Some(CHROME_CATEGORY) => {
                         records += 1
                     }
@@ -316,6 +331,16 @@ pub(crate) fn read_text_timeline<R: Read>(input: R, folded: bool) -> std::io::Re
         folded,
         records,
     })
+}
+
+/// A cross-rank record read back: stalls are kept as said; collectives
+/// are matched again from the calls (so they need nothing here).
+fn cross_rank(summary: &mut Summary, r: NcclRecord) {
+    match r {
+        NcclRecord::Collective(_) => {}
+        NcclRecord::Stall(s) => summary.nccl.stall(&s),
+        NcclRecord::StallOver(e) => summary.nccl.stall_over(&e),
+    }
 }
 
 fn describe_json_error(e: &serde_json::Error) -> String {
