@@ -310,6 +310,12 @@ pub fn run_gputrace(args: &[&str]) -> Finished {
 }
 
 /// Events and the final summary line of a `.jsonl` file.
+/// The calls among a timeline's lines (what its summary's `events` counts):
+/// graph, stack and cross-rank records have a `type`, calls none.
+pub fn calls_in(events: &[Value]) -> u64 {
+    events.iter().filter(|e| e.get("type").is_none()).count() as u64
+}
+
 pub fn read_jsonl(path: &Path) -> (Vec<Value>, Value) {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut events = Vec::new();

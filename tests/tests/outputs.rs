@@ -93,7 +93,7 @@ fn assert_no_panic(stderr: &[String]) {
 /// The last line of a `.jsonl` timeline is gputrace's summary.
 fn assert_complete(path: &Path) {
     let (events, summary) = read_jsonl(path);
-    assert_eq!(summary["events"], events.len() as u64);
+    assert_eq!(summary["events"], calls_in(&events));
 }
 
 #[test]
@@ -247,7 +247,7 @@ fn a_duration_too_long_for_the_clock_is_no_deadline() {
     assert_eq!(code, Some(0), "{stderr:?}");
     let (events, summary) = read_jsonl(&out);
     assert!(!events.is_empty());
-    assert_eq!(summary["events"], events.len() as u64);
+    assert_eq!(summary["events"], calls_in(&events));
     let deadline = Instant::now() + Duration::from_secs(10);
     while running(workload[0]) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
