@@ -13,11 +13,13 @@
  */
 #define _GNU_SOURCE
 #include "workload_nccl.h"
+#include "nccl_comm.h"
 #include "nccl_hash.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +121,9 @@ int parse_nccl_flag(const char *a, const char *val, int argc, char **argv, int *
     } else if (!strcmp(a, "--stop-after")) {
         nopt.stop_after = parse_u64(a, NCCL_VALUE());
         nopt.have_stop = 1;
+    } else if (!strcmp(a, "--nccl-ahead")) {
+        nopt.ahead = parse_u64(a, NCCL_VALUE());
+        if (nopt.ahead == 0) usage_error("%s must be at least 1", "--nccl-ahead");
     } else if (!strcmp(a, "--nccl-timeout-ms")) {
         const char *v = NCCL_VALUE();
         if (parse_u64(a, v) > 0x7fffffff) usage_error("--nccl-timeout-ms too large: %s", v);
@@ -139,8 +144,8 @@ void check_nccl_flags(int ranks_flags, int bench, unsigned threads, int have_dur
 {
     if (nopt.ranks == 0) {
         if (ranks_flags) usage_error("%s", "--rank, --id-file, --nccl-init-early, --nccl-allreduce-only, --nccl-scalable, "
-                                           "--split-color, --late-ms, --late-every, --stop-after, --nccl-timeout-ms and "
-                                           "--cuda-dev require --ranks");
+                                           "--split-color, --late-ms, --late-every, --stop-after, --nccl-ahead, "
+                                           "--nccl-timeout-ms and --cuda-dev require --ranks");
         return;
     }
     if (bench) usage_error("%s cannot be combined with --bench", "--ranks");
@@ -156,6 +161,8 @@ void check_nccl_flags(int ranks_flags, int bench, unsigned threads, int have_dur
     if (nopt.ranks > 1 && have_duration)
         usage_error("%s", "--duration-ms cannot be used with --ranks > 1 (ranks would disagree on the number of passes)");
     if (nopt.config && nopt.scalable) usage_error("%s", "--nccl-config and --nccl-scalable exclude each other");
+    if (nopt.ahead > 0 && !(nopt.init_early && nopt.allreduce_only && !nopt.have_split && nopt.ahead < nopt.iters))
+        usage_error("%s", "--nccl-ahead K requires --nccl-init-early, --nccl-allreduce-only, no --split-color and K < --nccl N");
 }
 
 /* ------------------------------------------------------------------ */
@@ -303,9 +310,57 @@ static void ranks_teardown(int idx, uint64_t *calls)
     g_made = 0;
 }
 
+/* --nccl-ahead K: this rank's first K AllReduces, issued in one group by a
+ * thread of their own during setup. The group enters them all, then waits
+ * for the other ranks (which enter them only once told to go): like real
+ * NCCL, whose calls return once enqueued, this rank runs K collectives
+ * ahead, and a tracer attached during the wait sees none of them. */
+static pthread_t g_ahead_thread;
+static ncclResult_t g_ahead_result;
+static uint64_t g_ahead_left; /* of the K, still to skip in the first pass */
+
+static void *ahead_main(void *arg)
+{
+    (void)arg;
+    const void *sb = (const void *)(uintptr_t)g_send;
+    void *rb = (void *)(uintptr_t)g_recv;
+    ncclResult_t r = ncclGroupStart();
+    for (uint64_t i = 0; r == ncclSuccess && i < nopt.ahead; i++)
+        r = ncclAllReduce(sb, rb, 1048576, ncclFloat32, ncclSum, g_work, NULL);
+    ncclResult_t end = ncclGroupEnd();
+    g_ahead_result = r != ncclSuccess ? r : end;
+    return NULL;
+}
+
+static void ahead_start(void)
+{
+    if (pthread_create(&g_ahead_thread, NULL, ahead_main, NULL) != 0) {
+        fprintf(stderr, "gputrace-workload: pthread_create failed\n");
+        exit(1);
+    }
+    /* Entered once the group's end has bumped NCCL's own counter. */
+    const uint64_t *seq = &((const struct ncclComm *)g_work)->seqNumber[SIM_ALLREDUCE];
+    while (__atomic_load_n(seq, __ATOMIC_ACQUIRE) < nopt.ahead) sleep_ms(1);
+    g_entered = nopt.ahead;
+    g_ahead_left = nopt.ahead;
+    printf("nccl ahead=%" PRIu64 " pid=%d\n", nopt.ahead, (int)getpid());
+    fflush(stdout);
+}
+
+static void ahead_join(int idx, uint64_t *calls)
+{
+    if (nopt.ahead == 0 || !g_made) return;
+    pthread_join(g_ahead_thread, NULL);
+    if (g_ahead_result != ncclSuccess) die(idx, "ncclGroupEnd (--nccl-ahead)", "ncclResult_t", g_ahead_result, "");
+    g_completed += nopt.ahead;
+    *calls += nopt.ahead + 2;
+    nopt.ahead = 0;
+}
+
 void wnccl_setup_early(void)
 {
     if (nopt.ranks > 0 && nopt.init_early) ranks_init(-1, NULL);
+    if (nopt.ahead > 0) ahead_start();
 }
 
 void wnccl_teardown_early(void)
@@ -367,7 +422,9 @@ static int ranks_pass(int idx, CUstream s, uint64_t *calls)
     ncclComm_t comm = g_work;
     const int next = (nopt.rank + 1) % nopt.ranks;
     const int prev = (nopt.rank + nopt.ranks - 1) % nopt.ranks;
-    for (uint64_t i = 0; i < nopt.iters; i++) {
+    const uint64_t from = g_ahead_left;
+    g_ahead_left = 0;
+    for (uint64_t i = from; i < nopt.iters; i++) {
         COLL("AllReduce", ncclAllReduce(sb, rb, 1048576, ncclFloat32, ncclSum, comm, s));
         if (nopt.allreduce_only) continue;
         COLL("Broadcast", ncclBroadcast(sb, rb, 1000, ncclInt8, 0, comm, s));
@@ -398,6 +455,7 @@ void wnccl_finish(int idx, uint64_t *calls)
     if (nopt.ranks == 0) return;
     /* A stopped rank stays alive, like a hung process, until it is told to go. */
     while (g_stopped && !g_stop) sleep_ms(10);
+    ahead_join(idx, calls);
     if (!nopt.init_early) ranks_teardown(idx, calls);
 }
 

@@ -29,6 +29,7 @@ struct nccl_opts {
     uint64_t late_every;     /* --late-every K (default 1) */
     int have_stop;           /* --stop-after N */
     uint64_t stop_after;
+    uint64_t ahead;          /* --nccl-ahead K */
 };
 
 extern struct nccl_opts nopt;

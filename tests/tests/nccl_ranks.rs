@@ -416,6 +416,135 @@ fn the_daemon_serves_per_rank_series_and_the_stall() {
     }
 }
 
+/// Ranks whose communicator is made during setup (`--nccl-init-early`),
+/// started at once (the init waits for every rank), on CUDA devices 0, 3...
+fn early_ranks(id_file: &Path, extra: &[&[&str]]) -> Vec<Workload> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..extra.len())
+            .map(|r| {
+                let (n, id_file) = (extra.len().to_string(), id_file.to_str().unwrap());
+                s.spawn(move || {
+                    let (rank, dev) = (r.to_string(), (r * 3).to_string());
+                    let mut cmd = std::process::Command::new(workload_bin());
+                    cmd.env("NCCL_DEBUG", "INFO");
+                    let args = [
+                        "--ranks",
+                        &n,
+                        "--rank",
+                        &rank,
+                        "--id-file",
+                        id_file,
+                        "--threads",
+                        "1",
+                        "--nccl-allreduce-only",
+                        "--nccl-init-early",
+                        "--cuda-dev",
+                        &dev,
+                    ];
+                    Workload::start_with(cmd, &[&args[..], extra[r]].concat())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Rank 1 ran 5 collectives ahead (entered, not returned: `--nccl-ahead`)
+/// before gputrace attached, as a rank attached after another one did in
+/// a real run: collectives 0..4 are traced on rank 0 only. They are not
+/// stalls, nor incomplete; 5..11 are compared as usual.
+#[test]
+fn collectives_a_rank_entered_before_attach_are_not_stalls() {
+    let dir = scratch("nccl-ahead");
+    // 12 collectives, then both ranks stay (traced) until SIGTERM.
+    let n = ["--nccl", "13", "--stop-after", "12"];
+    let mut ws = early_ranks(
+        &dir.join("id"),
+        &[&n, &[&n[..], &["--nccl-ahead", "5"]].concat()],
+    );
+    assert!(ws[1]
+        .stdout
+        .seen
+        .iter()
+        .any(|l| l.starts_with("nccl ahead=5 ")));
+    let (out, sum) = (dir.join("t.jsonl"), dir.join("s.json"));
+    let t = Tracer::attach(&[
+        "--pid",
+        &pids(&ws),
+        "--output",
+        out.to_str().unwrap(),
+        "--summary",
+        "json",
+        "--summary-file",
+        sum.to_str().unwrap(),
+        "--nccl-stall",
+        "1s",
+    ]);
+    for w in ws.iter_mut() {
+        w.go();
+    }
+    let p: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    for w in ws.iter_mut() {
+        w.stdout
+            .wait_for("nccl stopped after=12", Duration::from_secs(20));
+    }
+    // Past the threshold and a few checks, with rank 0's 0..4 unmatched.
+    std::thread::sleep(Duration::from_millis(2500));
+    // Calls: rank 0 its 12 AllReduces; rank 1 7, and 5 in a group.
+    for (w, calls) in ws.into_iter().zip([12, 7 + 5 + 2]) {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(w.pid as i32, libc::SIGTERM) };
+        let (status, done) = w.finish();
+        assert!(status.success(), "a rank failed: {status}");
+        assert_eq!(done, calls);
+    }
+    let f = t.finish(Duration::from_secs(60));
+    assert!(f.status.success(), "{}", f.stderr_text());
+    assert!(
+        !f.stderr_text().contains("NCCL stall"),
+        "{}",
+        f.stderr_text()
+    );
+    let (events, _) = read_jsonl(&out);
+    assert!(!events.iter().any(|e| e["type"] == "nccl_stall"));
+    let mut seqs: Vec<u64> = events
+        .iter()
+        .filter(|e| e["type"] == "nccl_collective")
+        .map(|c| c["seq"].as_u64().unwrap())
+        .collect();
+    seqs.sort();
+    assert_eq!(seqs, (5..12).collect::<Vec<_>>());
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(&sum).unwrap()).unwrap();
+    let c = &summary["nccl_comms"][0];
+    assert_eq!(
+        summary["nccl_comms"].as_array().unwrap().len(),
+        1,
+        "{summary}"
+    );
+    assert_eq!(
+        (
+            &c["collectives_complete"],
+            &c["collectives_incomplete"],
+            &c["collectives_before_trace"],
+            &c["sequence_conflicts"]
+        ),
+        (
+            &Value::from(7),
+            &Value::from(0),
+            &Value::from(5),
+            &Value::from(0)
+        ),
+        "{c}"
+    );
+    assert_eq!(summary["nccl_stalls"].as_array().unwrap().len(), 0);
+    assert_eq!(rank_of(&summary, p[0])["collectives"], 12);
+    assert_eq!(rank_of(&summary, p[1])["collectives"], 7);
+    // `gputrace stats` reads the same back from the file.
+    let s = run_gputrace(&["stats", out.to_str().unwrap(), "--format", "json"]);
+    let again: Value = serde_json::from_str(s.stdout.trim()).unwrap();
+    assert_eq!(again["nccl_comms"], summary["nccl_comms"]);
+}
+
 /// Communicators made before gputrace attached (`--nccl-init-early`): no
 /// init is traced, so the id, rank, size, device and sequence numbers come
 /// from the communicator's memory, at offsets decoded from the simulated
@@ -423,41 +552,7 @@ fn the_daemon_serves_per_rank_series_and_the_stall() {
 #[test]
 fn communicators_created_before_attach_are_read_from_memory() {
     let dir = scratch("nccl-early");
-    let id_file = dir.join("id");
-    // Both ranks at once: the init waits for every rank.
-    let ws: Vec<Workload> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..2)
-            .map(|r| {
-                let id_file = id_file.to_str().unwrap();
-                s.spawn(move || {
-                    let rank = r.to_string();
-                    let dev = (r * 3).to_string();
-                    let mut cmd = std::process::Command::new(workload_bin());
-                    cmd.env("NCCL_DEBUG", "INFO");
-                    Workload::start_with(
-                        cmd,
-                        &[
-                            "--ranks",
-                            "2",
-                            "--rank",
-                            &rank,
-                            "--id-file",
-                            id_file,
-                            "--threads",
-                            "1",
-                            "--nccl-allreduce-only",
-                            "--nccl",
-                            "5",
-                            "--nccl-init-early",
-                            "--cuda-dev",
-                            &dev,
-                        ],
-                    )
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let ws = early_ranks(&dir.join("id"), &[&["--nccl", "5"], &["--nccl", "5"]]);
     // `... NCCL INFO ncclCommInitRank comm 0x… rank 0 nranks 2 ... commId 0x… - Init COMPLETE`
     let logged = ws[0]
         .stdout

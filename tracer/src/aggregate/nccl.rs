@@ -105,12 +105,19 @@ impl NcclSummary {
                 }
                 None => out.push('\n'),
             }
-            if c.incomplete > 0 || c.conflicts > 0 {
+            let (open, before) = self.cross.pending_of(id);
+            let (incomplete, before) = (c.incomplete + open, c.before_trace + before);
+            if incomplete > 0 || c.conflicts > 0 {
                 let _ = writeln!(
                     out,
-                    "Not every rank seen: {} collectives; sequence conflicts: {}",
-                    c.incomplete + self.cross.pending_of(id) as u64,
+                    "Not every rank seen: {incomplete} collectives; sequence conflicts: {}",
                     c.conflicts
+                );
+            }
+            if before > 0 {
+                let _ = writeln!(
+                    out,
+                    "Entered by a rank before it was traced (not compared): {before} collectives"
                 );
             }
             let _ = writeln!(
@@ -185,12 +192,14 @@ impl NcclSummary {
             comms
                 .iter()
                 .map(|(id, c)| {
+                    let (open, before) = self.cross.pending_of(*id);
                     json!({
                         "comm_id": format_comm_id(*id),
                         "nranks": c.nranks,
                         "ranks_traced": c.ranks.values().filter(|r| r.collectives > 0).count(),
                         "collectives_complete": c.complete,
-                        "collectives_incomplete": c.incomplete + self.cross.pending_of(*id) as u64,
+                        "collectives_incomplete": c.incomplete + open,
+                        "collectives_before_trace": c.before_trace + before,
                         "sequence_conflicts": c.conflicts,
                         "skew_ns_avg": c.skew_ns_avg(),
                         "skew_ns_max": (c.complete > 0).then_some(c.skew_ns_max),

@@ -7,7 +7,7 @@
 //! Plain data in, plain data out: the session feeds arrivals and a clock;
 //! nothing here reads probes or writes output.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// NCCL's `ncclFunc_t` for the five collectives that have a sequence
 /// number (`comm->seqNumber[func]`); point-to-point calls have none.
@@ -122,6 +122,9 @@ pub struct RankStats {
     pub delay_ns_total: u64,
     /// Its last sequence number per function (`None`: none seen).
     pub last_seq: [Option<u64>; 5],
+    /// Its first sequence number traced per function: it entered the
+    /// collectives below it before its probes were attached, unseen.
+    pub first_seq: [Option<u64>; 5],
     /// Nanoseconds the others have been waiting for it now (0: not stalled).
     pub stalled_ns: u64,
     /// Stalls in which it was missing.
@@ -143,6 +146,10 @@ pub struct CommStats {
     /// Entries for a (collective, rank) already entered: the ranks'
     /// sequences disagree (should stay 0).
     pub conflicts: u64,
+    /// Collectives a rank entered before it was traced (below its first
+    /// traced sequence number; processes attached one after the other):
+    /// not compared, neither complete nor incomplete.
+    pub before_trace: u64,
 }
 
 impl CommStats {
@@ -230,12 +237,75 @@ impl CrossRank {
         r.collectives += 1;
         let last = &mut r.last_seq[a.func.index()];
         *last = Some(last.map_or(a.seq, |s| s.max(a.seq)));
-        if !complete {
-            self.bound_pending(a.comm_id);
-            return None;
+        let first = &mut r.first_seq[a.func.index()];
+        let new_first = first.is_none_or(|s| a.seq < s);
+        if new_first {
+            *first = Some(a.seq);
         }
-        let p = self.pending.remove(&key)?;
-        Some(self.finish(key, p))
+        if complete {
+            let p = self.pending.remove(&key)?;
+            return Some(self.finish(key, p));
+        }
+        if new_first {
+            // Collectives below this rank's first traced one that wait for
+            // it were entered by it before it was traced.
+            let older: Vec<Key> = self
+                .pending
+                .range((a.comm_id, a.func, 0)..(a.comm_id, a.func, a.seq))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in older {
+                self.settle(k, a.entry_ns);
+            }
+        }
+        self.settle(key, a.entry_ns);
+        self.bound_pending(a.comm_id);
+        None
+    }
+
+    /// Whether a rank missing from a pending collective entered it before
+    /// it was traced (the collective is below its first traced one), and
+    /// whether every missing rank did (nothing more can come).
+    fn before_trace(&self, (comm_id, func, seq): Key, p: &Pending) -> (bool, bool) {
+        let Some(c) = self.comms.get(&comm_id) else {
+            return (false, false);
+        };
+        let (mut any, mut all) = (false, true);
+        for rank in (0..p.nranks).filter(|r| !p.entries.iter().any(|e| e.0 == *r)) {
+            let before = c
+                .ranks
+                .get(&rank)
+                .and_then(|r| r.first_seq[func.index()])
+                .is_some_and(|first| seq < first);
+            any |= before;
+            all &= before;
+        }
+        (any, all)
+    }
+
+    /// Drops a pending collective that every missing rank entered before
+    /// it was traced: counted apart, and a stall reported on it ends.
+    fn settle(&mut self, key: Key, now_ns: u64) {
+        let Some(p) = self.pending.get(&key) else {
+            return;
+        };
+        if self.before_trace(key, p) != (true, true) {
+            return;
+        }
+        let Some(p) = self.pending.remove(&key) else {
+            return;
+        };
+        if p.stalled {
+            self.ended.push(StallEnded {
+                comm_id: key.0,
+                func: key.1,
+                seq: key.2,
+                waited_ns: now_ns.saturating_sub(p.first_ns),
+            });
+        }
+        if let Some(c) = self.comms.get_mut(&key.0) {
+            c.before_trace += 1;
+        }
     }
 
     fn finish(&mut self, (comm_id, func, seq): Key, p: Pending) -> Collective {
@@ -295,9 +365,16 @@ impl CrossRank {
             .collect();
         by_age.sort();
         for (_, k) in &by_age[..keys.len() - MAX_PENDING] {
-            self.pending.remove(k);
+            let Some(p) = self.pending.remove(k) else {
+                continue;
+            };
+            let before = self.before_trace(*k, &p).0;
             if let Some(c) = self.comms.get_mut(&comm_id) {
-                c.incomplete += 1;
+                if before {
+                    c.before_trace += 1;
+                } else {
+                    c.incomplete += 1;
+                }
             }
         }
     }
@@ -332,10 +409,18 @@ impl CrossRank {
                 r.stalled_ns = 0;
             }
         }
+        // A collective a missing rank entered before it was traced cannot
+        // complete here: not a stall (the others are past it).
+        let unseen: HashSet<Key> = self
+            .pending
+            .iter()
+            .filter(|(k, p)| self.before_trace(**k, p).0)
+            .map(|(k, _)| *k)
+            .collect();
         let mut new = Vec::new();
         for (&(comm_id, func, seq), p) in self.pending.iter_mut() {
             let waited = now_ns.saturating_sub(p.first_ns);
-            if waited < threshold_ns {
+            if waited < threshold_ns || unseen.contains(&(comm_id, func, seq)) {
                 continue;
             }
             let Some(c) = self.comms.get_mut(&comm_id) else {
@@ -372,11 +457,21 @@ impl CrossRank {
         (new, std::mem::take(&mut self.ended))
     }
 
-    /// Collectives of a communicator still waiting for ranks.
-    pub fn pending_of(&self, comm_id: u64) -> usize {
-        self.pending
+    /// Collectives of a communicator still waiting for ranks: those that
+    /// may yet complete, and those some rank entered before it was traced.
+    pub fn pending_of(&self, comm_id: u64) -> (u64, u64) {
+        let (mut open, mut before) = (0, 0);
+        for (k, p) in self
+            .pending
             .range((comm_id, Func::Broadcast, 0)..=(comm_id, Func::AllReduce, u64::MAX))
-            .count()
+        {
+            if self.before_trace(*k, p).0 {
+                before += 1;
+            } else {
+                open += 1;
+            }
+        }
+        (open, before)
     }
 
     /// The collectives reported as stalled and still waiting.
@@ -394,161 +489,5 @@ impl CrossRank {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MS: u64 = 1_000_000;
-
-    fn arrival(rank: u32, seq: u64, entry_ns: u64) -> Arrival {
-        Arrival {
-            comm_id: 0xabc,
-            nranks: 3,
-            rank,
-            pid: 100 + rank,
-            func: Func::AllReduce,
-            seq,
-            entry_ns,
-        }
-    }
-
-    /// Three ranks, rank 2 late by 40 ms on every second collective.
-    #[test]
-    fn skew_last_rank_and_delay() {
-        let mut x = CrossRank::new();
-        let mut done = Vec::new();
-        for seq in 0..6u64 {
-            let t = 1_000 * MS + seq * 100 * MS;
-            let late = if seq % 2 == 1 { 40 * MS } else { 0 };
-            // Arrival order differs from entry order: the analysis sorts.
-            for (rank, at) in [(2, t + 3 * MS + late), (0, t), (1, t + 3 * MS)] {
-                if let Some(c) = x.arrive(arrival(rank, seq, at)) {
-                    done.push(c);
-                }
-            }
-        }
-        assert_eq!(done.len(), 6);
-        let odd = &done[1];
-        assert_eq!((odd.seq, odd.last_rank, odd.last_pid), (1, 2, 102));
-        assert_eq!((odd.skew_ns, odd.delay_ns), (43 * MS, 40 * MS));
-        // Even collectives: ranks 1 and 2 tie at +3 ms; the tie goes to the
-        // higher rank, whose delay over the one before is 0.
-        assert_eq!(
-            (done[0].skew_ns, done[0].last_rank, done[0].delay_ns),
-            (3 * MS, 2, 0)
-        );
-        let c = x.comms()[&0xabc];
-        assert_eq!((c.complete, c.incomplete, c.conflicts), (6, 0, 0));
-        assert_eq!(c.skew_ns_max, 43 * MS);
-        assert_eq!(c.skew_ns_avg(), Some((3 * 3 + 43 * 3) * MS / 6));
-        let r2 = &c.ranks[&2];
-        assert_eq!(
-            (r2.collectives, r2.times_last, r2.delay_ns_total),
-            (6, 6, 120 * MS)
-        );
-        assert_eq!(r2.last_seq[Func::AllReduce.index()], Some(5));
-        assert_eq!(c.ranks[&0].times_last, 0);
-    }
-
-    #[test]
-    fn stall_names_the_missing_rank_once_then_ends() {
-        let mut x = CrossRank::new();
-        x.rank_seen(0xabc, 3, 2, 102);
-        let t = 5_000 * MS;
-        assert!(x.arrive(arrival(0, 7, t)).is_none());
-        assert!(x.arrive(arrival(1, 7, t + 2 * MS)).is_none());
-        // Before the threshold: nothing.
-        assert_eq!(x.check_stalls(t + 900 * MS, 1_000 * MS), (vec![], vec![]));
-        let (new, ended) = x.check_stalls(t + 1_500 * MS, 1_000 * MS);
-        assert!(ended.is_empty());
-        assert_eq!(
-            new,
-            vec![Stall {
-                comm_id: 0xabc,
-                nranks: 3,
-                func: Func::AllReduce,
-                seq: 7,
-                waiting: vec![(0, 100), (1, 101)],
-                missing: vec![(2, Some(102))],
-                first_ns: t,
-                waited_ns: 1_500 * MS,
-            }]
-        );
-        assert_eq!(x.comms()[&0xabc].ranks[&2].stalled_ns, 1_500 * MS);
-        // Reported once; the stalled time keeps growing.
-        assert!(x.check_stalls(t + 2_500 * MS, 1_000 * MS).0.is_empty());
-        assert_eq!(x.comms()[&0xabc].ranks[&2].stalled_ns, 2_500 * MS);
-        assert_eq!(x.comms()[&0xabc].ranks[&2].stalls, 1);
-        let done = x.arrive(arrival(2, 7, t + 3_000 * MS)).unwrap();
-        assert_eq!((done.last_rank, done.delay_ns), (2, 2_998 * MS));
-        let (new, ended) = x.check_stalls(t + 3_100 * MS, 1_000 * MS);
-        assert!(new.is_empty());
-        assert_eq!(
-            ended,
-            vec![StallEnded {
-                comm_id: 0xabc,
-                func: Func::AllReduce,
-                seq: 7,
-                waited_ns: 3_000 * MS
-            }]
-        );
-        assert_eq!(x.comms()[&0xabc].ranks[&2].stalled_ns, 0);
-    }
-
-    #[test]
-    fn untraced_rank_is_named_without_a_pid() {
-        let mut x = CrossRank::new();
-        x.arrive(arrival(0, 0, 0));
-        let (new, _) = x.check_stalls(10 * MS, MS);
-        assert_eq!(new[0].missing, vec![(1, None), (2, None)]);
-    }
-
-    #[test]
-    fn the_same_entry_twice_is_not_a_conflict() {
-        let mut x = CrossRank::new();
-        // Seen in flight, then at its return: one entry.
-        x.arrive(arrival(0, 3, 50));
-        x.arrive(arrival(0, 3, 50));
-        assert_eq!(x.comms()[&0xabc].ranks[&0].collectives, 1);
-        assert_eq!(x.comms()[&0xabc].conflicts, 0);
-        // A different entry with the same (rank, seq): sequences disagree.
-        x.arrive(arrival(0, 3, 90));
-        assert_eq!(x.comms()[&0xabc].conflicts, 1);
-        // Different functions have their own sequences.
-        let mut b = arrival(0, 3, 95);
-        b.func = Func::Broadcast;
-        x.arrive(b);
-        assert_eq!(x.comms()[&0xabc].ranks[&0].collectives, 2);
-        // A rank outside the communicator is ignored.
-        assert!(x.arrive(arrival(5, 0, 1)).is_none());
-    }
-
-    #[test]
-    fn one_rank_communicators_complete_at_once() {
-        let mut x = CrossRank::new();
-        let mut a = arrival(0, 0, 10);
-        a.nranks = 1;
-        let c = x.arrive(a).unwrap();
-        assert_eq!((c.skew_ns, c.delay_ns, c.last_rank), (0, 0, 0));
-        assert_eq!(x.comms()[&0xabc].ranks[&0].times_last, 0);
-    }
-
-    #[test]
-    fn pending_and_communicators_are_bounded() {
-        let mut x = CrossRank::new();
-        for seq in 0..(MAX_PENDING as u64 + 10) {
-            x.arrive(arrival(0, seq, seq));
-        }
-        let c = x.comms()[&0xabc];
-        assert_eq!(c.incomplete, 10);
-        assert_eq!(x.pending.len(), MAX_PENDING);
-        // The oldest were dropped: their ranks arriving now start anew.
-        assert!(x.arrive(arrival(1, 0, 1)).is_none());
-        for id in 0..(MAX_COMMS as u64 + 5) {
-            let mut a = arrival(0, 0, 1_000_000 + id);
-            a.comm_id = 0x1000 + id;
-            x.arrive(a);
-        }
-        assert_eq!(x.comms().len(), MAX_COMMS);
-        assert!(!x.comms().contains_key(&0xabc), "the idlest was dropped");
-    }
-}
+#[path = "ranks_tests.rs"]
+mod tests;
