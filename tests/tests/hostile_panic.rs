@@ -84,3 +84,40 @@ fn a_panic_while_tracing_still_ends_the_chrome_trace() {
     assert_eq!(slices, 49);
     assert_eq!(v["gputraceSummary"]["events"], 49);
 }
+
+/// The daemon too: a panic ends the rotated timeline being written with
+/// the calls before it and its summary line, in one line and exit 1.
+#[test]
+fn a_panic_in_the_daemon_still_ends_its_timeline() {
+    let dir = scratch("panic-daemon");
+    let out = dir.join("timelines");
+    let d = gputrace_tests::node::Daemon::start(
+        &["--output-dir", out.to_str().unwrap()],
+        &[("GPUTRACE_FAULT_PANIC_AFTER", "50")],
+    );
+    let mut w = Workload::start(&["--launches", "200"]);
+    d.wait_probed(&sim_dir());
+    w.go();
+    let _ = w.finish();
+    let gputrace_tests::node::Daemon { tracer, .. } = d;
+    let f = tracer.finish(Duration::from_secs(60));
+    assert_eq!(f.status.code(), Some(1), "{}", f.stderr_text());
+    let errors: Vec<&String> = f
+        .stderr
+        .iter()
+        .filter(|l| l.contains("internal error"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{:?}", f.stderr);
+    assert!(
+        errors[0].starts_with("gputrace: internal error: fault injected at call 50"),
+        "{errors:?}"
+    );
+    let files: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let (events, last) = read_jsonl(&files[0]);
+    assert_eq!(calls_in(&events), 49);
+    assert_eq!(last["events"], 49);
+}

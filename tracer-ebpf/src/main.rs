@@ -89,6 +89,14 @@ fn per_task() -> bool {
     unsafe { core::ptr::read_volatile(&INFLIGHT_PER_TASK) != 0 }
 }
 
+/// Where this call waits for its return: task storage, except NCCL calls
+/// (rare), which stay in the `INFLIGHT` map because userspace scans it for
+/// calls that have not returned (a rank stuck in a collective).
+#[inline(always)]
+fn per_task_for(cookie: ProbeCookie) -> bool {
+    cookie.comm_arg() == 0 && per_task()
+}
+
 /// Adds one to a counter in a per-CPU slot. Uprobe programs run with
 /// migration disabled but may be preempted, so another task's program can
 /// run on this CPU in the middle: the add must be atomic.
@@ -432,7 +440,7 @@ pub fn call_entry(ctx: ProbeContext) -> u32 {
         entry.submit(submit_flags());
         return 0;
     }
-    if !cookie.entry_only() && per_task() {
+    if !cookie.entry_only() && per_task_for(cookie) {
         // SAFETY: uprobe programs get the user registers.
         let sp = unsafe { (*ctx.regs).rsp };
         if let Some(slot) = inflight::push(cookie.api(), sp) {
@@ -492,7 +500,7 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
     let regs = unsafe { &*ctx.regs };
     let tid = bpf_get_current_pid_tgid() as u32;
     let key = ((tid as u64) << 32) | cookie.api() as u64;
-    let per_task = per_task();
+    let per_task = per_task_for(cookie);
     let e = if per_task {
         match inflight::pop(cookie.api(), regs.rsp) {
             Some(e) => e,

@@ -130,6 +130,16 @@ pub enum HandleKind {
     Kernel,
 }
 
+impl HandleKind {
+    /// The names of the handle and of what it came from, in every output.
+    pub fn labels(self) -> (&'static str, &'static str) {
+        match self {
+            HandleKind::Function => ("function", "module"),
+            HandleKind::Kernel => ("kernel", "library"),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Launch {
     pub function: u64,

@@ -189,11 +189,11 @@ impl Probes {
     ) -> anyhow::Result<Self> {
         let wakeup = u64::from(ring_bytes / 4);
         // The in-flight map keeps an LRU list per CPU (less lock contention
-        // between threads): give each CPU room for 512 calls in flight. With
-        // task storage it is unused: the kernel's minimum, one per CPU.
+        // between threads): give each CPU room for 512 calls in flight.
         let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
         let inflight = if per_task {
-            cpus
+            // Only NCCL calls wait there (userspace scans them for stalls).
+            (64 * cpus).max(1024)
         } else {
             (512 * cpus).max(16384)
         };

@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::error::{Failure, Result};
 use crate::events::enrich::Clock;
 use crate::session::{preflight, RunOptions, Session, Stop, TargetSpec};
+use crate::sinks::fault::FaultSink;
 use crate::sinks::metrics::{Metrics, MetricsSink};
 use crate::sinks::timeline::rotate::RotatingTimeline;
 use crate::sinks::timeline::writer::{OnError, TimelineSink};
@@ -62,17 +63,42 @@ pub fn run(args: DaemonArgs, config: &Config) -> Result<ExitCode> {
         .enable_all()
         .build()
         .map_err(|e| Failure::runtime(format!("starting the event loop: {e}")))?;
-    let result = rt.block_on(daemon(&args, config, spec, timelines));
+    let mut timelines = timelines;
+    // A panic while tracing (a bug) unwinds to here: the session goes with
+    // it (every probe detached), the timeline being written is ended with
+    // what it holds, and main says the panic in one line (exit 1).
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(daemon(&args, config, spec, &mut timelines))
+    }));
     // The server's tasks are cancelled; nothing there needs finishing.
     rt.shutdown_timeout(Duration::from_millis(100));
-    result
+    match ran {
+        Ok(result) => result,
+        Err(panic) => {
+            finish_timelines(&args, timelines.take());
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+/// Ends the rotated timeline being written (its summary line).
+fn finish_timelines(args: &DaemonArgs, timelines: Option<TimelineSink<RotatingTimeline>>) {
+    if let Some(t) = timelines.filter(|t| !t.is_disabled()) {
+        if let Err(e) = t.finish(None) {
+            let dir = args
+                .output_dir
+                .as_deref()
+                .unwrap_or(std::path::Path::new(""));
+            eprintln!("gputrace: finishing the timeline in {}: {e}", dir.display());
+        }
+    }
 }
 
 async fn daemon(
     args: &DaemonArgs,
     config: &Config,
     spec: TargetSpec,
-    mut timelines: Option<TimelineSink<RotatingTimeline>>,
+    timelines: &mut Option<TimelineSink<RotatingTimeline>>,
 ) -> Result<ExitCode> {
     let listener = TcpListener::bind(args.listen).await.map_err(|e| {
         // The hint fits a port in use only (not, say, an address this host lacks).
@@ -92,7 +118,7 @@ async fn daemon(
     let mut session = Session::start(config, &spec, Clock::measure())?;
     let mut sink = MetricsSink::new(metrics.clone());
     // The processes found at the start, and the gauges, before the first scrape.
-    session.maintain(&mut (&mut sink, &mut timelines));
+    session.maintain(&mut (&mut sink, &mut *timelines));
     let server = tokio::spawn(http::serve(listener, metrics));
     eprintln!("gputrace: serving metrics at http://{addr}/metrics");
     if let Some(t) = &timelines {
@@ -109,20 +135,14 @@ async fn daemon(
         deadline: None,
         stop_when_targets_exit: false,
     };
-    let mut sinks = (&mut sink, &mut timelines);
+    // The fault switch (tests) first: at its panic no output has that call.
+    let mut fault = config.fault_panic_after.map(FaultSink::new);
+    let mut sinks = (&mut fault, &mut sink, &mut *timelines);
     let stop = session.run(&mut sinks, &options).await?;
     let stopping = Instant::now();
     server.abort();
     session.stop(&mut sinks);
-    if let Some(t) = timelines.take().filter(|t| !t.is_disabled()) {
-        if let Err(e) = t.finish(None) {
-            let dir = args
-                .output_dir
-                .as_deref()
-                .unwrap_or(std::path::Path::new(""));
-            eprintln!("gputrace: finishing the timeline in {}: {e}", dir.display());
-        }
-    }
+    finish_timelines(args, timelines.take());
     let signal = match stop {
         Stop::Signal(name) => name,
         _ => "stopped",

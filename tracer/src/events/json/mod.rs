@@ -260,10 +260,7 @@ pub fn write_args(out: &mut String, args: &Args) {
             parent,
             kind,
         } => {
-            let (h, p) = match kind {
-                HandleKind::Function => ("function", "module"),
-                HandleKind::Kernel => ("kernel", "library"),
-            };
+            let (h, p) = kind.labels();
             let _ = write!(out, "{{\"{h}\":");
             opt_hex(out, *handle);
             out.push_str(",\"name\":");

@@ -23,29 +23,16 @@ pub(super) fn call_lines(line: &mut String, stacks: &mut FxHashSet<u32>, call: &
     line.push('\n');
 }
 
-/// Builds one entry's line(s) in `line` with `build`, then writes them
-/// to `out`, counting the bytes in `written`.
-pub(super) fn put<W: Write>(
-    out: &mut W,
-    line: &mut String,
-    written: &mut u64,
-    build: impl FnOnce(&mut String),
-) -> std::io::Result<()> {
-    line.clear();
-    build(line);
-    out.write_all(line.as_bytes())?;
-    *written += line.len() as u64;
-    Ok(())
-}
-
 /// The `{"type":"graph"}` line of an executable graph.
 pub(super) fn graph_line(line: &mut String, record: &GraphRecord) {
     write_record(line, record);
     line.push('\n');
 }
 
-pub struct JsonlWriter {
-    out: BufWriter<File>,
+/// The lines of a JSONL stream, to any writer: the `.jsonl` file and the
+/// `.jsonl.zst` encoder write the same lines.
+pub struct JsonlLines<W: Write> {
+    out: W,
     line: String,
     written: u64,
     /// Stacks whose record this file already holds (each file stands
@@ -53,50 +40,74 @@ pub struct JsonlWriter {
     stacks: FxHashSet<u32>,
 }
 
-impl JsonlWriter {
-    /// Writes to `file` (opened by `sinks::files`).
-    pub fn new(file: File) -> Self {
+impl<W: Write> JsonlLines<W> {
+    pub fn new(out: W) -> Self {
         Self {
-            out: BufWriter::with_capacity(1 << 20, file),
+            out,
             line: String::with_capacity(512),
             written: 0,
             stacks: FxHashSet::default(),
         }
     }
 
+    /// Builds one entry's line(s) with `build`, then writes them.
+    fn put(&mut self, build: impl FnOnce(&mut String, &mut FxHashSet<u32>)) -> std::io::Result<()> {
+        self.line.clear();
+        build(&mut self.line, &mut self.stacks);
+        self.out.write_all(self.line.as_bytes())?;
+        self.written += self.line.len() as u64;
+        Ok(())
+    }
+
     pub fn write(&mut self, call: &Call) -> std::io::Result<()> {
-        let stacks = &mut self.stacks;
-        put(&mut self.out, &mut self.line, &mut self.written, |l| {
-            call_lines(l, stacks, call)
-        })
+        self.put(|l, stacks| call_lines(l, stacks, call))
     }
 
     /// Writes a `{"type":"graph"}` record.
     pub fn graph(&mut self, record: &GraphRecord) -> std::io::Result<()> {
-        put(&mut self.out, &mut self.line, &mut self.written, |l| {
-            graph_line(l, record)
-        })
+        self.put(|l, _| graph_line(l, record))
     }
 
     /// Writes one non-call entry as its JSONL line.
     pub fn record(&mut self, r: &super::record::Record) -> std::io::Result<()> {
-        put(&mut self.out, &mut self.line, &mut self.written, |l| {
+        self.put(|l, _| {
             r.write_jsonl(l);
             l.push('\n');
         })
     }
 
-    /// A record other than a call, on a line of its own.
+    /// An NCCL cross-rank record, on a line of its own.
     pub fn cross_rank(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
-        put(&mut self.out, &mut self.line, &mut self.written, |l| {
+        self.put(|l, _| {
             l.push_str(&record.to_string());
             l.push('\n');
         })
     }
 
-    /// Bytes of events written so far.
+    /// Bytes of JSONL written so far.
     pub fn bytes_written(&self) -> u64 {
         self.written
+    }
+
+    /// Writes the summary line and hands back the writer.
+    pub fn end(mut self, summary: &serde_json::Value) -> std::io::Result<W> {
+        serde_json::to_writer(&mut self.out, summary)?;
+        self.out.write_all(b"\n")?;
+        Ok(self.out)
+    }
+
+    pub fn out_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+}
+
+/// A `.jsonl` file.
+pub type JsonlWriter = JsonlLines<BufWriter<File>>;
+
+impl JsonlLines<BufWriter<File>> {
+    /// Writes to `file` (opened by `sinks::files`).
+    pub fn create(file: File) -> Self {
+        Self::new(BufWriter::with_capacity(1 << 20, file))
     }
 
     /// Hands what is buffered to the file (readable by others at once).
@@ -104,10 +115,9 @@ impl JsonlWriter {
         self.out.flush()
     }
 
-    pub fn finish(mut self, summary: &serde_json::Value) -> std::io::Result<()> {
-        serde_json::to_writer(&mut self.out, summary)?;
-        self.out.write_all(b"\n")?;
-        self.out.flush()?;
-        self.out.get_ref().sync_all()
+    pub fn finish(self, summary: &serde_json::Value) -> std::io::Result<()> {
+        let mut out = self.end(summary)?;
+        out.flush()?;
+        out.get_ref().sync_all()
     }
 }

@@ -10,20 +10,14 @@
 
 use std::io::Write;
 
-use rustc_hash::FxHashSet;
-
-use super::jsonl::{call_lines, graph_line, put};
+use super::jsonl::JsonlLines;
 use crate::events::graph::GraphRecord;
 use crate::events::model::Call;
 
 pub const LEVEL: i32 = 1;
 
 pub struct JsonlZstWriter<W: Write> {
-    out: zstd::stream::write::Encoder<'static, W>,
-    line: String,
-    written: u64,
-    /// Stacks whose record the file already holds (as `.jsonl`).
-    stacks: FxHashSet<u32>,
+    lines: JsonlLines<zstd::stream::write::Encoder<'static, W>>,
 }
 
 impl<W: Write> JsonlZstWriter<W> {
@@ -36,59 +30,44 @@ impl<W: Write> JsonlZstWriter<W> {
         let mut enc = zstd::stream::write::Encoder::new(out, level)?;
         enc.include_checksum(true)?;
         Ok(Self {
-            out: enc,
-            line: String::with_capacity(512),
-            written: 0,
-            stacks: FxHashSet::default(),
+            lines: JsonlLines::new(enc),
         })
     }
 
     pub fn write(&mut self, call: &Call) -> std::io::Result<()> {
-        let stacks = &mut self.stacks;
-        put(&mut self.out, &mut self.line, &mut self.written, |l| {
-            call_lines(l, stacks, call)
-        })
+        self.lines.write(call)
     }
 
     /// Writes a `{"type":"graph"}` record (as `.jsonl`).
     pub fn graph(&mut self, record: &GraphRecord) -> std::io::Result<()> {
-        put(&mut self.out, &mut self.line, &mut self.written, |l| {
-            graph_line(l, record)
-        })
+        self.lines.graph(record)
     }
 
     /// An NCCL cross-rank record (as `.jsonl`).
     pub fn cross_rank(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
-        put(&mut self.out, &mut self.line, &mut self.written, |l| {
-            l.push_str(&record.to_string());
-            l.push('\n');
-        })
+        self.lines.cross_rank(record)
     }
 
     /// Writes one non-call entry as its JSONL line.
     pub fn record(&mut self, r: &super::record::Record) -> std::io::Result<()> {
-        put(&mut self.out, &mut self.line, &mut self.written, |l| {
-            r.write_jsonl(l);
-            l.push('\n');
-        })
+        self.lines.record(r)
     }
 
     /// Makes what was written so far readable: ends the current zstd
     /// block (a reader then decompresses up to here; the frame goes on).
     pub fn flush(&mut self) -> std::io::Result<()> {
-        self.out.flush()
+        self.lines.out_mut().flush()
     }
 
     /// Bytes of JSONL (before compression) written so far.
     pub fn bytes_written(&self) -> u64 {
-        self.written
+        self.lines.bytes_written()
     }
 
     /// Ends the frame after the summary line; hands back the output, flushed.
-    pub fn finish(mut self, summary: &serde_json::Value) -> std::io::Result<W> {
-        serde_json::to_writer(&mut self.out, summary)?;
-        self.out.write_all(b"\n")?;
-        let mut out = self.out.finish()?;
+    pub fn finish(self, summary: &serde_json::Value) -> std::io::Result<W> {
+        let enc = self.lines.end(summary)?;
+        let mut out = enc.finish()?;
         out.flush()?;
         Ok(out)
     }

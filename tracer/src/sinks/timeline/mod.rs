@@ -94,7 +94,7 @@ impl Timeline {
         };
         let file = super::files::create_output(path)?;
         Ok(match format {
-            TimelineFormat::Jsonl => Self::Jsonl(jsonl::JsonlWriter::new(file)),
+            TimelineFormat::Jsonl => Self::Jsonl(jsonl::JsonlWriter::create(file)),
             TimelineFormat::Chrome => Self::Chrome(chrome::ChromeWriter::new(file, origin_ns)?),
             TimelineFormat::JsonlZst => Self::JsonlZst(jsonl_zst::JsonlZstWriter::new(
                 BufWriter::with_capacity(1 << 20, file),

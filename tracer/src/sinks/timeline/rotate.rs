@@ -99,7 +99,7 @@ impl RotatingTimeline {
             let name = format!("{PREFIX}{:06}{SUFFIX}", self.next_seq);
             self.next_seq = self.next_seq.saturating_add(1);
             if let Some(file) = self.dir.create_new(&name, 0o640)? {
-                return Ok(JsonlWriter::new(file));
+                return Ok(JsonlWriter::create(file));
             }
         }
         Err(std::io::Error::other(format!(

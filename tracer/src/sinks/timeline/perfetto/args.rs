@@ -164,10 +164,7 @@ pub fn annotate(args: &Args, s: &mut impl AnnotationSink) {
             parent,
             kind,
         } => {
-            let (h, p) = match kind {
-                HandleKind::Function => ("function", "module"),
-                HandleKind::Kernel => ("kernel", "library"),
-            };
+            let (h, p) = kind.labels();
             opt_pointer(s, h, *handle);
             if let Some(n) = name {
                 s.string("name", n);
