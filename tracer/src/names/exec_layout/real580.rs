@@ -141,3 +141,77 @@ fn every_580_record_is_on_one_list_that_is_no_kernel_list() {
     assert_eq!(all.read(&mem, a.exec), None);
     assert_eq!(all.read(&mem, c.exec), None);
 }
+
+/// From the graphs3 GPU run (session 3): JAX's command-buffer exec (64
+/// kernel nodes on parallel branches), torch's forward graph (27 kernels,
+/// a memset), and two graphs of known shapes (kernel, device copy, kernel;
+/// five kernels in a row): for each exec, the first 208 bytes and, for
+/// every record on the +1160 list, bytes +0..+80, +688..+696, +728..+736
+/// and +1160..+1168.
+fn graphs3() -> Fixture {
+    Fixture::parse(include_bytes!(
+        "../../../tests/fixtures/exec580_graphs3.bin"
+    ))
+}
+
+const JAX: u64 = 0xbc62d70;
+const TORCH_FORWARD: u64 = 0x246ba540;
+const SHAPE_MEMCPY: u64 = 0x563ba919de90;
+const SHAPE_LINEAR: u64 = 0x563ba9c544e0;
+
+/// Every record of an exec (kernel nodes, memsets, run heads, copies run
+/// as kernels) is on one list from *(exec+104), next at +1160, as many as
+/// the u32 at exec+200; JAX's exec has kernel records only, so that list
+/// reads its 64 kernels exactly, where the calibrated layout (a run's
+/// +728 list) refuses it: why it read as opaque.
+#[test]
+fn the_580_record_list_reads_jax_and_the_calibrated_layout_does_not() {
+    let mem = graphs3();
+    let all = list(&[104], 1160, Some(CountField { level: 0, off: 200 }));
+    let calibrated = list(&[104, 728], 728, Some(CountField { level: 1, off: 0 }));
+    let jax = all.read(&mem, JAX).unwrap();
+    assert_eq!(jax.len(), 64);
+    assert_eq!(
+        (
+            jax[0].function,
+            jax[0].grid,
+            jax[0].block,
+            jax[0].shared_mem_bytes
+        ),
+        (0xc198b60, [256, 1, 1], [128, 1, 1], 16384)
+    );
+    assert_eq!(jax[63].function, 0xb932970);
+    let distinct: std::collections::HashSet<u64> = jax.iter().map(|k| k.function).collect();
+    assert_eq!(distinct.len(), 64);
+    assert_eq!(calibrated.read(&mem, JAX), None);
+    // Torch's forward graph: 30 records for 27 kernels and a memset (two
+    // run heads); neither layout reads it (never a misread).
+    assert_eq!(mem.u32_at(TORCH_FORWARD + 200), Some(30));
+    assert_eq!(all.walk(&mem, TORCH_FORWARD, 64).unwrap().slots.len(), 30);
+    assert_eq!(all.read(&mem, TORCH_FORWARD), None);
+    assert_eq!(calibrated.read(&mem, TORCH_FORWARD), None);
+    // Five kernels in a row: one run, its head first; the calibrated
+    // layout reads them, the record list meets the head (grid 0) and
+    // refuses.
+    assert_eq!(calibrated.read(&mem, SHAPE_LINEAR).unwrap().len(), 5);
+    assert_eq!(all.read(&mem, SHAPE_LINEAR), None);
+}
+
+/// What tells records apart on that driver (all records of the run: 220
+/// kernels, 15 run heads, 4 memsets, 1 copy): u32 +4 is the node type (2
+/// for a memset), u32 +688 is 0x100 for a run head, 0x10000 for a device
+/// copy the driver runs as a kernel of its own, 0 for a kernel node.
+#[test]
+fn a_580_device_copy_is_a_kernel_record_of_the_drivers() {
+    let mem = graphs3();
+    let all = list(&[104], 1160, Some(CountField { level: 0, off: 200 }));
+    let slots = all.walk(&mem, SHAPE_MEMCPY, 16).unwrap().slots;
+    let flags: Vec<(u32, u32)> = slots
+        .iter()
+        .map(|s| (mem.u32_at(s - 28).unwrap(), mem.u32_at(s + 656).unwrap()))
+        .collect();
+    assert_eq!(flags, vec![(0, 0x100), (0, 0), (0, 0x10000), (0, 0)]);
+    let copy = all.kernel_at(&mem, slots[2]).unwrap();
+    assert_eq!((copy.grid, copy.block), ([4, 1, 1], [256, 1, 1]));
+    assert!(plausible(&copy), "a copy looks like a kernel by its fields");
+}
