@@ -121,12 +121,13 @@ fn the_calibrated_580_layout_reads_a_and_refuses_c() {
     assert_eq!(l.read(&mem, c.exec), None);
 }
 
-/// What a reader of mixed graphs has to deal with on that driver (see
-/// /work/notes/graphs.md, "graphs3"): every record of an exec is on one
-/// list from *(exec+104), next at +1672, the head of each run of kernels
-/// (no kernel node) and a memset among them, and a device copy that the
-/// driver runs as a kernel of its own; that list read as kernels is wrong,
-/// and the layout's own checks refuse it (never a misread).
+/// In these two linear graphs every record of the exec is on the list
+/// from *(exec+104) with next at +1672 (as many as the u32 at exec+200):
+/// the head of each run of kernels (no kernel node), a memset, and a device
+/// copy the driver runs as a kernel of its own among the kernels. (On
+/// graphs with parallel branches +1672 is per branch: see the graphs3
+/// test below, where +1160 holds every record.) Read as kernels that list
+/// is wrong, and the layout's own checks refuse it (never a misread).
 #[test]
 fn every_580_record_is_on_one_list_that_is_no_kernel_list() {
     let (mem, a, c) = explore1();
