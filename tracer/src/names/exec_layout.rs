@@ -303,4 +303,6 @@ pub fn plausible(k: &RawKernel) -> bool {
 }
 
 #[cfg(test)]
+mod real580;
+#[cfg(test)]
 pub mod tests;
