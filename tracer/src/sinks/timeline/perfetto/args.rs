@@ -90,28 +90,17 @@ fn opt_pointer(s: &mut impl AnnotationSink, name: &'static str, v: Option<u64>) 
     }
 }
 
-fn opt_int(s: &mut impl AnnotationSink, name: &'static str, v: Option<i64>) {
-    if let Some(v) = v {
-        s.int(name, v);
-    }
-}
-
 /// Sends the annotations of `args` to `s`.
 pub fn annotate(args: &Args, s: &mut impl AnnotationSink) {
     match args {
         Args::Launch(l) => s.launch(l),
+        // A graph launch and the graph APIs' many shapes: their JSON
+        // arguments, as in JSONL, in one `args` annotation the reader merges.
         Args::Graph(g) => {
-            s.pointer("graph_exec", g.exec);
-            s.pointer("stream", g.stream);
-            if let Some(c) = &g.contents {
-                s.uint("nodes", c.nodes.len() as u64);
-                s.uint("kernels", c.kernels().count() as u64);
-            }
-            if let Some(capture) = g.captured {
-                s.pointer("captured_into", capture);
-            }
+            let mut json = String::new();
+            crate::events::graph_json::write_launch(&mut json, g);
+            s.string("args", &json);
         }
-        // The graph APIs' many shapes: their JSON arguments, as in JSONL.
         Args::GraphApi(g) => {
             let mut json = String::new();
             crate::events::graph_json::write_call(&mut json, g);
@@ -176,48 +165,14 @@ pub fn annotate(args: &Args, s: &mut impl AnnotationSink) {
             s.pointer("kernel", *kernel);
         }
         Args::Unload { handle } => s.pointer("handle", *handle),
-        Args::Nccl(n) => {
-            s.string("op", n.op.name());
-            s.uint("count", n.count);
-            match nccl_type_name(n.datatype) {
-                Some(t) => s.string("datatype", t),
-                None => s.int("datatype", n.datatype),
-            }
-            if let Some(b) = n.bytes() {
-                s.uint("bytes", b);
-            }
-            if let Some(op) = n.redop {
-                match nccl_redop_name(op) {
-                    Some(name) => s.string("redop", name),
-                    None => s.int("redop", op),
-                }
-            }
-            opt_int(s, "root", n.root);
-            opt_int(s, "peer", n.peer);
-            s.pointer("comm", n.comm);
-            s.pointer("stream", n.stream);
+        // NCCL calls carry their communicator's identity and sequence
+        // number: their JSON arguments, as in JSONL (read back whole).
+        a @ (Args::Nccl(_) | Args::CommInit { .. } | Args::CommSplit { .. }) => {
+            let mut json = String::new();
+            crate::events::json::write_args(&mut json, a);
+            s.string("args", &json);
         }
         Args::NcclGroup => {}
-        Args::CommInit {
-            comm, nranks, rank, ..
-        } => {
-            opt_pointer(s, "comm", *comm);
-            s.int("nranks", *nranks);
-            opt_int(s, "rank", *rank);
-        }
-        Args::CommSplit {
-            comm,
-            color,
-            key,
-            newcomm,
-            comm_id,
-        } => {
-            s.pointer("comm", *comm);
-            s.int("color", *color);
-            s.int("key", *key);
-            opt_pointer(s, "newcomm", *newcomm);
-            opt_pointer(s, "comm_id", *comm_id);
-        }
         Args::CommEnd { comm } => s.pointer("comm", *comm),
         Args::RuntimeLaunch { func, stream } => {
             s.pointer("func", *func);

@@ -448,6 +448,14 @@ impl<R: Read> PerfettoReader<R> {
                 (None, None) => None,
             };
             let value = if let Some(s) = string {
+                // Arguments written as one JSON object (graph calls).
+                if name == "args" {
+                    match serde_json::from_str::<Value>(s) {
+                        Ok(Value::Object(m)) => args.extend(m),
+                        _ => return Err(format!("a malformed `args` annotation `{s}`")),
+                    }
+                    continue;
+                }
                 if name == "kernel" {
                     parse_launch_text(s, &mut args)
                         .ok_or_else(|| format!("a malformed launch description `{s}`"))?;
