@@ -206,31 +206,33 @@ fn stats_to_a_full_disk_is_one_line_and_exit_1() {
     }
 }
 
-#[test]
-fn a_duration_too_long_for_the_clock_is_no_deadline() {
-    let dir = scratch("huge-duration");
-    let out = dir.join("p.jsonl");
+/// `gputrace ARGS --output OUT -- workload --loop ...`, once attached.
+fn trace_a_loop(out: &Path, args: &[&str]) -> (Child, Lines) {
     let w = workload_bin();
-    let mut child = spawn(
-        &[
-            "--duration",
-            "9223372036854775807s",
-            "--output",
-            out.to_str().unwrap(),
-            "--summary",
-            "none",
-            "--",
-            w.to_str().unwrap(),
-            "--loop",
-            "--launches",
-            "10",
-            "--syncs",
-            "1",
-        ],
-        Stdio::null(),
-    );
+    let mut all = args.to_vec();
+    all.extend([
+        "--output",
+        out.to_str().unwrap(),
+        "--summary",
+        "none",
+        "--",
+        w.to_str().unwrap(),
+        "--loop",
+        "--launches",
+        "10",
+        "--syncs",
+        "1",
+    ]);
+    let mut child = spawn(&all, Stdio::null());
     let mut stderr = Lines::new(child.stderr.take().unwrap());
     stderr.wait_for("gputrace: attached", Duration::from_secs(60));
+    (child, stderr)
+}
+
+#[test]
+fn a_duration_too_long_for_the_clock_is_no_deadline() {
+    let out = scratch("huge-duration").join("p.jsonl");
+    let (mut child, stderr) = trace_a_loop(&out, &["--duration", "9223372036854775807s"]);
     let workload = children(child.id());
     let _reap = Reap(workload.clone());
     assert_eq!(workload.len(), 1, "one command started: {workload:?}");
@@ -261,28 +263,9 @@ fn a_duration_too_long_for_the_clock_is_no_deadline() {
 /// no summary).
 #[test]
 fn a_sigterm_right_after_the_attached_line_stops_cleanly() {
-    let w = workload_bin();
     for round in 0..3 {
-        let dir = scratch(&format!("early-sigterm-{round}"));
-        let out = dir.join("p.jsonl");
-        let mut child = spawn(
-            &[
-                "--output",
-                out.to_str().unwrap(),
-                "--summary",
-                "none",
-                "--",
-                w.to_str().unwrap(),
-                "--loop",
-                "--launches",
-                "10",
-                "--syncs",
-                "1",
-            ],
-            Stdio::null(),
-        );
-        let mut stderr = Lines::new(child.stderr.take().unwrap());
-        stderr.wait_for("gputrace: attached", Duration::from_secs(60));
+        let out = scratch(&format!("early-sigterm-{round}")).join("p.jsonl");
+        let (child, stderr) = trace_a_loop(&out, &[]);
         let _reap = Reap(children(child.id()));
         // SAFETY: a signal to our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
