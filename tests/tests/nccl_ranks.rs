@@ -42,6 +42,22 @@ fn pids(ws: &[Workload]) -> String {
         .join(",")
 }
 
+/// Lets the ranks run, waits for each to succeed, then for gputrace
+/// (which stops when they have exited); their pids and gputrace's end.
+fn run_to_the_end(mut ws: Vec<Workload>, t: Tracer) -> (Vec<u32>, Finished) {
+    for w in ws.iter_mut() {
+        w.go();
+    }
+    let p: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    for w in ws {
+        let (status, _) = w.finish();
+        assert!(status.success(), "a rank failed: {status}");
+    }
+    let f = t.finish(Duration::from_secs(60));
+    assert!(f.status.success(), "{}", f.stderr_text());
+    (p, f)
+}
+
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .unwrap()
@@ -67,7 +83,7 @@ fn a_late_rank_is_named_with_the_delay_it_caused() {
     let late = LATE_MS.to_string();
     let common = ["--nccl", "12"];
     let r2 = [&common[..], &["--late-ms", &late, "--late-every", "3"]].concat();
-    let mut ws = ranks(3, &dir.join("id"), &[&common, &common, &r2]);
+    let ws = ranks(3, &dir.join("id"), &[&common, &common, &r2]);
     let out = dir.join("t.jsonl");
     let sum = dir.join("s.json");
     let t = Tracer::attach(&[
@@ -80,16 +96,7 @@ fn a_late_rank_is_named_with_the_delay_it_caused() {
         "--summary-file",
         sum.to_str().unwrap(),
     ]);
-    for w in ws.iter_mut() {
-        w.go();
-    }
-    let p: Vec<u32> = ws.iter().map(|w| w.pid).collect();
-    for w in ws {
-        let (status, _) = w.finish();
-        assert!(status.success(), "a rank failed: {status}");
-    }
-    let f = t.finish(Duration::from_secs(60));
-    assert!(f.status.success(), "{}", f.stderr_text());
+    let (p, f) = run_to_the_end(ws, t);
     assert!(
         !f.stderr_text().contains("NCCL stall"),
         "{}",
@@ -564,7 +571,6 @@ fn communicators_created_before_attach_are_read_from_memory() {
         .unwrap_or_else(|| panic!("no Init COMPLETE line: {:?}", ws[0].stdout.seen))
         .to_string();
     let out = dir.join("t.jsonl");
-    let mut ws = ws;
     let pids = pids(&ws);
     let t = Tracer::attach(&[
         "--pid",
@@ -574,16 +580,7 @@ fn communicators_created_before_attach_are_read_from_memory() {
         "--summary",
         "none",
     ]);
-    for w in ws.iter_mut() {
-        w.go();
-    }
-    let p: Vec<u32> = ws.iter().map(|w| w.pid).collect();
-    for w in ws {
-        let (status, _) = w.finish();
-        assert!(status.success(), "a rank failed: {status}");
-    }
-    let f = t.finish(Duration::from_secs(60));
-    assert!(f.status.success(), "{}", f.stderr_text());
+    let (p, _) = run_to_the_end(ws, t);
     let (events, summary) = read_jsonl(&out);
     assert!(
         of_api(&events, "ncclCommInitRank").is_empty(),
