@@ -30,7 +30,7 @@ use super::exec_layout::ExecLayout;
 const FILE: &str = "calibration-v2.json";
 /// Executable-graph layouts, by the same keys, in a file of their own (so
 /// that a gputrace without graphs reads `FILE` as before).
-const EXEC_FILE: &str = "exec-layouts-v1.json";
+const EXEC_FILE: &str = "exec-layouts-v2.json";
 /// A cache file larger than this is not read (an entry is ~80 bytes).
 const MAX_BYTES: u64 = 1 << 20;
 /// Libraries larger than this are not hashed (libcuda is about 100 MB).

@@ -5,7 +5,9 @@
 //! destroyed after instantiation (as PyTorch does); C: a kernel, a memset,
 //! a copy, an empty node, a node made from a CUkernel, a child graph of two
 //! kernels and a kernel; E: six captured launches after heap churn (a path
-//! that worked only because pieces sat side by side fails on E). Then A is
+//! that worked only because pieces sat side by side fails on E); F: a
+//! kernel, three on it in parallel and one joining them (a list of one
+//! branch does not read it). Then A is
 //! changed with `cuGraphExecKernelNodeSetParams_v2` and `cuGraphExecUpdate_v2`
 //! and the layout must still read it.
 
@@ -241,6 +243,31 @@ impl Builder {
         Ok((g, nodes))
     }
 
+    /// A kernel, the next ones each on it in parallel, the last on all of
+    /// those; instantiated, the graph destroyed.
+    unsafe fn fork(&self, ks: &[KnownKernel]) -> Result<P, String> {
+        let mut g = null_mut();
+        ck("cuGraphCreate", (self.api.graph_create)(&mut g, 0))?;
+        let mut nodes: Vec<P> = Vec::new();
+        for (i, k) in ks.iter().enumerate() {
+            let deps: Vec<P> = match i {
+                0 => Vec::new(),
+                _ if i + 1 < ks.len() => vec![nodes[0]],
+                _ => nodes[1..].to_vec(),
+            };
+            let mut n = null_mut();
+            let p = params(k, null_mut());
+            ck(
+                "cuGraphAddKernelNode_v2",
+                (self.api.add_kernel)(&mut n, g, deps.as_ptr(), deps.len(), &p),
+            )?;
+            nodes.push(n);
+        }
+        let e = self.instantiate(g)?;
+        ck("cuGraphDestroy", (self.api.graph_destroy)(g))?;
+        Ok(e)
+    }
+
     unsafe fn instantiate(&self, g: P) -> Result<P, String> {
         let mut e = null_mut();
         ck(
@@ -416,7 +443,24 @@ pub fn calibrate(lib: P, ctx: P, deadline: Duration) -> Result<ExecLayout, Strin
             kernels: e_kernels,
             others: 0,
         };
-        let layout = search(&mem, &a, &[&gb, &e], &c, until)?;
+        // Parallel branches: a list of one branch reads the others wrong.
+        let f_kernels: Vec<KnownKernel> = (0..5u32)
+            .map(|i| {
+                kernel(
+                    f[(i as usize + 3) % KERNELS],
+                    [6000 + 13 * i, 2 + i, 1],
+                    [64, 1 + i, 1],
+                    128 * (i + 1),
+                )
+            })
+            .collect();
+        let fork = KnownGraph {
+            name: "F",
+            exec: b.fork(&f_kernels)? as u64,
+            kernels: f_kernels,
+            others: 0,
+        };
+        let layout = search(&mem, &a, &[&gb, &e, &fork], &c, until)?;
 
         // Updates of A: the layout must read what A runs after them.
         let mut a2 = a.clone();

@@ -61,6 +61,80 @@ pub struct ExecLayout {
     pub shared_mem: Option<i32>,
     pub count: Option<CountField>,
     pub mixed: Mixed,
+    /// How to tell a kernel node's element from the others, where the walk
+    /// also meets elements of other kinds that hold a function (driver
+    /// 580: every record of the exec is on one list, with records of the
+    /// driver's own before runs of kernels and for copies).
+    #[serde(default)]
+    pub kinds: Option<Kinds>,
+}
+
+/// Fields that tell elements apart, all u32 relative to the function
+/// slot, with the values calibration saw on graphs of known nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Kinds {
+    /// The node kind (driver 580: the `CUgraphNodeType`).
+    pub kind: i32,
+    /// Its value on every kernel node.
+    pub kernel: u32,
+    /// Its values on the elements of other nodes (memsets, copies).
+    pub others: Vec<u32>,
+    /// Where elements of the kernel kind that are not kernel nodes (run
+    /// heads, copies the driver runs as a kernel of its own) differ.
+    pub flags: Option<Flags>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flags {
+    pub off: i32,
+    /// The value on every kernel node.
+    pub kernel: u32,
+    /// The values on the driver's own elements.
+    pub driver: Vec<u32>,
+}
+
+/// What an element is, by the layout's [`Kinds`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Element {
+    Kernel,
+    /// A node of another kind (memset, copy).
+    Other,
+    /// The driver's own (no node of the graph).
+    Driver,
+}
+
+/// Most distinct values a kind or flags field may list.
+const MAX_KIND_VALUES: usize = 8;
+
+impl Kinds {
+    /// The element at function slot `slot`; `None` when it is of no kind
+    /// calibration saw (then the graph is not read at all).
+    pub fn element(&self, mem: &dyn Mem, slot: u64) -> Option<Element> {
+        let kind = mem.u32_at(add(slot, self.kind)?)?;
+        if self.others.contains(&kind) {
+            return Some(Element::Other);
+        }
+        if kind != self.kernel {
+            return None;
+        }
+        let Some(f) = &self.flags else {
+            return Some(Element::Kernel);
+        };
+        match mem.u32_at(add(slot, f.off)?)? {
+            v if v == f.kernel => Some(Element::Kernel),
+            v if f.driver.contains(&v) => Some(Element::Driver),
+            _ => None,
+        }
+    }
+
+    fn is_plausible(&self, off: &dyn Fn(&i32) -> bool) -> bool {
+        off(&self.kind)
+            && !self.others.contains(&self.kernel)
+            && self.others.len() <= MAX_KIND_VALUES
+            && self.flags.as_ref().is_none_or(|f| {
+                off(&f.off) && f.driver.len() <= MAX_KIND_VALUES && !f.driver.contains(&f.kernel)
+            })
+    }
 }
 
 /// Most elements read from one executable graph.
@@ -234,8 +308,15 @@ impl ExecLayout {
         }
         let mut out = Vec::new();
         for slot in walked.slots {
+            if let Some(kinds) = &self.kinds {
+                match kinds.element(mem, slot)? {
+                    Element::Kernel => {}
+                    Element::Other | Element::Driver => continue,
+                }
+            }
             match mem.u64_at(slot)? {
-                0 if self.mixed == Mixed::Exact => continue,
+                // (A kernel by its kind fields holds a function.)
+                0 if self.mixed == Mixed::Exact && self.kinds.is_none() => continue,
                 0 => return None,
                 _ => {
                     let k = self.kernel_at(mem, slot)?;
@@ -258,6 +339,7 @@ impl ExecLayout {
             && self.prefix.iter().chain(&self.inner).all(off)
             && [self.func, self.grid, self.block].iter().all(off)
             && self.shared_mem.is_none_or(|o| off(&o))
+            && self.kinds.as_ref().is_none_or(|k| k.is_plausible(&off))
             && self
                 .count
                 .is_none_or(|c| c.level as usize <= self.prefix.len() && off(&c.off))
@@ -287,7 +369,35 @@ impl ExecLayout {
             self.count
                 .map(|c| format!(", count u32 at level {} {:+}", c.level, c.off))
                 .unwrap_or_default(),
-        )
+        ) + &self.kinds.as_ref().map(Kinds::describe).unwrap_or_default()
+    }
+}
+
+impl Kinds {
+    fn describe(&self) -> String {
+        let hex = |v: &[u32]| {
+            v.iter()
+                .map(|x| format!("{x:#x}"))
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        format!(
+            ", kind u32 at {:+} (kernel {:#x}, other nodes {})",
+            self.kind,
+            self.kernel,
+            hex(&self.others)
+        ) + &self
+            .flags
+            .as_ref()
+            .map(|f| {
+                format!(
+                    ", flags u32 at {:+} (kernel {:#x}, the driver's own {})",
+                    f.off,
+                    f.kernel,
+                    hex(&f.driver)
+                )
+            })
+            .unwrap_or_default()
     }
 }
 

@@ -16,7 +16,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use super::exec_layout::{add, follow, CountField, ExecLayout, Mem, Mixed, Walk};
+use super::exec_layout::{add, follow, CountField, Element, ExecLayout, Mem, Mixed, Walk};
 
 /// A kernel node as built.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +57,7 @@ fn gcd(a: i64, b: i64) -> i64 {
 }
 
 mod bfs;
+pub(crate) mod records;
 
 use bfs::{bfs, looks_like_pointer, path_of, window, Block, Cached, Hit, BEFORE, WINDOW};
 
@@ -77,6 +78,7 @@ fn walk(mem: &dyn Mem, p: &Path, count: Option<CountField>, exec: u64, max: usiz
         shared_mem: None,
         count,
         mixed: Mixed::Exact,
+        kinds: None,
     };
     l.walk(mem, exec, max).map(|w| w.slots).unwrap_or_default()
 }
@@ -295,9 +297,20 @@ pub fn check(mem: &dyn Mem, l: &ExecLayout, g: &KnownGraph) -> Reading {
     let mut seen = vec![false; g.kernels.len()];
     let mut others = 0;
     for s in &walked.slots {
-        match mem.u64_at(*s) {
-            Some(0) => others += 1,
-            _ => {
+        let element = match &l.kinds {
+            Some(kinds) => match kinds.element(mem, *s) {
+                Some(e) => e,
+                None => return Reading::Wrong("an element of no kind calibration saw".into()),
+            },
+            None if mem.u64_at(*s) == Some(0) => Element::Other,
+            None => Element::Kernel,
+        };
+        match element {
+            Element::Other => others += 1,
+            // Not a node: records the driver adds (run heads, copies run as
+            // kernels; a graph's copy node may be one of those).
+            Element::Driver => {}
+            Element::Kernel => {
                 let Some(n) = node_at(mem, g, *s) else {
                     return Reading::Wrong("an element with an unknown function".into());
                 };
@@ -321,7 +334,13 @@ pub fn check(mem: &dyn Mem, l: &ExecLayout, g: &KnownGraph) -> Reading {
             }
         }
     }
-    if seen.iter().any(|s| !s) || others != g.others {
+    // Empty and child-graph nodes need no element where kinds tell
+    // elements apart (driver 580), and a copy may be the driver's own.
+    let others_fit = match l.kinds {
+        Some(_) => others <= g.others,
+        None => others == g.others,
+    };
+    if seen.iter().any(|s| !s) || !others_fit {
         return Reading::Wrong(format!(
             "{} of {} kernels, {others} other elements for {} other nodes",
             seen.iter().filter(|s| **s).count(),
@@ -337,8 +356,16 @@ pub fn check(mem: &dyn Mem, l: &ExecLayout, g: &KnownGraph) -> Reading {
     }
 }
 
-/// u32 fields along the prefix that hold the number of elements of A, B, E.
-fn counts(mem: &dyn Mem, p: &Path, graphs: &[&KnownGraph]) -> Vec<CountField> {
+/// u32 fields along the prefix that hold the number of kernels of A, B,
+/// E (or, for a list with elements of other kinds, of elements).
+fn counts(mem: &dyn Mem, p: &Path, graphs: &[&KnownGraph], elements: bool) -> Vec<CountField> {
+    let want: Vec<u32> = graphs
+        .iter()
+        .map(|g| match elements {
+            false => g.kernels.len() as u32,
+            true => walk(mem, p, None, g.exec, 4 * (g.kernels.len() + g.others) + 8).len() as u32,
+        })
+        .collect();
     let mut out = Vec::new();
     for level in (0..=p.prefix.len()).rev() {
         let bases: Option<Vec<u64>> = graphs
@@ -347,9 +374,11 @@ fn counts(mem: &dyn Mem, p: &Path, graphs: &[&KnownGraph]) -> Vec<CountField> {
             .collect();
         let Some(bases) = bases else { continue };
         for off in (-(BEFORE as i32)..1024).step_by(4) {
-            if graphs.iter().zip(&bases).all(|(g, b)| {
-                add(*b, off).and_then(|x| mem.u32_at(x)) == Some(g.kernels.len() as u32)
-            }) {
+            if want
+                .iter()
+                .zip(&bases)
+                .all(|(w, b)| add(*b, off).and_then(|x| mem.u32_at(x)) == Some(*w))
+            {
                 out.push(CountField {
                     level: level as u8,
                     off,
@@ -434,7 +463,14 @@ pub fn search(
     paths.retain(|p| fields(mem, p, a).is_some());
     let alt = alternatives(mem, a, &blocks, &paths);
     paths.extend(alt);
+    // (From the alternatives too: the driver's own pointer to a list of
+    // kernels is often one of those, and a list of every element starts
+    // a level up from it.)
+    let mut records = records::record_lists(mem, a, &paths, deadline);
+    records.retain(|p| fields(mem, p, a).is_some());
+    paths.extend(records);
     let kernel_only: Vec<&KnownGraph> = [a].into_iter().chain(same.iter().copied()).collect();
+    let every: Vec<&KnownGraph> = kernel_only.iter().copied().chain([mixed]).collect();
     let mut tried = 0;
     let mut best: Option<ExecLayout> = None;
     for p in &paths {
@@ -452,10 +488,13 @@ pub fn search(
             shared_mem,
             count: None,
             mixed: Mixed::Exact,
+            kinds: None,
         };
-        let counts = counts(mem, p, &kernel_only);
+        let mut found = counts(mem, p, &kernel_only, false);
+        found.extend(counts(mem, p, &kernel_only, true));
+        found.dedup();
         // With each count candidate (arrays need one), then without.
-        let options = counts
+        let options = found
             .into_iter()
             .map(Some)
             .chain(matches!(p.walk, Walk::List { .. }).then_some(None));
@@ -464,11 +503,18 @@ pub fn search(
                 count,
                 ..base.clone()
             };
-            if !kernel_only
-                .iter()
-                .all(|g| check(mem, &l, g) == Reading::Exact)
-            {
-                continue;
+            let exact = |l: &ExecLayout| {
+                kernel_only
+                    .iter()
+                    .all(|g| check(mem, l, g) == Reading::Exact)
+            };
+            if !exact(&l) {
+                // Elements of other kinds on the walk: read it only if
+                // they can be told apart.
+                l.kinds = records::learn_kinds(mem, &l, &every);
+                if l.kinds.is_none() || !exact(&l) {
+                    continue;
+                }
             }
             l.mixed = match check(mem, &l, mixed) {
                 Reading::Exact => Mixed::Exact,
@@ -491,8 +537,9 @@ pub fn search(
     })
 }
 
-/// Best first: mixed graphs read, a count to check reads against, short paths.
-fn rank(l: &ExecLayout) -> (u8, u8, usize, i64) {
+/// Best first: mixed graphs read, a count to check reads against, no
+/// kinds to tell apart, short paths.
+fn rank(l: &ExecLayout) -> (u8, u8, u8, usize, i64) {
     let mixed = match l.mixed {
         Mixed::Exact => 0,
         Mixed::Refused => 1,
@@ -505,5 +552,11 @@ fn rank(l: &ExecLayout) -> (u8, u8, usize, i64) {
         .chain(&l.inner)
         .map(|o| i64::from(*o).abs())
         .sum();
-    (mixed, u8::from(l.count.is_none()), depth, spread)
+    (
+        mixed,
+        u8::from(l.count.is_none()),
+        u8::from(l.kinds.is_some()),
+        depth,
+        spread,
+    )
 }

@@ -98,6 +98,7 @@ fn list(prefix: &[i32], link: i32, count: Option<CountField>) -> ExecLayout {
         shared_mem: Some(32),
         count,
         mixed: Mixed::Refused,
+        kinds: None,
     }
 }
 
@@ -215,4 +216,69 @@ fn a_580_device_copy_is_a_kernel_record_of_the_drivers() {
     let copy = all.kernel_at(&mem, slots[2]).unwrap();
     assert_eq!((copy.grid, copy.block), ([4, 1, 1], [256, 1, 1]));
     assert!(plausible(&copy), "a copy looks like a kernel by its fields");
+}
+
+/// What calibration learns from the real records of graphs A and C
+/// (explore1: C has a memset, a device copy, an empty node and a child
+/// graph) tells every record apart: the node type at record +4 (kernel 0,
+/// memset 2) and the flags at record +688 (0 on a kernel node, 0x100 on a
+/// run head, 0x10000 on a copy run as a kernel of the driver's).
+fn learned_580() -> Kinds {
+    let (mem, a, c) = explore1();
+    // In this fixture C's records are whole along +1672 only (the memset
+    // record was cut at 1056 bytes); in these linear graphs +1672 holds
+    // every record too.
+    let l = list(&[104], 1672, Some(CountField { level: 0, off: 200 }));
+    crate::names::exec_search::records::learn_kinds(&mem, &l, &[&a, &c]).unwrap()
+}
+
+#[test]
+fn calibration_learns_the_580_record_kinds() {
+    assert_eq!(
+        learned_580(),
+        Kinds {
+            kind: -28,
+            kernel: 0,
+            others: vec![2],
+            flags: Some(Flags {
+                off: 656,
+                kernel: 0,
+                driver: vec![0x100, 0x10000],
+            }),
+        }
+    );
+}
+
+/// With those kinds, the list of every record reads what the GPU run's
+/// graphs ran: JAX's 64 kernels on parallel branches, torch's forward
+/// graph (27 kernels, a memset, two run heads), a graph with a device copy
+/// between two kernels, five kernels in a row; and explore1's A and C.
+#[test]
+fn the_580_record_list_with_kinds_reads_every_graph() {
+    let kinds = learned_580();
+    let all = ExecLayout {
+        kinds: Some(kinds),
+        mixed: Mixed::Exact,
+        ..list(&[104], 1160, Some(CountField { level: 0, off: 200 }))
+    };
+    let mem = graphs3();
+    let n = |exec| all.read(&mem, exec).map(|k| k.len());
+    assert_eq!(n(JAX), Some(64));
+    assert_eq!(n(TORCH_FORWARD), Some(27));
+    assert_eq!(n(SHAPE_MEMCPY), Some(2));
+    assert_eq!(n(SHAPE_LINEAR), Some(5));
+    let torch = all.read(&mem, TORCH_FORWARD).unwrap();
+    assert!(torch.iter().all(plausible));
+    assert!(torch
+        .iter()
+        .all(|k| k.grid != [4, 1, 1] || k.block != [256, 1, 1]));
+    let (mem, a, c) = explore1();
+    let branch = ExecLayout {
+        walk: Walk::List { link: 1672 },
+        ..all.clone()
+    };
+    assert_eq!(check(&mem, &branch, &a), Reading::Exact);
+    assert_eq!(check(&mem, &branch, &c), Reading::Exact);
+    // C's record list is cut short in this fixture: refused, not misread.
+    assert_eq!(all.read(&mem, c.exec), None);
 }

@@ -69,36 +69,97 @@ fn kernels(f: &Funcs, n: usize, seed: u32) -> Vec<KnownKernel> {
         .collect()
 }
 
-/// The real driver's layout (driver 580, GPU exploration): exec+104 → a
-/// head record (node count at +0) whose +728 is the first record; records
-/// 1896 bytes apart, next at +728, function at +32, grid +40, block +52,
-/// shared +64. A graph with other nodes is not on that list (its head's
-/// +728 is NULL) but its count says 8.
-pub fn real_like(a: &mut Arena, ks: &[KnownKernel], others: usize) -> u64 {
+/// The real driver's layout (driver 580, GPU exploration, graphs3 dumps):
+/// 1896-byte records, every record of the exec on one list from exec+104
+/// (next at +1160, node-index order), as many as the u32 at exec+200. A
+/// record: node index +0, node type +4 (kernel 0, memset 2), owner exec
+/// +24, function +32, grid +40, block +52, shared +64, flags +688 (0x100:
+/// the head the driver puts before a run of kernels, 0x10000: a copy it
+/// runs as a kernel of its own), next kernel of the run +728, next record
+/// of the branch +1672. `others` > 0 builds graph C's shape (a kernel, a
+/// memset, a copy, an empty node, the rest kernels); `fork` a graph with
+/// parallel branches (no heads, each kernel its own run).
+pub fn real_like(a: &mut Arena, ks: &[KnownKernel], others: usize, fork: bool) -> u64 {
     const REC: u64 = 1896;
-    let exec = a.alloc(400);
-    a.put64(exec, 0x2_0000_0002);
-    let recs = a.alloc(REC as usize * (ks.len() + 6));
-    let head = recs + REC * (ks.len() as u64 + 5);
-    a.put64(exec + 104, head);
-    a.put64(exec + 112, recs + REC * (ks.len() as u64 - 1));
-    a.put32(head, (ks.len() + others) as u32);
-    a.put64(head + 24, exec);
-    for (i, k) in ks.iter().enumerate() {
-        let r = recs + REC * i as u64;
-        a.put64(r, i as u64);
-        a.put64(r + 24, exec);
-        a.put64(r + 32, k.func);
-        a.dims(r + 40, k.grid);
-        a.dims(r + 52, k.block);
-        a.put32(r + 64, k.shared);
-        let next = if i + 1 < ks.len() { r + REC } else { 0 };
-        a.put64(r + 728, next);
-        a.put64(r + 1160, next);
-        a.put64(r + 1152, if i == 0 { head } else { r - REC });
+    #[derive(Clone, Copy, PartialEq)]
+    enum R {
+        Head,
+        Kernel(usize),
+        Memset,
+        Copy,
     }
-    if others == 0 {
-        a.put64(head + 728, recs);
+    let order: Vec<R> = if fork {
+        (0..ks.len()).map(R::Kernel).collect()
+    } else if others > 0 {
+        [R::Kernel(0), R::Memset, R::Head, R::Copy]
+            .into_iter()
+            .chain((1..ks.len()).map(R::Kernel))
+            .collect()
+    } else {
+        [R::Head]
+            .into_iter()
+            .chain((0..ks.len()).map(R::Kernel))
+            .collect()
+    };
+    let driver = a.alloc(64);
+    let exec = a.alloc(1200);
+    a.put64(exec, 0x2_0000_0002);
+    // Records of a slab, not in list order (the head comes last).
+    let recs = a.alloc(REC as usize * (order.len() + 2));
+    let at = |i: usize| recs + REC * ((i + 1) % order.len()) as u64;
+    a.put64(exec + 104, at(0));
+    a.put64(exec + 112, at(order.len() - 1));
+    a.put32(exec + 200, order.len() as u32);
+    let nodes = (ks.len() + others) as u32;
+    for (i, r) in order.iter().enumerate() {
+        let e = at(i);
+        let next = if i + 1 < order.len() { at(i + 1) } else { 0 };
+        a.put32(e + 8, 0xffff_ffff);
+        a.put64(e + 24, exec);
+        a.put64(e + 1160, next);
+        // A branch: the fork's root, its first branch and the join.
+        let branch = match (fork, i) {
+            (false, _) => next,
+            (true, 0) => at(1),
+            (true, 1) => at(order.len() - 1),
+            (true, _) => 0,
+        };
+        a.put64(e + 1672, branch);
+        // The next kernel of the run: runs are broken by memsets and
+        // heads, and every kernel of a fork is a run of its own.
+        let run_next = match order.get(i + 1) {
+            Some(R::Kernel(_) | R::Copy) if !fork && *r != R::Memset => at(i + 1),
+            _ => 0,
+        };
+        a.put64(e + 728, if i == 0 && others > 0 { 0 } else { run_next });
+        match *r {
+            R::Head => {
+                a.put32(e, nodes);
+                a.put64(e + 32, driver);
+                a.dims(e + 52, [1, 1, 1]);
+                a.put32(e + 688, 0x100);
+            }
+            R::Kernel(n) => {
+                let k = &ks[n];
+                a.put32(e, n as u32);
+                a.put64(e + 32, k.func);
+                a.dims(e + 40, k.grid);
+                a.dims(e + 52, k.block);
+                a.put32(e + 64, k.shared);
+            }
+            R::Memset => {
+                a.put32(e, 1);
+                a.put32(e + 4, 2);
+                a.put64(e + 32, 5);
+            }
+            R::Copy => {
+                a.put32(e, 2);
+                a.put64(e + 32, driver + 8);
+                a.dims(e + 40, [4, 1, 1]);
+                a.dims(e + 52, [256, 1, 1]);
+                a.put32(e + 688, 0x10000);
+            }
+        }
     }
     exec
 }
@@ -107,7 +168,7 @@ pub fn real_like(a: &mut Arena, ks: &[KnownKernel], others: usize) -> u64 {
 /// count, +24 first record); 128-byte records, kind at 0, block +16, shared
 /// +28, grid +32, function +48, next +112; other nodes are records without
 /// a function.
-pub fn sim_like(a: &mut Arena, ks: &[KnownKernel], others: usize) -> u64 {
+pub fn sim_like(a: &mut Arena, ks: &[KnownKernel], others: usize, _fork: bool) -> u64 {
     let exec = a.alloc(48);
     a.put64(exec, 0x4345_5847_434d_4953);
     let plan = a.alloc(40);
@@ -145,28 +206,34 @@ pub fn sim_like(a: &mut Arena, ks: &[KnownKernel], others: usize) -> u64 {
     exec
 }
 
-type Build = fn(&mut Arena, &[KnownKernel], usize) -> u64;
+type Build = fn(&mut Arena, &[KnownKernel], usize, bool) -> u64;
 
-fn graphs(
-    arena: &mut Arena,
-    f: &Funcs,
-    build: Build,
-) -> (KnownGraph, KnownGraph, KnownGraph, KnownGraph) {
-    let g = |arena: &mut Arena, name, n, seed, others| {
+/// Graphs A, B, C (mixed), E, F (parallel branches), as calibration builds.
+fn graphs(arena: &mut Arena, f: &Funcs, build: Build) -> [KnownGraph; 5] {
+    let g = |arena: &mut Arena, name, n, seed, others, fork| {
         let ks = kernels(f, n, seed);
         KnownGraph {
             name,
-            exec: build(arena, &ks, others),
+            exec: build(arena, &ks, others, fork),
             kernels: ks,
             others,
         }
     };
-    (
-        g(arena, "A", 5, 1, 0),
-        g(arena, "B", 8, 2, 0),
-        g(arena, "C", 5, 3, 3),
-        g(arena, "E", 6, 4, 0),
-    )
+    [
+        g(arena, "A", 5, 1, 0, false),
+        g(arena, "B", 8, 2, 0, false),
+        g(arena, "C", 5, 3, 3, false),
+        g(arena, "E", 6, 4, 0, false),
+        g(arena, "F", 5, 5, 0, true),
+    ]
+}
+
+/// The searches read this whole process's memory: one at a time, so that
+/// no other test's graphs change under one (they share the heap).
+static SEARCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    SEARCHING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn deadline() -> Instant {
@@ -175,37 +242,101 @@ fn deadline() -> Instant {
 
 #[test]
 fn finds_the_real_drivers_layout() {
+    let _one = one_at_a_time();
     let f = Funcs::new(8);
     let mut arena = Arena::default();
-    let (a, b, c, e) = graphs(&mut arena, &f, real_like);
+    let [a, b, c, e, fork] = graphs(&mut arena, &f, real_like);
     let me = ProcessMem(std::process::id());
-    let l = search(&me, &a, &[&b, &e], &c, deadline()).unwrap();
+    let l = search(&me, &a, &[&b, &e, &fork], &c, deadline()).unwrap();
     assert_eq!(
         (l.prefix.as_slice(), l.walk, l.inner.as_slice(), l.func),
-        (&[104, 728][..], Walk::List { link: 728 }, &[][..], 32),
+        (&[104][..], Walk::List { link: 1160 }, &[][..], 32),
         "{}",
         l.describe()
     );
     assert_eq!((l.grid, l.block, l.shared_mem), (8, 20, Some(32)));
-    assert_eq!(l.count, Some(CountField { level: 1, off: 0 }));
-    assert_eq!(l.mixed, Mixed::Refused);
-    assert!(l.is_plausible());
-    let read = l.read(&me, b.exec).unwrap();
-    assert_eq!(read.len(), 8);
+    assert_eq!(l.count, Some(CountField { level: 0, off: 200 }));
+    assert_eq!(l.mixed, Mixed::Exact);
     assert_eq!(
-        (read[3].function, read[3].grid),
-        (b.kernels[3].func, b.kernels[3].grid)
+        l.kinds,
+        Some(Kinds {
+            kind: -28,
+            kernel: 0,
+            others: vec![2],
+            flags: Some(Flags {
+                off: 656,
+                kernel: 0,
+                driver: vec![0x100, 0x10000]
+            }),
+        }),
+        "{}",
+        l.describe()
     );
-    assert_eq!(l.read(&me, c.exec), None, "the mixed graph is refused");
+    assert!(l.is_plausible());
+    for g in [&a, &b, &c, &e, &fork] {
+        let read = l.read(&me, g.exec).unwrap();
+        assert_eq!(
+            read.iter()
+                .map(|k| (k.function, k.grid, k.block, k.shared_mem_bytes))
+                .collect::<Vec<_>>(),
+            g.kernels
+                .iter()
+                .map(|k| (k.func, k.grid, k.block, k.shared))
+                .collect::<Vec<_>>(),
+            "graph {}",
+            g.name
+        );
+    }
+}
+
+/// Without a graph of parallel branches, the per-branch list (+1672) reads
+/// every calibration graph as well as the all-records list: calibration
+/// must build one (it does: F).
+#[test]
+fn a_fork_tells_the_record_list_from_the_branch_list() {
+    let _one = one_at_a_time();
+    let f = Funcs::new(8);
+    let mut arena = Arena::default();
+    let [a, _, c, _, fork] = graphs(&mut arena, &f, real_like);
+    let me = ProcessMem(std::process::id());
+    let branch = ExecLayout {
+        prefix: vec![104],
+        walk: Walk::List { link: 1672 },
+        ..search(&me, &a, &[&fork], &c, deadline()).unwrap()
+    };
+    assert!(branch.read(&me, a.exec).is_some());
+    assert_eq!(branch.read(&me, fork.exec), None, "one branch of the fork");
+}
+
+/// An element of a kind calibration never saw makes the whole graph
+/// opaque, never a graph with a node left out.
+#[test]
+fn an_unknown_element_refuses_the_graph() {
+    let _one = one_at_a_time();
+    let f = Funcs::new(8);
+    let mut arena = Arena::default();
+    let [a, b, c, e, fork] = graphs(&mut arena, &f, real_like);
+    let me = ProcessMem(std::process::id());
+    let l = search(&me, &a, &[&b, &e, &fork], &c, deadline()).unwrap();
+    let third = l.walk(&me, b.exec, 64).unwrap().slots[3];
+    // Flags of a kind never seen (a cluster launch, say) on a kernel.
+    arena.put32(third + 656, 0x4);
+    assert_eq!(l.read(&me, b.exec), None);
+    arena.put32(third + 656, 0);
+    assert_eq!(l.read(&me, b.exec).unwrap().len(), 8);
+    // A node type never seen (a host node, 3).
+    arena.put32(third - 28, 3);
+    assert_eq!(l.read(&me, b.exec), None);
 }
 
 #[test]
 fn finds_the_simulators_layout() {
+    let _one = one_at_a_time();
     let f = Funcs::new(8);
     let mut arena = Arena::default();
-    let (a, b, c, e) = graphs(&mut arena, &f, sim_like);
+    let [a, b, c, e, fork] = graphs(&mut arena, &f, sim_like);
     let me = ProcessMem(std::process::id());
-    let l = search(&me, &a, &[&b, &e], &c, deadline()).unwrap();
+    let l = search(&me, &a, &[&b, &e, &fork], &c, deadline()).unwrap();
     assert_eq!(
         (l.prefix.as_slice(), l.walk, l.func),
         (&[32, 24][..], Walk::List { link: 112 }, 48),
@@ -215,6 +346,10 @@ fn finds_the_simulators_layout() {
     assert_eq!((l.grid, l.block, l.shared_mem), (-16, -32, Some(-20)));
     assert_eq!(l.count, Some(CountField { level: 1, off: 12 }));
     assert_eq!(l.mixed, Mixed::Exact);
+    assert_eq!(
+        l.kinds, None,
+        "the simulator's other nodes hold no function"
+    );
     let read = l.read(&me, c.exec).unwrap();
     assert_eq!(
         read.iter().map(|k| k.function).collect::<Vec<_>>(),
@@ -224,10 +359,11 @@ fn finds_the_simulators_layout() {
 
 #[test]
 fn reads_that_do_not_fit_give_nothing() {
+    let _one = one_at_a_time();
     let f = Funcs::new(8);
     let mut arena = Arena::default();
     let ks = kernels(&f, 3, 1);
-    let exec = sim_like(&mut arena, &ks, 0);
+    let exec = sim_like(&mut arena, &ks, 0, false);
     let me = ProcessMem(std::process::id());
     let l = ExecLayout {
         prefix: vec![32, 24],
@@ -239,6 +375,7 @@ fn reads_that_do_not_fit_give_nothing() {
         shared_mem: Some(-20),
         count: Some(CountField { level: 1, off: 12 }),
         mixed: Mixed::Exact,
+        kinds: None,
     };
     assert_eq!(l.read(&me, exec).unwrap().len(), 3);
     let plan = me.u64_at(exec + 32).unwrap();
