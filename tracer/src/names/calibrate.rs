@@ -343,6 +343,36 @@ fn sanitize(s: &str) -> String {
     }
 }
 
+/// What the helper answered: one line, or two where it said the names
+/// before the executable-graph search (which may crash in a driver) and
+/// then the whole answer with the same names. Anything else (more lines,
+/// other text, names that changed) is no answer: the helper ran a library
+/// gputrace does not trust.
+fn one_answer(text: &str) -> Option<HelperAnswer> {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let parsed: Vec<HelperAnswer> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).ok())
+        .collect::<Option<_>>()?;
+    let mut parsed = parsed.into_iter();
+    match (parsed.next(), parsed.next(), parsed.next()) {
+        (Some(one), None, None) => Some(one),
+        (Some(names), Some(whole), None)
+            if names.exec_layout.is_none()
+                && names.layout.is_some()
+                && names.layout == whole.layout
+                && whole.error.is_none() =>
+        {
+            Some(whole)
+        }
+        _ => None,
+    }
+}
+
 /// Runs the helper on the library open in `lib` (at most `timeout`).
 pub fn run_helper(lib: &File, how: Helper, timeout: Duration) -> Result<Found, String> {
     let exe =
@@ -396,14 +426,7 @@ pub fn run_helper(lib: &File, how: Helper, timeout: Duration) -> Result<Found, S
     }
     let out = reader.join().unwrap_or_default();
     let text = String::from_utf8_lossy(&out);
-    // The last answer it printed: the whole one, or the names alone when it
-    // ended during the executable-graph search.
-    let last = text
-        .lines()
-        .rev()
-        .find(|l| serde_json::from_str::<HelperAnswer>(l.trim()).is_ok())
-        .unwrap_or(text.trim());
-    let answer: HelperAnswer = serde_json::from_str(last.trim()).map_err(|_| {
+    let answer = one_answer(&text).ok_or_else(|| {
         format!(
             "the calibration helper crashed or printed {:?}",
             sanitize(text.trim())
@@ -433,6 +456,31 @@ pub fn run_helper(lib: &File, how: Helper, timeout: Duration) -> Result<Found, S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One answer, or the names then the whole answer with the same names;
+    /// never a pick among several.
+    #[test]
+    fn the_helper_gives_one_answer() {
+        let names = r#"{"layout":[8],"error":null,"exec_error":"ended during the search"}"#;
+        let whole = r#"{"layout":[8],"error":null,"exec_layout":null,"exec_error":"none found"}"#;
+        let other = r#"{"layout":[16],"error":null,"exec_layout":null,"exec_error":"none found"}"#;
+        let exec_error = |t: &str| one_answer(t).map(|a| a.exec_error);
+        assert_eq!(
+            exec_error(names),
+            Some(Some("ended during the search".into()))
+        );
+        assert_eq!(
+            exec_error(&format!("{names}\n{whole}\n")),
+            Some(Some("none found".into()))
+        );
+        assert!(
+            one_answer(&format!("{names}\n{other}")).is_none(),
+            "names changed"
+        );
+        assert!(one_answer(&format!("{names}\n{whole}\n{whole}")).is_none());
+        assert!(one_answer(&format!("noise\n{whole}")).is_none());
+        assert!(one_answer("").is_none());
+    }
 
     #[repr(C)]
     struct FakeModule {
