@@ -34,6 +34,19 @@ fn start_with_pid(bin: &Path, args: &[&str], pid: u32) -> Workload {
     panic!("could not start a process with PID {pid} in 200 tries");
 }
 
+/// Waits until gputrace holds probes on a library file under `dir`.
+fn probed(t: &Tracer, dir: &Path) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while node::kernel_probes_under(t.child.id(), dir) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gputrace put no probe on {} within 30 s",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_reused_pid_is_a_new_process() {
     let dir = scratch("pidreuse");
@@ -42,12 +55,16 @@ fn a_reused_pid_is_a_new_process() {
     let t = Tracer::attach(&["--all", "--output", out.to_str().unwrap()]);
     let mut a = Workload::start(&["--launches", "5"]);
     let pid = a.pid;
-    std::thread::sleep(Duration::from_millis(1500)); // the node scan
+    // The node scan finds the library it maps (a loaded machine may take
+    // longer than the scan period).
+    probed(&t, &sim_dir());
+    std::thread::sleep(Duration::from_millis(1500)); // and sees the process
     a.go();
     let (status, _) = a.finish();
     assert!(status.success());
     // Within the 2 s a gone process's state is kept: the PID again.
     let mut b = start_with_pid(&second, &["--launches", "7"], pid);
+    probed(&t, &dir);
     std::thread::sleep(Duration::from_millis(1500));
     b.go();
     let (status, _) = b.finish();
