@@ -9,6 +9,34 @@ fn stats(args: &[&str]) -> Finished {
     run_gputrace(&a)
 }
 
+/// CUDA graphs: the kernels of graph replays (and the captured launches
+/// not counted) read back the same from each format that carries them
+/// (a Perfetto launch lists its graph's nodes in its arguments).
+#[test]
+fn stats_of_graph_replays_equals_the_live_summary() {
+    for ext in ["jsonl", "jsonl.zst", "pftrace"] {
+        let r = trace_run_to(
+            &format!("stats-graphs-{ext}"),
+            &format!("t.{ext}"),
+            &workload_bin(),
+            &["--launches", "4", "--graph-replays", "3", "--graph-update"],
+            &["--summary", "text"],
+        );
+        let (out, live) = (r.out, r.gputrace);
+        assert!(
+            live.stdout.contains("graph launches ran"),
+            "{}",
+            live.stdout
+        );
+        let f = stats(&[out.to_str().unwrap()]);
+        assert!(f.status.success(), "{}", f.stderr_text());
+        assert_eq!(
+            f.stdout, live.stdout,
+            "stats of the .{ext} file differs from the live summary"
+        );
+    }
+}
+
 #[test]
 fn stats_of_a_trace_equals_the_live_summary() {
     for ext in ["jsonl", "json", "jsonl.zst", "pftrace"] {

@@ -2,6 +2,7 @@
 //! `cuGraphLaunch`, and the `{"type":"graph",...}` record that says what an
 //! executable graph runs; and reading them back.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -134,17 +135,72 @@ pub fn write_launch(out: &mut String, g: &GraphLaunch) {
     out.push('}');
 }
 
-/// Reads a launch back; its contents come from the `graph` record before it.
+/// The nodes as a JSON array under `nodes`, with where they came from
+/// under `source`.
+fn write_nodes(out: &mut String, c: &ExecContents, source: &str, nodes: &str) {
+    let _ = write!(
+        out,
+        ",\"{source}\":\"{}\",\"{nodes}\":[",
+        if c.from_memory { "memory" } else { "traced" }
+    );
+    for (i, n) in c.nodes.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_node(out, n);
+    }
+    out.push(']');
+}
+
+fn parse_nodes(
+    m: &Map<String, Value>,
+    key: &'static str,
+) -> Result<Option<Arc<ExecContents>>, ParseError> {
+    match field(m, key)? {
+        Value::Null => Ok(None),
+        Value::Array(nodes) => Ok(Some(Arc::new(ExecContents {
+            nodes: nodes.iter().map(parse_node).collect::<Result<_, _>>()?,
+            from_memory: m.get("source").and_then(Value::as_str) == Some("memory"),
+        }))),
+        _ => Err(ParseError::Field(key)),
+    }
+}
+
+/// A launch with what it runs (`"graph_nodes"`, where known): the
+/// arguments of a graph launch in a Perfetto trace, which has no place for
+/// the `graph` records of JSONL (interned there, so the nodes cost once).
+pub fn write_launch_with_nodes(out: &mut String, g: &GraphLaunch) {
+    write_launch(out, g);
+    if let (Some(c), None) = (&g.contents, g.captured) {
+        out.pop();
+        // Named apart from the launch's own `nodes` (the count).
+        write_nodes(out, c, "graph_source", "graph_nodes");
+        out.push('}');
+    }
+}
+
+/// Reads a launch back; its contents come from the `graph` record before it
+/// (JSONL) or from its own `graph_nodes` (Perfetto).
 pub fn parse_launch(a: &Map<String, Value>) -> Result<GraphLaunch, ParseError> {
     // Timelines of earlier versions called the executable graph `graph`.
     let exec = match a.get("graph_exec") {
         Some(_) => get_hex(a, "graph_exec")?,
         None => get_hex(a, "graph")?,
     };
+    let contents = match a.get("graph_nodes") {
+        None => None,
+        Some(_) => {
+            let mut m = a.clone();
+            if let Some(s) = m.remove("graph_source") {
+                m.insert("source".into(), s);
+            }
+            parse_nodes(&m, "graph_nodes")?
+        }
+    };
     Ok(GraphLaunch {
         exec,
         stream: get_hex(a, "stream")?,
-        contents: None,
+        contents,
         captured: super::json::parse_captured(a)?,
     })
 }
@@ -368,20 +424,7 @@ pub fn write_record(out: &mut String, r: &GraphRecord) {
     out.push_str(",\"exec\":");
     hex(out, r.exec);
     match &r.contents {
-        Some(c) => {
-            out.push_str(if c.from_memory {
-                ",\"source\":\"memory\",\"nodes\":["
-            } else {
-                ",\"source\":\"traced\",\"nodes\":["
-            });
-            for (i, n) in c.nodes.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_node(out, n);
-            }
-            out.push(']');
-        }
+        Some(c) => write_nodes(out, c, "source", "nodes"),
         None => out.push_str(",\"source\":null,\"nodes\":null"),
     }
     out.push('}');
@@ -393,14 +436,7 @@ pub fn parse_record(v: &Value) -> Result<GraphRecord, ParseError> {
         .as_object()
         .ok_or(ParseError::Json("not an object".into()))?;
     let pid = u32::try_from(get_u64(m, "pid")?).map_err(|_| ParseError::Field("pid"))?;
-    let contents = match field(m, "nodes")? {
-        Value::Null => None,
-        Value::Array(nodes) => Some(Arc::new(ExecContents {
-            nodes: nodes.iter().map(parse_node).collect::<Result<_, _>>()?,
-            from_memory: m.get("source").and_then(Value::as_str) == Some("memory"),
-        })),
-        _ => return Err(ParseError::Field("nodes")),
-    };
+    let contents = parse_nodes(m, "nodes")?;
     Ok(GraphRecord {
         ts_ns: get_u64(m, "ts_ns")?,
         pid,

@@ -90,15 +90,28 @@ fn opt_pointer(s: &mut impl AnnotationSink, name: &'static str, v: Option<u64>) 
     }
 }
 
+/// Work recorded by a stream capture (not run): as in JSONL,
+/// `"captured":true,"capture":N`.
+fn captured(s: &mut impl AnnotationSink, capture: Option<u64>) {
+    if let Some(n) = capture {
+        s.json("captured", &Value::Bool(true));
+        s.uint("capture", n);
+    }
+}
+
 /// Sends the annotations of `args` to `s`.
 pub fn annotate(args: &Args, s: &mut impl AnnotationSink) {
     match args {
-        Args::Launch(l) => s.launch(l),
+        Args::Launch(l) => {
+            s.launch(l);
+            captured(s, l.captured);
+        }
         // A graph launch and the graph APIs' many shapes: their JSON
         // arguments, as in JSONL, in one `args` annotation the reader merges.
+        // A launch lists what it runs (its nodes), read back by `stats`.
         Args::Graph(g) => {
             let mut json = String::new();
-            crate::events::graph_json::write_launch(&mut json, g);
+            crate::events::graph_json::write_launch_with_nodes(&mut json, g);
             s.string("args", &json);
         }
         Args::GraphApi(g) => {
@@ -142,6 +155,7 @@ pub fn annotate(args: &Args, s: &mut impl AnnotationSink) {
             if let Some(v) = m.value {
                 s.uint("value", v);
             }
+            captured(s, m.captured);
         }
         Args::Sync { stream, event } => {
             opt_pointer(s, "stream", *stream);
