@@ -234,19 +234,7 @@ fn learned_580() -> Kinds {
 
 #[test]
 fn calibration_learns_the_580_record_kinds() {
-    assert_eq!(
-        learned_580(),
-        Kinds {
-            kind: -28,
-            kernel: 0,
-            others: vec![2],
-            flags: Some(Flags {
-                off: 656,
-                kernel: 0,
-                driver: vec![0x100, 0x10000],
-            }),
-        }
-    );
+    assert_eq!(learned_580(), super::tests::kinds_580());
 }
 
 /// With those kinds, the list of every record reads what the GPU run's

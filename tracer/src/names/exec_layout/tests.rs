@@ -240,14 +240,56 @@ fn deadline() -> Instant {
     Instant::now() + Duration::from_secs(60)
 }
 
+/// What tells driver 580's records apart (`real580.rs` learns it from the
+/// real ones): the node type at record +4 (kernel 0, memset 2), the flags
+/// at record +688 (0 on a kernel node, 0x100 on a run head, 0x10000 on a
+/// copy run as a kernel of the driver's), both relative to the function
+/// at +32.
+pub fn kinds_580() -> Kinds {
+    Kinds {
+        kind: -28,
+        kernel: 0,
+        others: vec![2],
+        flags: Some(Flags {
+            off: 656,
+            kernel: 0,
+            driver: vec![0x100, 0x10000],
+        }),
+    }
+}
+
+/// Graphs laid out as `build` does, and the layout the search finds from
+/// them (one search at a time); the memory stays alive with it.
+struct Searched {
+    _one: std::sync::MutexGuard<'static, ()>,
+    _funcs: Funcs,
+    arena: Arena,
+    graphs: [KnownGraph; 5],
+    layout: ExecLayout,
+}
+
+fn searched(build: Build) -> Searched {
+    let one = one_at_a_time();
+    let funcs = Funcs::new(8);
+    let mut arena = Arena::default();
+    let graphs = graphs(&mut arena, &funcs, build);
+    let [a, b, c, e, fork] = &graphs;
+    let me = ProcessMem(std::process::id());
+    let layout = search(&me, a, &[b, e, fork], c, deadline()).unwrap();
+    Searched {
+        _one: one,
+        _funcs: funcs,
+        arena,
+        graphs,
+        layout,
+    }
+}
+
 #[test]
 fn finds_the_real_drivers_layout() {
-    let _one = one_at_a_time();
-    let f = Funcs::new(8);
-    let mut arena = Arena::default();
-    let [a, b, c, e, fork] = graphs(&mut arena, &f, real_like);
+    let s = searched(real_like);
+    let (l, [a, b, c, e, fork]) = (&s.layout, &s.graphs);
     let me = ProcessMem(std::process::id());
-    let l = search(&me, &a, &[&b, &e, &fork], &c, deadline()).unwrap();
     assert_eq!(
         (l.prefix.as_slice(), l.walk, l.inner.as_slice(), l.func),
         (&[104][..], Walk::List { link: 1160 }, &[][..], 32),
@@ -257,23 +299,9 @@ fn finds_the_real_drivers_layout() {
     assert_eq!((l.grid, l.block, l.shared_mem), (8, 20, Some(32)));
     assert_eq!(l.count, Some(CountField { level: 0, off: 200 }));
     assert_eq!(l.mixed, Mixed::Exact);
-    assert_eq!(
-        l.kinds,
-        Some(Kinds {
-            kind: -28,
-            kernel: 0,
-            others: vec![2],
-            flags: Some(Flags {
-                off: 656,
-                kernel: 0,
-                driver: vec![0x100, 0x10000]
-            }),
-        }),
-        "{}",
-        l.describe()
-    );
+    assert_eq!(l.kinds, Some(kinds_580()), "{}", l.describe());
     assert!(l.is_plausible());
-    for g in [&a, &b, &c, &e, &fork] {
+    for g in [a, b, c, e, fork] {
         let read = l.read(&me, g.exec).unwrap();
         assert_eq!(
             read.iter()
@@ -312,12 +340,10 @@ fn a_fork_tells_the_record_list_from_the_branch_list() {
 /// opaque, never a graph with a node left out.
 #[test]
 fn an_unknown_element_refuses_the_graph() {
-    let _one = one_at_a_time();
-    let f = Funcs::new(8);
-    let mut arena = Arena::default();
-    let [a, b, c, e, fork] = graphs(&mut arena, &f, real_like);
+    let mut s = searched(real_like);
+    let (l, b) = (s.layout.clone(), s.graphs[1].clone());
+    let arena = &mut s.arena;
     let me = ProcessMem(std::process::id());
-    let l = search(&me, &a, &[&b, &e, &fork], &c, deadline()).unwrap();
     let third = l.walk(&me, b.exec, 64).unwrap().slots[3];
     // Flags of a kind never seen (a cluster launch, say) on a kernel.
     arena.put32(third + 656, 0x4);
@@ -331,12 +357,9 @@ fn an_unknown_element_refuses_the_graph() {
 
 #[test]
 fn finds_the_simulators_layout() {
-    let _one = one_at_a_time();
-    let f = Funcs::new(8);
-    let mut arena = Arena::default();
-    let [a, b, c, e, fork] = graphs(&mut arena, &f, sim_like);
+    let s = searched(sim_like);
+    let (l, c) = (&s.layout, &s.graphs[2]);
     let me = ProcessMem(std::process::id());
-    let l = search(&me, &a, &[&b, &e, &fork], &c, deadline()).unwrap();
     assert_eq!(
         (l.prefix.as_slice(), l.walk, l.func),
         (&[32, 24][..], Walk::List { link: 112 }, 48),
