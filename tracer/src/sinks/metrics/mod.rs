@@ -69,6 +69,10 @@ struct ProcessSeries {
     graph_kernels: Option<u64>,
     /// When the session said the process is gone.
     gone_at: Option<Instant>,
+    /// `--overhead-budget`: estimated calls of its sampled APIs, and the
+    /// share of time each family was traced (absent: exact).
+    estimated: BTreeMap<&'static str, f64>,
+    ratios: BTreeMap<&'static str, f64>,
 }
 
 impl ProcessSeries {
@@ -94,6 +98,8 @@ impl ProcessSeries {
             device_bytes: 0,
             graph_kernels: None,
             gone_at: None,
+            estimated: BTreeMap::new(),
+            ratios: BTreeMap::new(),
         }
     }
 }
@@ -130,6 +136,8 @@ pub struct Metrics {
     keep_exited: Duration,
     /// Per (communicator, rank), across processes.
     nccl: nccl::NcclMetrics,
+    /// `--overhead-budget`: what a probe hit costs here.
+    pub hit_cost: Option<crate::probes::hitcost::HitCost>,
 }
 
 impl Metrics {
@@ -142,6 +150,25 @@ impl Metrics {
             gauges: TracerGauges::default(),
             keep_exited,
             nccl: nccl::NcclMetrics::default(),
+            hit_cost: None,
+        }
+    }
+
+    /// A period of the `--overhead-budget` schedule: each process's
+    /// estimates replace its counts of the sampled APIs, and its families'
+    /// ratios are the period's.
+    pub fn sampling(&mut self, r: &crate::events::sampling::SamplingReport) {
+        self.hit_cost = Some(r.hit_cost);
+        for p in &r.processes {
+            let Some(series) = self.procs.get_mut(&p.pid) else {
+                continue;
+            };
+            for a in &p.apis {
+                series.estimated.insert(a.api, a.estimated);
+            }
+            for f in p.families() {
+                series.ratios.insert(f.name(), r.ratio());
+            }
         }
     }
 
@@ -280,6 +307,7 @@ impl Sink for MetricsSink {
             Event::NcclCollective(c) => lock(&self.metrics).nccl.collective(c),
             Event::NcclStall(s) => lock(&self.metrics).nccl.stall(s),
             Event::NcclStallEnded(e) => lock(&self.metrics).nccl.stall_over(e),
+            Event::Sampling(r) => lock(&self.metrics).sampling(r),
         }
     }
 
@@ -289,6 +317,9 @@ impl Sink for MetricsSink {
             library_files: status.library_files,
             process_states: status.process_states,
         });
+        if let Some(c) = status.hit_cost {
+            lock(&self.metrics).hit_cost = Some(c);
+        }
         if status.now.saturating_duration_since(self.last_sweep) >= SWEEP_EVERY {
             self.last_sweep = status.now;
             lock(&self.metrics).sweep(status.now);

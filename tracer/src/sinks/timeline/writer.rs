@@ -218,6 +218,20 @@ impl<T: TimelineFile> Sink for TimelineSink<T> {
             Event::NcclCollective(c) => self.cross_rank(collective_json(c)),
             Event::NcclStall(s) => self.cross_rank(stall_json(s)),
             Event::NcclStallEnded(e) => self.cross_rank(stall_over_json(e)),
+            // One `sampling` record per process and period: the window was
+            // sampled, with the process's estimates so far.
+            Event::Sampling(r) => {
+                for p in &r.processes {
+                    self.record(super::record::Record {
+                        kind: "sampling",
+                        ts_ns: r.start_ns,
+                        dur_ns: Some(r.end_ns.saturating_sub(r.start_ns)),
+                        pid: p.pid,
+                        tid: None,
+                        fields: r.record_fields(p),
+                    });
+                }
+            }
             Event::ProcessSeen(_) | Event::ProcessGone { .. } => {}
         }
     }

@@ -1,0 +1,83 @@
+//! What `--overhead-budget` did, for the summary: the budget, the probe
+//! hit cost, the share of time the sampled APIs were traced, and per
+//! process and API the calls seen and estimated.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::events::sampling::SamplingReport;
+
+#[derive(Clone, Debug, Default)]
+pub struct SamplingSummary {
+    pub budget_percent: f64,
+    /// (entry, entry and return) ns per hit.
+    pub hit_cost_ns: (f64, f64),
+    /// Some period was sampled: counts of the sampled APIs are estimates.
+    pub sampled: bool,
+    /// Some period had the sampled APIs' return probes off.
+    pub entry_only: bool,
+    /// Time the sampled APIs were traced, over the periods' time.
+    traced_ns: f64,
+    period_ns: f64,
+    /// (pid, api) → (seen, estimated), as the last report had them.
+    pub estimates: BTreeMap<(u32, &'static str), (u64, f64)>,
+}
+
+impl SamplingSummary {
+    pub fn add(&mut self, r: &SamplingReport) {
+        self.budget_percent = r.budget_percent;
+        self.hit_cost_ns = (r.hit_cost.entry_ns, r.hit_cost.entry_return_ns);
+        let len = r.end_ns.saturating_sub(r.start_ns) as f64;
+        self.period_ns += len;
+        self.traced_ns += len * r.on_fraction;
+        self.sampled |= !r.exact();
+        self.entry_only |= !r.returns;
+        for p in &r.processes {
+            for a in &p.apis {
+                self.estimates
+                    .insert((p.pid, a.api), (a.observed, a.estimated));
+            }
+        }
+    }
+
+    /// The share of time the sampled APIs were traced (1 when exact).
+    pub fn traced_share(&self) -> f64 {
+        if !self.sampled || self.period_ns <= 0.0 {
+            return 1.0;
+        }
+        (self.traced_ns / self.period_ns).min(1.0)
+    }
+
+    /// One line for the text summary.
+    pub fn line(&self) -> String {
+        if !self.sampled {
+            return format!(
+                "Overhead budget {}%: not exceeded, every call traced (a probe hit costs {:.0} ns, {:.0} ns with its return).",
+                self.budget_percent, self.hit_cost_ns.0, self.hit_cost_ns.1
+            );
+        }
+        format!(
+            "Overhead budget {}%: launches, copies and sets on a stream, event records and stream waits were traced {:.1}% of the time{}; their counts (marked ~) are estimates (calls seen / share of time traced). Other calls were all traced. A probe hit costs {:.0} ns, {:.0} ns with its return.",
+            self.budget_percent,
+            self.traced_share() * 100.0,
+            if self.entry_only {
+                ", with entry probes only at times (no latency, no return code for those calls)"
+            } else {
+                ""
+            },
+            self.hit_cost_ns.0,
+            self.hit_cost_ns.1
+        )
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "budget_percent": self.budget_percent,
+            "sampled": self.sampled,
+            "entry_only": self.entry_only,
+            "traced_share": self.traced_share(),
+            "probe_hit_cost_ns": {"entry": self.hit_cost_ns.0, "entry_return": self.hit_cost_ns.1},
+        })
+    }
+}
