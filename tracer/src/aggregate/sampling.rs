@@ -22,6 +22,8 @@ pub struct SamplingSummary {
     period_ns: f64,
     /// (pid, api) → (seen, estimated), as the last report had them.
     pub estimates: BTreeMap<(u32, &'static str), (u64, f64)>,
+    /// Periods read back from a timeline (its records are per process).
+    periods_read: std::collections::HashSet<u64>,
 }
 
 impl SamplingSummary {
@@ -37,6 +39,41 @@ impl SamplingSummary {
             for a in &p.apis {
                 self.estimates
                     .insert((p.pid, a.api), (a.observed, a.estimated));
+            }
+        }
+    }
+
+    /// A timeline's `sampling` record (one process, one sampled period).
+    pub fn add_record(&mut self, v: &Value) {
+        let f = |k: &str| v.get(k).and_then(Value::as_f64);
+        self.budget_percent = f("budget_percent").unwrap_or(self.budget_percent);
+        if let Some(c) = v.get("hit_cost_ns") {
+            self.hit_cost_ns = (
+                c["entry"].as_f64().unwrap_or(0.0),
+                c["entry_return"].as_f64().unwrap_or(0.0),
+            );
+        }
+        let on = f("on_fraction").unwrap_or(1.0);
+        let returns = v.get("returns").and_then(Value::as_bool).unwrap_or(true);
+        self.sampled |= on < 0.9999 || !returns;
+        self.entry_only |= !returns;
+        let ts = v.get("ts_ns").and_then(Value::as_u64).unwrap_or(0);
+        if self.periods_read.insert(ts) {
+            let len = f("dur_ns").unwrap_or(0.0);
+            self.period_ns += len;
+            self.traced_ns += len * on;
+        }
+        let Some(pid) = v.get("pid").and_then(Value::as_u64) else {
+            return;
+        };
+        if let Some(apis) = v.get("apis").and_then(Value::as_object) {
+            for (name, a) in apis {
+                let Some(api) = crate::probes::catalogue::api_by_name(name) else {
+                    continue;
+                };
+                if let (Some(o), Some(e)) = (a["observed"].as_u64(), a["estimated"].as_f64()) {
+                    self.estimates.insert((pid as u32, api.name), (o, e));
+                }
             }
         }
     }

@@ -92,6 +92,10 @@ impl SamplingReport {
         f.insert("on_fraction".into(), json!(self.on_fraction));
         f.insert("returns".into(), Value::from(self.returns));
         f.insert("budget_percent".into(), json!(self.budget_percent));
+        f.insert(
+            "hit_cost_ns".into(),
+            json!({"entry": self.hit_cost.entry_ns, "entry_return": self.hit_cost.entry_return_ns}),
+        );
         let apis: serde_json::Map<String, Value> = p
             .apis
             .iter()

@@ -218,9 +218,9 @@ impl<T: TimelineFile> Sink for TimelineSink<T> {
             Event::NcclCollective(c) => self.cross_rank(collective_json(c)),
             Event::NcclStall(s) => self.cross_rank(stall_json(s)),
             Event::NcclStallEnded(e) => self.cross_rank(stall_over_json(e)),
-            // One `sampling` record per process and period: the window was
-            // sampled, with the process's estimates so far.
-            Event::Sampling(r) => {
+            // One `sampling` record per process and sampled period, with
+            // the process's estimates so far (periods traced in full have none).
+            Event::Sampling(r) if !r.exact() => {
                 for p in &r.processes {
                     self.record(super::record::Record {
                         kind: "sampling",
@@ -232,7 +232,7 @@ impl<T: TimelineFile> Sink for TimelineSink<T> {
                     });
                 }
             }
-            Event::ProcessSeen(_) | Event::ProcessGone { .. } => {}
+            Event::Sampling(_) | Event::ProcessSeen(_) | Event::ProcessGone { .. } => {}
         }
     }
 
