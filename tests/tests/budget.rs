@@ -69,12 +69,22 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
     assert!(share > 0.0 && share < 0.9, "traced share {share}");
 
     // Rare calls: all of them, pass for pass.
-    assert_eq!(run.done % one.done, 0, "{} calls, {} a pass", run.done, one.done);
+    assert_eq!(
+        run.done % one.done,
+        0,
+        "{} calls, {} a pass",
+        run.done,
+        one.done
+    );
     let passes = run.done / one.done;
     let seen = counts(&run.events);
     let mut checked = 0;
     for (api, n) in one_counts.iter().filter(|(a, _)| per_pass_rare(a)) {
-        assert_eq!(seen.get(api).copied().unwrap_or(0), n * passes, "{api} ({passes} passes)");
+        assert_eq!(
+            seen.get(api).copied().unwrap_or(0),
+            n * passes,
+            "{api} ({passes} passes)"
+        );
         checked += 1;
     }
     assert!(checked >= 8, "rare APIs checked: {checked}");
@@ -90,7 +100,10 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
         share * 100.0
     );
     assert!(estimated);
-    assert!(seen_launches < known * 9 / 10, "{seen_launches} of {known} seen");
+    assert!(
+        seen_launches < known * 9 / 10,
+        "{seen_launches} of {known} seen"
+    );
     assert!(error.abs() < 0.15, "estimate {shown} vs {known}");
     // Rare APIs are never estimates.
     for (api, (_, _, est)) in &rows {
@@ -109,7 +122,9 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
     assert!(records
         .iter()
         .all(|r| r["on_fraction"].as_f64().unwrap() < 1.0 || r["returns"] == false));
-    assert!(records.iter().any(|r| r["apis"]["cuLaunchKernel"]["estimated"].as_f64().is_some()));
+    assert!(records
+        .iter()
+        .any(|r| r["apis"]["cuLaunchKernel"]["estimated"].as_f64().is_some()));
 
     // `gputrace stats` of the timeline says so and scales the same way.
     let stats = run_gputrace(&["stats", run.out.to_str().unwrap(), "--format", "json"]);
@@ -119,7 +134,10 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
     let (stats_shown, stats_seen, stats_est) = api_rows(&s, run.pid)["cuLaunchKernel"];
     assert_eq!(stats_seen, seen_launches);
     assert!(stats_est);
-    assert!((stats_shown as f64 / shown as f64 - 1.0).abs() < 0.01, "{stats_shown} vs {shown}");
+    assert!(
+        (stats_shown as f64 / shown as f64 - 1.0).abs() < 0.01,
+        "{stats_shown} vs {shown}"
+    );
 }
 
 #[test]

@@ -42,9 +42,8 @@ struct Count {
     exact: u64,
     /// Seen in sampled periods.
     sampled: u64,
-    /// Those, each weighted by its period's time over its time on (with
-    /// the slowdown the probes caused taken out): the estimate where the
-    /// process's progress cannot be used.
+    /// Those, each weighted by its period's time over its time on: the
+    /// estimate where the process's progress cannot be used.
     by_time: f64,
 }
 
@@ -148,11 +147,6 @@ impl Budget {
         }
         let on_s = p.on_ns as f64 / 1e9;
         let off_s = p.end_ns.saturating_sub(p.start_ns).saturating_sub(p.on_ns) as f64 / 1e9;
-        let hit_ns = if p.returns {
-            self.cost.entry_return_ns
-        } else {
-            self.cost.entry_ns
-        };
         // Rare calls: the process's progress while on and in all.
         for (pid, times) in pending.rare {
             let (mut now, mut later) = (Vec::new(), Vec::new());
@@ -180,28 +174,15 @@ impl Budget {
         for (&(pid, tid, _), n) in &pending.hot {
             *per_thread.entry((pid, tid)).or_default() += n;
         }
-        for ((pid, tid, api), n) in pending.hot {
+        for ((pid, _, api), n) in pending.hot {
             let c = self.counts.entry((pid, api)).or_default();
             if exact {
                 c.exact += n;
                 continue;
             }
             c.sampled += n;
-            // Time: the calls seen over the time on, at the rate the thread
-            // would have had without the probes' cost (share f of its time
-            // on), over the time off.
-            let rate_on = if on_s > 0.0 {
-                per_thread[&(pid, tid)] as f64 / on_s
-            } else {
-                0.0
-            };
-            let f = (rate_on * hit_ns * 1e-9).min(0.5);
-            let off_factor = if on_s > 0.0 {
-                off_s / on_s / (1.0 - f)
-            } else {
-                0.0
-            };
-            c.by_time += n as f64 * (1.0 + off_factor);
+            // Time: the calls seen, over the share of the period on.
+            c.by_time += n as f64 * (on_s + off_s) / on_s.max(1e-9);
         }
         // Periods with almost no time on say little about rates.
         if on_s < 0.005 {
