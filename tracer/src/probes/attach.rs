@@ -6,10 +6,12 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Context};
 use aya::maps::{Array, MapData, PerCpuArray, PerCpuHashMap, RingBuf};
+
+pub use super::lost::{LostByPid, LostCounter};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeScope};
 use aya::programs::UProbe;
 use aya::{Ebpf, EbpfLoader};
-use tracer_common::{CommLayout as ProbeLayout, LostReason, ProbeCookie, LOST_SLOTS};
+use tracer_common::{CommLayout as ProbeLayout, ProbeCookie};
 
 use super::catalogue::{Lib, ProbeSelection};
 use super::discover::LibraryFile;
@@ -17,7 +19,6 @@ use super::multi::{MultiLink, MultiPrograms};
 use super::sampler::HotSet;
 use super::symbols::{resolve_symbols, ResolvedSymbol};
 use crate::events::types::Family;
-use crate::events::types::LostCounts;
 use crate::nccl::libs::{NcclLibraries, Slot};
 use crate::stacks::settings::{PyProcMap, StackSettings};
 
@@ -577,42 +578,5 @@ impl Probes {
             .take_map("LOST_BY_PID")
             .ok_or_else(|| anyhow!("LOST_BY_PID map missing"))?;
         Ok(LostByPid(PerCpuHashMap::try_from(map)?))
-    }
-}
-
-/// Calls not recorded (ring full, in-flight map full, unpaired), per process.
-pub struct LostByPid(PerCpuHashMap<MapData, u32, u64>);
-
-impl LostByPid {
-    /// Every process with calls lost, and how many. The map is LRU: a
-    /// process is forgotten only after 4096 others have lost calls since.
-    pub fn read(&self) -> HashMap<u32, u64> {
-        self.0
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(pid, v)| (pid, v.iter().sum()))
-            .collect()
-    }
-}
-
-/// The per-CPU counters of `LostReason`.
-pub struct LostCounter(PerCpuArray<MapData, u64>);
-
-impl LostCounter {
-    pub fn read(&self) -> LostCounts {
-        let slot = |r: LostReason| -> u64 {
-            self.0
-                .get(&(r as u32), 0)
-                .map(|v| v.iter().sum())
-                .unwrap_or(0)
-        };
-        let _: [(); 5] = [(); LOST_SLOTS as usize];
-        LostCounts {
-            ring_full: slot(LostReason::RingFull),
-            inflight_full: slot(LostReason::InflightFull),
-            unpaired: slot(LostReason::Unpaired),
-            read_failed: slot(LostReason::ReadFailed),
-            stacks_dropped: slot(LostReason::StackDropped),
-        }
     }
 }

@@ -6,6 +6,7 @@ pub mod cgroup;
 pub mod discover;
 pub mod graph_apis;
 pub mod hitcost;
+pub mod lost;
 pub mod multi;
 pub mod privileges;
 pub mod sampler;
