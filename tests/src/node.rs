@@ -18,9 +18,13 @@ pub struct Daemon {
 
 impl Daemon {
     /// Starts `gputrace daemon --listen 127.0.0.1:0 ARGS` and waits until
-    /// it serves and has attached.
+    /// it serves and has attached. Exact (`--overhead-budget 0`: the tests
+    /// count calls) unless ARGS give a budget.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut all = vec!["daemon", "--listen", "127.0.0.1:0"];
+        if !args.contains(&"--overhead-budget") {
+            all.extend_from_slice(&["--overhead-budget", "0"]);
+        }
         all.extend_from_slice(args);
         let mut tracer = Tracer::spawn_with_env(&all, env);
         let line = tracer

@@ -111,6 +111,12 @@ pub struct TraceArgs {
     /// NCCL: report ranks waiting in a collective for another, or a thread inside an NCCL call, for this long (0: never).
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
     pub nccl_stall: Duration,
+    /// Keep the probes' cost under PCT percent of each traced thread's time by sampling launches, copies on a stream, event records and stream waits (counts then estimated; other calls always traced); 0: trace every call. Off unless given.
+    #[arg(long, value_name = "PCT", value_parser = parse_budget, allow_hyphen_values = true)]
+    pub overhead_budget: Option<f64>,
+    /// Say more on stderr (the probe hit cost, what the overhead budget decides).
+    #[arg(long)]
+    pub verbose: bool,
     /// Start this command and trace it from its first call.
     #[arg(last = true, value_name = "CMD")]
     pub cmd: Vec<String>,
@@ -156,6 +162,9 @@ pub struct TopArgs {
     /// NCCL: report ranks waiting in a collective for another, or a thread inside an NCCL call, for this long (0: never).
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
     pub nccl_stall: Duration,
+    /// Keep the probes' cost under PCT percent of each traced thread's time by sampling launches, copies on a stream, event records and stream waits (counts then estimated; other calls always traced); 0: trace every call. Off unless given.
+    #[arg(long, value_name = "PCT", value_parser = parse_budget, allow_hyphen_values = true)]
+    pub overhead_budget: Option<f64>,
 }
 
 #[derive(Debug, Args)]
@@ -199,6 +208,27 @@ pub struct DaemonArgs {
     /// NCCL: report ranks waiting in a collective for another, or a thread inside an NCCL call, for this long (0: never).
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
     pub nccl_stall: Duration,
+    /// Keep the probes' cost under PCT percent of each traced thread's time by sampling launches, copies on a stream, event records and stream waits (counts then estimated; other calls always traced); 0: trace every call.
+    #[arg(long, value_name = "PCT", value_parser = parse_budget, allow_hyphen_values = true, default_value = "1")]
+    pub overhead_budget: f64,
+    /// Say more on stderr (the probe hit cost, what the overhead budget decides).
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+/// `--overhead-budget`: a percentage, 0 (off) to 100.
+pub fn parse_budget(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a percentage from 0 to 100 (e.g. 1 or 0.5; 0 traces every call)"
+        )),
+    }
+}
+
+/// `--overhead-budget` as the session takes it: `None` for off (0).
+pub fn budget(v: Option<f64>) -> Option<f64> {
+    v.filter(|p| *p > 0.0)
 }
 
 /// `10s`, `2m`, `500ms`, `1h`, or plain seconds.

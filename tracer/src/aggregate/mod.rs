@@ -3,4 +3,5 @@
 pub mod histogram;
 pub mod nccl;
 pub mod render;
+pub mod sampling;
 pub mod summary;

@@ -81,6 +81,9 @@ pub fn render_text(s: &Summary) -> String {
     if s.unreadable > 0 {
         let _ = writeln!(out, "{} lines of the input could not be read", s.unreadable);
     }
+    if let Some(sampling) = &s.sampling {
+        let _ = writeln!(out, "{}", sampling.line());
+    }
     for p in s.processes.values() {
         let _ = writeln!(out, "\n== Process {} ({}) ==", p.pid, p.comm);
         render_process(&mut out, p);
@@ -147,7 +150,10 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
             } else {
                 "-".into()
             },
-            a.calls,
+            match a.estimated {
+                Some(_) => format!("~{}", a.shown_calls()),
+                None => a.calls.to_string(),
+            },
             opt_ns(a.avg_ns()),
             opt_ns(a.median_ns().map(|v| v as f64)),
             if timed {
@@ -318,7 +324,9 @@ fn process_json(p: &ProcessSummary) -> Value {
         .map(|(name, a)| {
             json!({
                 "name": name,
-                "calls": a.calls,
+                "calls": a.shown_calls(),
+                "calls_estimated": a.estimated.is_some(),
+                "calls_seen": a.calls,
                 "failed": a.failed,
                 "time_pct": if all_ns > 0 { a.total_ns as f64 * 100.0 / all_ns as f64 } else { 0.0 },
                 "total_ns": if a.timed > 0 { Some(a.total_ns) } else { None },
@@ -408,5 +416,6 @@ pub fn render_json(s: &Summary) -> Value {
         "nccl_comms": s.nccl.comms_json(),
         "nccl_stalls": s.nccl.stalls_json(),
         "nccl_unaligned": s.nccl.unaligned_json(),
+        "sampling": s.sampling.as_ref().map(|x| x.to_json()),
     })
 }

@@ -33,6 +33,8 @@ pub struct ApiStats {
     /// The durations themselves while there are few (exact medians for
     /// rare APIs); dropped past [`EXACT_SAMPLES`], the histogram goes on.
     samples: Option<Vec<u64>>,
+    /// `--overhead-budget` sampled this API: the calls estimated.
+    pub estimated: Option<f64>,
 }
 
 /// Up to this many calls an API's median is exact.
@@ -98,8 +100,18 @@ impl ApiStats {
             self.total_ns = self.total_ns.saturating_add(o.total_ns);
             self.hist.merge(&o.hist);
         }
+        if self.estimated.is_some() || o.estimated.is_some() {
+            let mine = self.estimated.unwrap_or(self.calls as f64);
+            self.estimated = Some(mine + o.estimated.unwrap_or(o.calls as f64));
+        }
         self.calls += o.calls;
         self.failed += o.failed;
+    }
+
+    /// The calls to show: the estimate where sampled.
+    pub fn shown_calls(&self) -> u64 {
+        self.estimated
+            .map_or(self.calls, |e| (e.round() as u64).max(self.calls))
     }
 
     /// The median: exact while few calls were timed (the lower middle value
@@ -386,9 +398,39 @@ pub struct Summary {
     pub unreadable: u64,
     /// Across ranks: communicators, stalls.
     pub nccl: NcclSummary,
+    /// `--overhead-budget`: what it did (`None` without one).
+    pub sampling: Option<super::sampling::SamplingSummary>,
 }
 
 impl Summary {
+    /// A period of `--overhead-budget`'s schedule.
+    pub fn sampling(&mut self, r: &crate::events::sampling::SamplingReport) {
+        self.sampling.get_or_insert_with(Default::default).add(r);
+        self.apply_estimates();
+    }
+
+    /// Puts the estimates of sampled APIs on the API rows: each process's
+    /// count times its estimated over seen (the same calls in a live
+    /// trace; a file of a rotated timeline may hold part of them).
+    pub fn apply_estimates(&mut self) {
+        let Some(s) = &self.sampling else { return };
+        if !s.sampled {
+            return;
+        }
+        for (&(pid, api), &(seen, est)) in &s.estimates {
+            let Some(a) = self
+                .processes
+                .get_mut(&pid)
+                .and_then(|p| p.apis.get_mut(api))
+            else {
+                continue;
+            };
+            if seen > 0 {
+                a.estimated = Some(a.calls as f64 * est / seen as f64);
+            }
+        }
+    }
+
     pub fn record(&mut self, c: &Call) {
         self.nccl.record(c);
         let p = self

@@ -35,6 +35,8 @@ pub fn run(args: TopArgs, config: &Config) -> Result<ExitCode> {
         all: args.all || args.pids.is_empty(),
         stacks: args.stacks.wanted(),
         nccl_stall: crate::cli::stall_threshold(args.nccl_stall),
+        overhead_budget: crate::cli::budget(args.overhead_budget),
+        verbose: false,
         ..TargetSpec::default()
     };
     if !std::io::stdout().is_terminal() {

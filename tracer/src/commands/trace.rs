@@ -35,6 +35,8 @@ impl From<&TraceArgs> for TargetSpec {
             libnccl: a.libnccl.clone(),
             stacks: a.stacks.wanted(),
             nccl_stall: crate::cli::stall_threshold(a.nccl_stall),
+            overhead_budget: crate::cli::budget(a.overhead_budget),
+            verbose: a.verbose,
         }
     }
 }

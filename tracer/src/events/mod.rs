@@ -12,6 +12,7 @@ pub mod json;
 pub mod memory;
 pub mod model;
 pub mod nccl;
+pub mod sampling;
 pub mod stall;
 pub mod types;
 
@@ -58,6 +59,11 @@ pub enum Event {
     NcclStall(NcclStall),
     /// A collective stall said before is over: every rank entered.
     NcclStallEnded(StallEnded),
+    /// `--overhead-budget`: a period of its schedule ended (sent once
+    /// sampling has begun, every period from then on, and once at the end):
+    /// the share of it the busy APIs were traced, and per process the calls
+    /// of those APIs seen and estimated since the start.
+    Sampling(sampling::SamplingReport),
 }
 
 /// Who a process is, read once while it is alive.

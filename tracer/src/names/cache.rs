@@ -31,6 +31,9 @@ const FILE: &str = "calibration-v2.json";
 /// Executable-graph layouts, by the same keys, in a file of their own (so
 /// that a gputrace without graphs reads `FILE` as before).
 const EXEC_FILE: &str = "exec-layouts-v2.json";
+/// The cost of a probe hit on this machine (`probes::hitcost`), by a key of
+/// the kernel, the CPU and the eBPF programs.
+const HIT_COST_FILE: &str = "probe-hit-cost-v1.json";
 /// A cache file larger than this is not read (an entry is ~80 bytes).
 const MAX_BYTES: u64 = 1 << 20;
 /// Libraries larger than this are not hashed (libcuda is about 100 MB).
@@ -300,6 +303,38 @@ impl CalibrationCache {
                     );
                 }
             }
+        }
+    }
+}
+
+impl CalibrationCache {
+    /// The probe hit cost measured before under `key` (a `sha256:` key).
+    pub fn get_hit_cost(&self, key: &str) -> Option<crate::probes::hitcost::HitCost> {
+        let Place::Dir(fd) = &self.place else {
+            return None;
+        };
+        read_map(
+            fd,
+            &self.shown,
+            HIT_COST_FILE,
+            crate::probes::hitcost::HitCost::is_plausible,
+        )
+        .ok()?
+        .remove(key)
+    }
+
+    /// Keeps a measured probe hit cost (best effort: a cache that cannot
+    /// be written only costs a measurement next time).
+    pub fn insert_hit_cost(&self, key: &str, cost: crate::probes::hitcost::HitCost) {
+        if let Place::Dir(fd) = &self.place {
+            let mut one = BTreeMap::from([(key.to_string(), cost)]);
+            let _ = write_map(
+                fd,
+                &self.shown,
+                HIT_COST_FILE,
+                &mut one,
+                crate::probes::hitcost::HitCost::is_plausible,
+            );
         }
     }
 }

@@ -2,20 +2,23 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 
 use anyhow::{anyhow, Context};
 use aya::maps::{Array, MapData, PerCpuArray, PerCpuHashMap, RingBuf};
+
+pub use super::lost::{LostByPid, LostCounter};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeScope};
 use aya::programs::UProbe;
 use aya::{Ebpf, EbpfLoader};
-use tracer_common::{CommLayout as ProbeLayout, LostReason, ProbeCookie, LOST_SLOTS};
+use tracer_common::{CommLayout as ProbeLayout, ProbeCookie};
 
 use super::catalogue::{Lib, ProbeSelection};
 use super::discover::LibraryFile;
 use super::multi::{MultiLink, MultiPrograms};
+use super::sampler::HotSet;
 use super::symbols::{resolve_symbols, ResolvedSymbol};
 use crate::events::types::Family;
-use crate::events::types::LostCounts;
 use crate::nccl::libs::{NcclLibraries, Slot};
 use crate::stacks::settings::{PyProcMap, StackSettings};
 
@@ -48,16 +51,19 @@ impl Scope {
 pub struct Attachment {
     /// Entry and return links: one multi-uprobe link each, or one perf-event
     /// link per probe (the fallback on older kernels).
-    entry: Vec<Link>,
-    ret: Vec<Link>,
+    pub(crate) entry: Vec<Link>,
+    pub(crate) ret: Vec<Link>,
     /// Calls in flight are in task storage: detach entries first (see
     /// [`detach_many`]).
-    per_task: bool,
+    pub(crate) per_task: bool,
+    /// With `--overhead-budget`: the symbols that may be sampled, not
+    /// attached here but handed to the sampler (`probes::sampler`).
+    pub(crate) hot: Option<super::sampler::HotSet>,
 }
 
 /// Held for its Drop, which detaches.
 #[derive(Debug)]
-enum Link {
+pub(crate) enum Link {
     Multi(MultiLink),
     Perf(#[allow(dead_code)] UProbeLink),
 }
@@ -127,8 +133,12 @@ pub struct Probes {
     ebpf: Ebpf,
     selection: ProbeSelection,
     symbols: HashMap<(u64, u64), Vec<ResolvedSymbol>>,
-    /// Programs for multi-uprobe links, when the kernel has them.
-    multi: Option<MultiPrograms>,
+    /// Programs for multi-uprobe links, when the kernel has them (shared
+    /// with the sampler's thread).
+    multi: Option<Arc<MultiPrograms>>,
+    /// `--overhead-budget`: samplable symbols go to a [`HotSet`] of their
+    /// own instead of this file's links.
+    split_hot: bool,
     /// `--stacks`: every probe captures its caller's stack.
     stacks: Option<StackSettings>,
     per_task: bool,
@@ -228,17 +238,37 @@ impl Probes {
         let multi = if perf_events {
             None
         } else {
-            MultiPrograms::load(&ebpf, crate::EBPF_OBJECT).ok()
+            MultiPrograms::load(&ebpf, crate::EBPF_OBJECT)
+                .ok()
+                .map(Arc::new)
         };
         Ok(Self {
             ebpf,
             selection,
             symbols: HashMap::new(),
             multi,
+            split_hot: false,
             stacks,
             per_task,
             nccl: NcclLibraries::default(),
         })
+    }
+
+    /// The multi-uprobe programs (`None` on kernels without such links).
+    pub(crate) fn multi_programs(&self) -> Option<Arc<MultiPrograms>> {
+        self.multi.clone()
+    }
+
+    /// From now on, samplable symbols are attached through a [`HotSet`]
+    /// (only with multi-uprobe links: false when there are none).
+    pub(crate) fn split_hot(&mut self) -> bool {
+        self.split_hot = self.multi.is_some();
+        self.split_hot
+    }
+
+    /// The entry or return program, for a perf-event uprobe.
+    pub(crate) fn uprobe_program(&mut self, ret: bool) -> anyhow::Result<&mut UProbe> {
+        self.program(if ret { RETURN } else { ENTRY })
     }
 
     /// Whether calls in flight are kept in task storage (else a hash map).
@@ -334,11 +364,12 @@ impl Probes {
             return Ok(att);
         }
         let runtime_stubs = (runtime_stubs, self.layout_slot(file));
-        if let Some(multi) = &self.multi {
-            match self.attach_multi(multi, file, scope, &symbols, runtime_stubs) {
-                Ok((entry, ret)) => {
-                    att.entry.push(Link::Multi(entry));
+        if let Some(multi) = self.multi.clone() {
+            match self.attach_multi(&multi, file, scope, &symbols, runtime_stubs) {
+                Ok((entry, ret, hot)) => {
+                    att.entry.extend(entry.map(Link::Multi));
                     att.ret.extend(ret.map(Link::Multi));
+                    att.hot = hot;
                     return Ok(att);
                 }
                 // A kernel without multi-uprobe links, or a filesystem it
@@ -350,6 +381,7 @@ impl Probes {
                     ) =>
                 {
                     self.multi = None;
+                    self.split_hot = false;
                 }
                 Err(e) => {
                     return Err(anyhow::Error::new(e).context(format!(
@@ -369,6 +401,7 @@ impl Probes {
         }
     }
 
+    #[allow(clippy::type_complexity)]
     fn attach_multi(
         &self,
         multi: &MultiPrograms,
@@ -376,16 +409,21 @@ impl Probes {
         scope: Scope,
         symbols: &[ResolvedSymbol],
         (runtime_stubs, slot): (bool, u32),
-    ) -> std::io::Result<(MultiLink, Option<MultiLink>)> {
+    ) -> std::io::Result<(Option<MultiLink>, Option<MultiLink>, Option<HotSet>)> {
         let pid = match scope {
             Scope::Process(pid) => Some(pid),
             Scope::All => None,
         };
         let mut entry = (Vec::new(), Vec::new());
         let mut ret = (Vec::new(), Vec::new());
+        let mut hot = HotSet::new(pid);
         for sym in symbols {
             let (cookie, args_only) = self.cookie(sym, runtime_stubs);
             let cookie = cookie.with_comm_layout(slot);
+            if self.split_hot && sym.api.samplable() {
+                hot.push(sym.file_offset, cookie, !args_only);
+                continue;
+            }
             entry.0.push(sym.file_offset);
             entry.1.push(cookie.0);
             if !args_only {
@@ -393,11 +431,18 @@ impl Probes {
                 ret.1.push(cookie.0);
             }
         }
-        let attach_ret = || -> std::io::Result<Option<MultiLink>> {
-            if ret.0.is_empty() {
+        let hot = if hot.is_empty() {
+            None
+        } else {
+            // Held open: the sampler attaches to it again and again, and
+            // `file.path` may be a /proc path that goes away.
+            Some(hot.open(&file.path)?)
+        };
+        let link = |o: &(Vec<u64>, Vec<u64>), is_ret: bool| -> std::io::Result<Option<MultiLink>> {
+            if o.0.is_empty() {
                 Ok(None)
             } else {
-                Ok(Some(multi.attach(&file.path, &ret.0, &ret.1, pid, true)?))
+                Ok(Some(multi.attach(&file.path, &o.0, &o.1, pid, is_ret)?))
             }
         };
         if self.per_task {
@@ -406,14 +451,14 @@ impl Probes {
             // began before tracing). Entries first would leave every call
             // made between the two attachments an entry whose return never
             // comes, counted as lost (tens of milliseconds of calls).
-            let ret_link = attach_ret()?;
-            let entry_link = multi.attach(&file.path, &entry.0, &entry.1, pid, false)?;
-            Ok((entry_link, ret_link))
+            let ret_link = link(&ret, true)?;
+            let entry_link = link(&entry, false)?;
+            Ok((entry_link, ret_link, hot))
         } else {
             // Entry first, so no return fires without its entry record (the
             // map counts a return without one as lost).
-            let entry_link = multi.attach(&file.path, &entry.0, &entry.1, pid, false)?;
-            Ok((entry_link, attach_ret()?))
+            let entry_link = link(&entry, false)?;
+            Ok((entry_link, link(&ret, true)?, hot))
         }
     }
 
@@ -533,42 +578,5 @@ impl Probes {
             .take_map("LOST_BY_PID")
             .ok_or_else(|| anyhow!("LOST_BY_PID map missing"))?;
         Ok(LostByPid(PerCpuHashMap::try_from(map)?))
-    }
-}
-
-/// Calls not recorded (ring full, in-flight map full, unpaired), per process.
-pub struct LostByPid(PerCpuHashMap<MapData, u32, u64>);
-
-impl LostByPid {
-    /// Every process with calls lost, and how many. The map is LRU: a
-    /// process is forgotten only after 4096 others have lost calls since.
-    pub fn read(&self) -> HashMap<u32, u64> {
-        self.0
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(pid, v)| (pid, v.iter().sum()))
-            .collect()
-    }
-}
-
-/// The per-CPU counters of `LostReason`.
-pub struct LostCounter(PerCpuArray<MapData, u64>);
-
-impl LostCounter {
-    pub fn read(&self) -> LostCounts {
-        let slot = |r: LostReason| -> u64 {
-            self.0
-                .get(&(r as u32), 0)
-                .map(|v| v.iter().sum())
-                .unwrap_or(0)
-        };
-        let _: [(); 5] = [(); LOST_SLOTS as usize];
-        LostCounts {
-            ring_full: slot(LostReason::RingFull),
-            inflight_full: slot(LostReason::InflightFull),
-            unpaired: slot(LostReason::Unpaired),
-            read_failed: slot(LostReason::ReadFailed),
-            stacks_dropped: slot(LostReason::StackDropped),
-        }
     }
 }

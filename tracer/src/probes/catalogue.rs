@@ -189,6 +189,27 @@ impl Api {
         self.shape.cookie(self.id)
     }
 
+    /// Whether `--overhead-budget` may sample this API: what a busy process
+    /// calls tens of thousands of times a second (launches, copies and sets
+    /// on a stream, event records, stream waits). Allocations, frees,
+    /// synchronisations, NCCL, graph construction and names stay exact.
+    pub fn samplable(&self) -> bool {
+        match self.shape {
+            Shape::Launch
+            | Shape::LaunchEx
+            | Shape::GraphLaunch
+            | Shape::RuntimeLaunch
+            | Shape::RuntimeLaunchEx => true,
+            Shape::Memcpy { stream, .. } | Shape::Memset { stream, .. } => stream.is_some(),
+            // cuEventRecord(WithFlags), cuStreamWaitEvent.
+            Shape::Sync {
+                stream: Some(_),
+                event: Some(_),
+            } => true,
+            _ => false,
+        }
+    }
+
     /// The cookie as attached with `selection`: launches look up the
     /// runtime's host stub when `runtime_stubs` (the runtime family is
     /// traced and handles cannot be named: the lookup costs a map access per

@@ -7,9 +7,12 @@ use std::path::PathBuf;
 
 use crate::error::{Failure, Result};
 use crate::names::namer::KernelNamer;
-use crate::probes::attach::{detach_many, Attachment, Probes, Scope};
+use std::sync::Arc;
+
+use crate::probes::attach::{detach_many, Attachment, Link, Probes, Scope};
 use crate::probes::catalogue::{Lib, ProbeSelection};
 use crate::probes::discover::{self, LibraryFile};
+use crate::probes::sampler::Sampler;
 use crate::probes::symbols::{resolve_symbols, SymbolError};
 
 /// A library file: (device, inode).
@@ -67,6 +70,8 @@ pub(super) struct Attacher {
     selection: ProbeSelection,
     overrides: Vec<LibraryFile>,
     attached: HashMap<(Scope, FileKey), Attachment>,
+    /// `--overhead-budget`: attaches the samplable symbols of every file.
+    sampler: Option<Arc<Sampler>>,
 }
 
 impl Attacher {
@@ -80,7 +85,32 @@ impl Attacher {
             selection,
             overrides,
             attached: HashMap::new(),
+            sampler: None,
         }
+    }
+
+    /// `--overhead-budget`: from now on samplable symbols are attached by a
+    /// sampler. `None` when the kernel has no multi-uprobe links (the
+    /// sampler needs them to attach and detach quickly).
+    pub(super) fn start_sampler(&mut self) -> Option<Arc<Sampler>> {
+        if !self.probes.split_hot() {
+            return None;
+        }
+        let multi = self.probes.multi_programs()?;
+        let s = Arc::new(Sampler::start(multi, self.probes.inflight_per_task()));
+        self.sampler = Some(s.clone());
+        Some(s)
+    }
+
+    /// An attachment with the sampler's links of the same file added (to
+    /// be detached together).
+    fn with_hot(&self, key: &(Scope, FileKey), mut att: Attachment) -> Attachment {
+        if let Some(s) = &self.sampler {
+            let (e, r) = s.remove(key);
+            att.entry.extend(e.map(Link::Multi));
+            att.ret.extend(r.map(Link::Multi));
+        }
+        att
     }
 
     /// The libnccl builds probed (shared with the decoder).
@@ -151,8 +181,19 @@ impl Attacher {
             (Lib::Cudart, Scope::Process(pid)) => namer.remember_mappings(pid),
             _ => {}
         }
-        let att = self.probes.attach(file, scope, runtime_stubs)?;
-        let n = att.probes();
+        let mut att = self.probes.attach(file, scope, runtime_stubs)?;
+        let mut n = att.probes();
+        if let (Some(hot), Some(s)) = (att.hot.take(), &self.sampler) {
+            let before = s.probes();
+            if let Err(e) = s.add(key, hot) {
+                detach_many(vec![att]);
+                return Err(anyhow::Error::new(e).context(format!(
+                    "attaching sampled uprobes to {}",
+                    file.path.display()
+                )));
+            }
+            n += s.probes().saturating_sub(before);
+        }
         self.attached.insert(key, att);
         Ok(n)
     }
@@ -162,7 +203,11 @@ impl Attacher {
     }
 
     pub(super) fn probe_count(&self) -> usize {
-        self.attached.values().map(Attachment::probes).sum()
+        self.attached
+            .values()
+            .map(Attachment::probes)
+            .sum::<usize>()
+            + self.sampler.as_ref().map_or(0, |s| s.probes())
     }
 
     /// The files attached in `scope`.
@@ -189,18 +234,23 @@ impl Attacher {
         if !self.attached.keys().any(|k| k.1 == file) {
             self.probes.forget_file(file.0, file.1);
         }
-        Some(att)
+        Some(self.with_hot(&(scope, file), att))
     }
 
     /// Takes out everything in `scope`, to be detached with [`detach_many`].
     pub(super) fn take_scope(&mut self, scope: Scope) -> Vec<Attachment> {
         self.files_in(scope)
             .into_iter()
-            .filter_map(|f| self.attached.remove(&(scope, f)))
+            .filter_map(|f| {
+                let att = self.attached.remove(&(scope, f))?;
+                Some(self.with_hot(&(scope, f), att))
+            })
             .collect()
     }
 
     pub(super) fn detach_all(&mut self) {
-        detach_many(self.attached.drain().map(|(_, a)| a).collect());
+        let all: Vec<_> = self.attached.drain().collect();
+        let all = all.into_iter().map(|(k, a)| self.with_hot(&k, a)).collect();
+        detach_many(all);
     }
 }

@@ -10,6 +10,7 @@
 //! [`Session::drain`] and [`Session::maintain`] itself.
 
 mod attacher;
+mod budget;
 mod nccl;
 mod node;
 mod processes;
@@ -77,6 +78,8 @@ pub struct Session {
     clock: Clock,
     /// Installed by [`Session::announce`], used by [`Session::run`].
     signals: Option<run::Signals>,
+    /// `--overhead-budget`: the schedule of the busy APIs' probes.
+    budget: Option<budget::Budget>,
 }
 
 impl Session {
@@ -107,6 +110,10 @@ impl Session {
             }
         };
         let mut attacher = Attacher::new(probes, selection, overrides);
+        let budget = match spec.overhead_budget {
+            Some(pct) => start_budget(config, &mut attacher, pct, clock, spec.verbose)?,
+            None => None,
+        };
         let cache = CalibrationCache::open(&config.cache_dir);
         let mut enricher = Enricher::new(clock, KernelNamer::new(cache, config.calibration));
         enricher.nccl_libs = attacher.nccl_libraries();
@@ -192,6 +199,7 @@ impl Session {
             nccl: NcclWatch::new(spec.nccl_stall, inflight),
             clock,
             signals: None,
+            budget,
         };
         for e in pending {
             session.note(&e);
@@ -251,6 +259,7 @@ impl Session {
             probes: self.attacher.probe_count(),
             library_files: self.attacher.probed_files(Scope::All),
             process_states: pids.len(),
+            hit_cost: self.budget.as_ref().map(|b| b.cost()),
         }
     }
 
@@ -277,6 +286,9 @@ impl Session {
             }
             Event::ProcessGone { pid, .. } => {
                 self.enricher.forget(*pid);
+                if let Some(b) = &mut self.budget {
+                    b.forget(*pid);
+                }
                 if let Some(s) = &mut self.stacks {
                     s.gone(*pid);
                 }
@@ -300,6 +312,13 @@ impl Session {
     /// order; fewer than `max` means the ring is empty now.
     pub fn drain<S: Sink + ?Sized>(&mut self, sink: &mut S, max: usize) -> usize {
         self.deliver(sink);
+        if let Some(b) = &mut self.budget {
+            let mut reports = Vec::new();
+            b.refresh(&mut reports);
+            for r in reports {
+                sink.take(Event::Sampling(r));
+            }
+        }
         let ring = self.ring.get_mut();
         let mut n = 0;
         while n < max {
@@ -336,6 +355,12 @@ impl Session {
             };
             match enriched {
                 Ok(mut e) => {
+                    if let (Some(b), Some(api)) = (
+                        &mut self.budget,
+                        crate::probes::catalogue::api(raw.event.api),
+                    ) {
+                        b.observe(api, raw.event.pid, raw.event.tid, raw.event.start_ns);
+                    }
                     if let Some(record) = e.graph.take() {
                         sink.take(Event::Graph(record));
                     }
@@ -452,6 +477,11 @@ impl Session {
         self.attacher.detach_all();
         while self.drain(sink, usize::MAX) > 0 {}
         let mut events = Vec::new();
+        if let Some(b) = &mut self.budget {
+            let mut reports = Vec::new();
+            b.finish(&mut reports);
+            events.extend(reports.into_iter().map(Event::Sampling));
+        }
         self.read_lost(Instant::now(), true, &mut events);
         self.pending.extend(events);
         self.deliver(sink);
@@ -460,4 +490,37 @@ impl Session {
             eprintln!("{}", s.report());
         }
     }
+}
+
+/// `--overhead-budget`: the probe hit cost (cached, else measured now) and
+/// the sampler; `None` (said) where the kernel has no multi-uprobe links.
+fn start_budget(
+    config: &Config,
+    attacher: &mut Attacher,
+    percent: f64,
+    clock: Clock,
+    verbose: bool,
+) -> Result<Option<budget::Budget>> {
+    let (cost, fresh) = crate::probes::hitcost::get(config).map_err(|e| {
+        Failure::runtime(format!(
+            "--overhead-budget: measuring the cost of a probe hit: {e:#}"
+        ))
+    })?;
+    if verbose {
+        eprintln!(
+            "gputrace: a probe hit costs {:.0} ns (entry), {:.0} ns (entry and return) on this machine ({})",
+            cost.entry_ns,
+            cost.entry_return_ns,
+            if fresh { "measured now" } else { "measured before, cached" }
+        );
+    }
+    let Some(sampler) = attacher.start_sampler() else {
+        eprintln!(
+            "gputrace: --overhead-budget needs multi-uprobe links (Linux 6.6+), which this kernel lacks: every call is traced"
+        );
+        return Ok(None);
+    };
+    Ok(Some(budget::Budget::new(
+        percent, cost, sampler, clock, verbose,
+    )))
 }

@@ -25,6 +25,11 @@ pub struct TargetSpec {
     /// (or a thread stay inside an NCCL call) before it is a stall; `None`:
     /// stalls are not looked for.
     pub nccl_stall: Option<Duration>,
+    /// `--overhead-budget PCT`: sample the busy APIs to keep the probes'
+    /// cost under PCT percent of each traced thread's time; `None`: exact.
+    pub overhead_budget: Option<f64>,
+    /// `--verbose`: say what the budget measures and decides.
+    pub verbose: bool,
 }
 
 /// What `--stacks` asks for (checked against the kernel in `Session::start`).

@@ -31,6 +31,8 @@ pub struct Status {
     pub library_files: usize,
     /// Processes whose decoding state (allocations, kernel names) is held.
     pub process_states: usize,
+    /// `--overhead-budget`: what a probe hit costs on this machine.
+    pub hit_cost: Option<crate::probes::hitcost::HitCost>,
 }
 
 /// Why a sink asks the trace to stop.

@@ -58,7 +58,8 @@ impl Sink for PrintSink {
             | Event::Lost(_)
             | Event::NcclCollective(_)
             | Event::NcclStall(_)
-            | Event::NcclStallEnded(_) => {}
+            | Event::NcclStallEnded(_)
+            | Event::Sampling(_) => {}
         }
     }
 

@@ -53,6 +53,7 @@ impl Sink for ModelSink<'_> {
             Event::NcclStallEnded(e) => self.model.nccl_stall_over(e),
             // The process table counts calls; skew is in the summary.
             Event::NcclCollective(_) => {}
+            Event::Sampling(r) => self.model.sampling = Some(r.ratio()),
         }
     }
 

@@ -288,6 +288,9 @@ pub struct Model {
     pub lost: u64,
     /// Probes attached.
     pub probes: usize,
+    /// `--overhead-budget`: the share of the last period the busy APIs
+    /// were traced (`None` without a budget).
+    pub sampling: Option<f64>,
     /// NCCL collectives stalled now (communicator id, op, sequence), with
     /// the stall's line; stuck calls stay until the process is gone.
     pub nccl_stalls: BTreeMap<(u64, &'static str, u64), String>,

@@ -56,6 +56,16 @@ fn draw_title(frame: &mut Frame, app: &App, area: Rect) {
             s.what, s.probes, app.window_secs, s.lost, app.clock
         )),
     ];
+    if let Some(r) = app.model.sampling {
+        spans.push(Span::raw(if r < 1.0 {
+            format!(
+                " · sampled: busy APIs traced {:.0}% (their rates are as seen)",
+                r * 100.0
+            )
+        } else {
+            " · budget: exact".to_string()
+        }));
+    }
     if let Some(line) = app.model.nccl_stalls.values().next_back() {
         let n = app.model.nccl_stalls.len();
         let what = line.trim_start_matches("gputrace: ");

@@ -32,6 +32,8 @@ pub fn run(args: DaemonArgs, config: &Config) -> Result<ExitCode> {
         all: true,
         stacks: args.stacks.wanted(),
         nccl_stall: crate::cli::stall_threshold(args.nccl_stall),
+        overhead_budget: crate::cli::budget(Some(args.overhead_budget)),
+        verbose: args.verbose,
         ..TargetSpec::default()
     };
     preflight(&spec)?;

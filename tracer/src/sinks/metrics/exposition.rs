@@ -19,8 +19,14 @@ const FAMILIES: &[Family] = &[
     Family {
         name: "gputrace_api_calls_total",
         kind: "counter",
-        help: "CUDA driver and NCCL API calls traced, by process and API.",
+        help: "CUDA driver and NCCL API calls traced, by process and API (estimated where gputrace_sampling_ratio of the API's family is below 1).",
         write: api_calls,
+    },
+    Family {
+        name: "gputrace_sampling_ratio",
+        kind: "gauge",
+        help: "Share of time the family's busy APIs (launches, copies and sets on a stream, event records, stream waits) were traced in the last period of --overhead-budget's schedule; 1 when traced in full. Where below 1, gputrace_api_calls_total of those APIs is an estimate (calls seen / this share).",
+        write: sampling_ratio,
     },
     Family {
         name: "gputrace_api_duration_seconds",
@@ -150,6 +156,21 @@ impl Metrics {
         ] {
             let _ = writeln!(o, "gputrace_events_lost_total{{reason=\"{reason}\"}} {n}");
         }
+        if let Some(c) = self.hit_cost {
+            header(
+                o,
+                "gputrace_probe_hit_cost_seconds",
+                "gauge",
+                "What one traced call costs its thread on this machine (measured at start for --overhead-budget): probes=\"entry\" an entry probe, \"entry_return\" an entry and a return probe.",
+            );
+            for (probes, ns) in [("entry", c.entry_ns), ("entry_return", c.entry_return_ns)] {
+                let _ = writeln!(
+                    o,
+                    "gputrace_probe_hit_cost_seconds{{probes=\"{probes}\"}} {}",
+                    ns / 1e9
+                );
+            }
+        }
         for (name, help, value) in [
             (
                 "gputrace_traced_processes",
@@ -180,10 +201,35 @@ impl Metrics {
 
 fn api_calls(o: &mut String, p: &ProcessSeries) {
     for (api, s) in &p.apis {
+        // Sampled (`--overhead-budget`): the estimate of the last period,
+        // and the calls seen since at the scale of the last period.
+        let n = p.estimated.get(api).map_or(s.calls, |e| e.now(s.calls));
         let _ = writeln!(
             o,
-            "gputrace_api_calls_total{{api=\"{api}\",{}}} {}",
-            p.labels, s.calls
+            "gputrace_api_calls_total{{api=\"{api}\",{}}} {n}",
+            p.labels
+        );
+    }
+}
+
+/// The share of time each family with samplable APIs was traced: 1 when
+/// exact (always so without `--overhead-budget`).
+fn sampling_ratio(o: &mut String, p: &ProcessSeries) {
+    let mut families: Vec<&'static str> = p
+        .apis
+        .keys()
+        .filter_map(|a| crate::probes::catalogue::api_by_name(a))
+        .filter(|a| a.samplable())
+        .map(|a| a.family.name())
+        .collect();
+    families.sort_unstable();
+    families.dedup();
+    for f in families {
+        let r = p.ratios.get(f).copied().unwrap_or(1.0);
+        let _ = writeln!(
+            o,
+            "gputrace_sampling_ratio{{family=\"{f}\",{}}} {r}",
+            p.labels
         );
     }
 }

@@ -55,6 +55,26 @@ impl ApiSeries {
     }
 }
 
+/// An API's estimated calls as of the last sampling report.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Estimate {
+    /// The estimate then.
+    pub(super) calls: f64,
+    /// The calls counted here then.
+    pub(super) seen_then: u64,
+    /// Calls estimated per call seen between the last two reports: the
+    /// scale of the calls seen since (so the counter moves between reports).
+    pub(super) marginal: f64,
+}
+
+impl Estimate {
+    /// The estimate now, with `seen` calls counted here.
+    pub(super) fn now(&self, seen: u64) -> u64 {
+        let since = seen.saturating_sub(self.seen_then) as f64;
+        ((self.calls + since * self.marginal).round() as u64).max(seen)
+    }
+}
+
 /// The series of one process.
 #[derive(Clone, Debug)]
 struct ProcessSeries {
@@ -69,6 +89,10 @@ struct ProcessSeries {
     graph_kernels: Option<u64>,
     /// When the session said the process is gone.
     gone_at: Option<Instant>,
+    /// `--overhead-budget`: estimated calls of its sampled APIs, and the
+    /// share of time each family was traced (absent: exact).
+    estimated: BTreeMap<&'static str, Estimate>,
+    ratios: BTreeMap<&'static str, f64>,
 }
 
 impl ProcessSeries {
@@ -94,6 +118,8 @@ impl ProcessSeries {
             device_bytes: 0,
             graph_kernels: None,
             gone_at: None,
+            estimated: BTreeMap::new(),
+            ratios: BTreeMap::new(),
         }
     }
 }
@@ -130,6 +156,8 @@ pub struct Metrics {
     keep_exited: Duration,
     /// Per (communicator, rank), across processes.
     nccl: nccl::NcclMetrics,
+    /// `--overhead-budget`: what a probe hit costs here.
+    pub hit_cost: Option<crate::probes::hitcost::HitCost>,
 }
 
 impl Metrics {
@@ -142,6 +170,42 @@ impl Metrics {
             gauges: TracerGauges::default(),
             keep_exited,
             nccl: nccl::NcclMetrics::default(),
+            hit_cost: None,
+        }
+    }
+
+    /// A period of the `--overhead-budget` schedule: each process's
+    /// estimates replace its counts of the sampled APIs, and its families'
+    /// ratios are the period's.
+    pub fn sampling(&mut self, r: &crate::events::sampling::SamplingReport) {
+        self.hit_cost = Some(r.hit_cost);
+        for p in &r.processes {
+            let Some(series) = self.procs.get_mut(&p.pid) else {
+                continue;
+            };
+            for a in &p.apis {
+                let seen = series.apis.get(a.api).map_or(0, |s| s.calls);
+                let prev = series.estimated.get(a.api).copied();
+                let marginal = match prev {
+                    Some(e) if seen > e.seen_then => {
+                        ((a.estimated - e.calls) / (seen - e.seen_then) as f64).max(1.0)
+                    }
+                    Some(e) => e.marginal,
+                    None if a.observed > 0 => (a.estimated / a.observed as f64).max(1.0),
+                    None => 1.0,
+                };
+                series.estimated.insert(
+                    a.api,
+                    Estimate {
+                        calls: a.estimated,
+                        seen_then: seen,
+                        marginal,
+                    },
+                );
+            }
+            for f in p.families() {
+                series.ratios.insert(f.name(), r.ratio());
+            }
         }
     }
 
@@ -280,6 +344,7 @@ impl Sink for MetricsSink {
             Event::NcclCollective(c) => lock(&self.metrics).nccl.collective(c),
             Event::NcclStall(s) => lock(&self.metrics).nccl.stall(s),
             Event::NcclStallEnded(e) => lock(&self.metrics).nccl.stall_over(e),
+            Event::Sampling(r) => lock(&self.metrics).sampling(r),
         }
     }
 
@@ -289,6 +354,9 @@ impl Sink for MetricsSink {
             library_files: status.library_files,
             process_states: status.process_states,
         });
+        if let Some(c) = status.hit_cost {
+            lock(&self.metrics).hit_cost = Some(c);
+        }
         if status.now.saturating_duration_since(self.last_sweep) >= SWEEP_EVERY {
             self.last_sweep = status.now;
             lock(&self.metrics).sweep(status.now);

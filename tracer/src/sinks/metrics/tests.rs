@@ -319,3 +319,74 @@ impl Metrics {
         self.record(c, None);
     }
 }
+
+#[test]
+fn sampled_counts_are_exported_as_estimates_with_the_ratio() {
+    use crate::events::sampling::{ApiEstimate, ProcessSampling, SamplingReport};
+    use crate::probes::hitcost::HitCost;
+    let report = |observed: u64, estimated: f64, on_fraction: f64| SamplingReport {
+        start_ns: 0,
+        end_ns: 1_000_000_000,
+        on_fraction,
+        returns: false,
+        mode: "duty",
+        processes: vec![ProcessSampling {
+            pid: 1,
+            apis: vec![ApiEstimate {
+                api: "cuLaunchKernel",
+                family: Family::Launch,
+                observed,
+                estimated,
+            }],
+        }],
+        budget_percent: 1.0,
+        hit_cost: HitCost {
+            entry_ns: 1000.0,
+            entry_return_ns: 2000.0,
+        },
+    };
+    let launches = |m: &Metrics| {
+        let text = m.render();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("gputrace_api_calls_total{api=\"cuLaunchKernel\",pid=\"1\""))
+            .unwrap()
+            .to_string();
+        line.rsplit(' ').next().unwrap().parse::<u64>().unwrap()
+    };
+    let mut m = metrics();
+    for _ in 0..100 {
+        m.record(&call(1, "cuLaunchKernel", 10, other()), None);
+    }
+    m.record(&call(1, "cuMemAlloc_v2", 10, other()), None);
+    assert_eq!(launches(&m), 100);
+    // Exact: the ratio is 1 for the family with samplable APIs only.
+    let text = m.render();
+    assert!(text.contains("gputrace_sampling_ratio{family=\"launch\",pid=\"1\""));
+    assert!(text
+        .contains("gputrace_sampling_ratio{family=\"launch\",pid=\"1\",comm=\"py\\\"thon\"} 1\n"));
+    m.sampling(&report(100, 400.0, 0.25));
+    assert_eq!(launches(&m), 400);
+    // Calls seen after the report move the counter at the report's scale.
+    for _ in 0..10 {
+        m.record(&call(1, "cuLaunchKernel", 10, other()), None);
+    }
+    assert_eq!(launches(&m), 440);
+    m.sampling(&report(110, 440.0, 0.25));
+    assert_eq!(launches(&m), 440);
+    let text = m.render();
+    assert!(
+        text.contains(
+            "gputrace_sampling_ratio{family=\"launch\",pid=\"1\",comm=\"py\\\"thon\"} 0.25\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("gputrace_probe_hit_cost_seconds{probes=\"entry\"} 0.000001\n"),
+        "{text}"
+    );
+    // The allocation stays exact.
+    assert!(text.contains(
+        "gputrace_api_calls_total{api=\"cuMemAlloc_v2\",pid=\"1\",comm=\"py\\\"thon\"} 1\n"
+    ));
+}

@@ -218,7 +218,21 @@ impl<T: TimelineFile> Sink for TimelineSink<T> {
             Event::NcclCollective(c) => self.cross_rank(collective_json(c)),
             Event::NcclStall(s) => self.cross_rank(stall_json(s)),
             Event::NcclStallEnded(e) => self.cross_rank(stall_over_json(e)),
-            Event::ProcessSeen(_) | Event::ProcessGone { .. } => {}
+            // One `sampling` record per process and sampled period, with
+            // the process's estimates so far (periods traced in full have none).
+            Event::Sampling(r) if !r.exact() => {
+                for p in &r.processes {
+                    self.record(super::record::Record {
+                        kind: "sampling",
+                        ts_ns: r.start_ns,
+                        dur_ns: Some(r.end_ns.saturating_sub(r.start_ns)),
+                        pid: p.pid,
+                        tid: None,
+                        fields: r.record_fields(p),
+                    });
+                }
+            }
+            Event::Sampling(_) | Event::ProcessSeen(_) | Event::ProcessGone { .. } => {}
         }
     }
 

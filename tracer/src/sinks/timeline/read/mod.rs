@@ -244,6 +244,17 @@ pub(crate) fn read_text_timeline<R: Read>(input: R, folded: bool) -> std::io::Re
                         Err(e) => problems.add(lineno, e.to_string()),
                     }
                 }
+                // `--overhead-budget` windows: read back for the estimates
+                // (a record without their fields is skipped like any other).
+                Ok(v) if v.get("type").and_then(Value::as_str) == Some("sampling") => {
+                    records += 1;
+                    if v.get("on_fraction").is_some() {
+                        summary
+                            .sampling
+                            .get_or_insert_with(Default::default)
+                            .add_record(&v);
+                    }
+                }
                 Ok(v) if v.get("type").and_then(Value::as_str) == Some("stack") => {
                     match stack_record(&v) {
                         Ok(st) => {
@@ -324,6 +335,7 @@ pub(crate) fn read_text_timeline<R: Read>(input: R, folded: bool) -> std::io::Re
         }
     }
     summary.unreadable = problems.count;
+    summary.apply_estimates();
     Ok(StatsInput {
         summary,
         problems,

@@ -1,0 +1,182 @@
+//! Root tests: `--overhead-budget` samples the busy APIs of a workload
+//! whose launches cost it more than the budget, keeps every rare call, and
+//! estimates the launches from what it saw; a budget not exceeded changes
+//! nothing; bad values are usage errors.
+
+use std::collections::BTreeMap;
+
+use gputrace_tests::*;
+use serde_json::Value;
+
+/// One pass of the workload: 200 launches (with 2 event records and 2
+/// stream waits: samplable), one allocation of each kind and its free, and
+/// synchronisations (rare: never sampled).
+const PASS: &[&str] = &["--launches", "200", "--allocs", "1", "--syncs", "2"];
+const LAUNCHES_PER_PASS: u64 = 200;
+
+/// Counts per API of the summary's process `pid`: (shown, seen, estimated).
+fn api_rows(summary: &Value, pid: u32) -> BTreeMap<String, (u64, u64, bool)> {
+    let p = summary["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("process {pid} not in the summary: {summary}"));
+    p["apis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["name"].as_str().unwrap().to_string(),
+                (
+                    a["calls"].as_u64().unwrap(),
+                    a["calls_seen"].as_u64().unwrap(),
+                    a["calls_estimated"].as_bool().unwrap(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Rare calls made once per pass: allocations, frees, synchronous copies
+/// and synchronisations (names, graphs and teardown are made once).
+fn per_pass_rare(api: &str) -> bool {
+    (api.starts_with("cuMem") || api.contains("Synchronize")) && !api.contains("Async")
+}
+
+#[test]
+fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
+    // The pass the budgeted run repeats, traced exactly once: what one
+    // pass calls.
+    let one = trace_workload("budget-one-pass", PASS, &[]);
+    let one_counts = counts(&one.events);
+
+    let mut args = PASS.to_vec();
+    // Each pass waits 2 ms in each synchronisation, as a training step
+    // waits for its GPU: about 25,000 launches a second.
+    args.extend(["--sync-us", "2000", "--duration-ms", "8000"]);
+    let run = trace_workload(
+        "budget-sampled",
+        &args,
+        &["--overhead-budget", "1", "--verbose"],
+    );
+    let sampling = &run.summary["sampling"];
+    eprintln!("sampling: {sampling}");
+    eprintln!("{}", run.gputrace.stderr_text());
+    assert_eq!(sampling["sampled"], true, "{sampling}");
+    let share = sampling["traced_share"].as_f64().unwrap();
+    assert!(share > 0.0 && share < 0.9, "traced share {share}");
+
+    // Rare calls: all of them, pass for pass.
+    assert_eq!(
+        run.done % one.done,
+        0,
+        "{} calls, {} a pass",
+        run.done,
+        one.done
+    );
+    let passes = run.done / one.done;
+    let seen = counts(&run.events);
+    let mut checked = 0;
+    for (api, n) in one_counts.iter().filter(|(a, _)| per_pass_rare(a)) {
+        assert_eq!(
+            seen.get(api).copied().unwrap_or(0),
+            n * passes,
+            "{api} ({passes} passes)"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 8, "rare APIs checked: {checked}");
+
+    // Launches: fewer seen, the estimate near the known count.
+    let rows = api_rows(&run.summary, run.pid);
+    let (shown, seen_launches, estimated) = rows["cuLaunchKernel"];
+    let known = passes * LAUNCHES_PER_PASS;
+    let error = shown as f64 / known as f64 - 1.0;
+    eprintln!(
+        "launches: {known} made, {seen_launches} seen, {shown} estimated ({:+.1}%), traced share {:.1}%",
+        error * 100.0,
+        share * 100.0
+    );
+    assert!(estimated);
+    assert!(
+        seen_launches < known * 9 / 10,
+        "{seen_launches} of {known} seen"
+    );
+    assert!(error.abs() < 0.15, "estimate {shown} vs {known}");
+    // Rare APIs are never estimates.
+    for (api, (_, _, est)) in &rows {
+        if per_pass_rare(api) {
+            assert!(!est, "{api} marked estimated");
+        }
+    }
+
+    // The timeline marks the sampled windows of this process.
+    let records: Vec<&Value> = run
+        .events
+        .iter()
+        .filter(|e| e["type"] == "sampling" && e["pid"] == run.pid)
+        .collect();
+    assert!(!records.is_empty(), "no sampling records");
+    assert!(records
+        .iter()
+        .all(|r| r["on_fraction"].as_f64().unwrap() < 1.0 || r["returns"] == false));
+    assert!(records
+        .iter()
+        .any(|r| r["apis"]["cuLaunchKernel"]["estimated"].as_f64().is_some()));
+
+    // `gputrace stats` of the timeline says so and scales the same way.
+    let stats = run_gputrace(&["stats", run.out.to_str().unwrap(), "--format", "json"]);
+    assert!(stats.status.success(), "{}", stats.stderr_text());
+    let s: Value = serde_json::from_str(&stats.stdout).unwrap();
+    assert_eq!(s["sampling"]["sampled"], true);
+    let (stats_shown, stats_seen, stats_est) = api_rows(&s, run.pid)["cuLaunchKernel"];
+    assert_eq!(stats_seen, seen_launches);
+    assert!(stats_est);
+    assert!(
+        (stats_shown as f64 / shown as f64 - 1.0).abs() < 0.01,
+        "{stats_shown} vs {shown}"
+    );
+}
+
+#[test]
+fn a_budget_not_exceeded_leaves_everything_exact() {
+    let mut args = PASS.to_vec();
+    args.extend(["--sync-us", "2000", "--duration-ms", "3000"]);
+    let run = trace_workload("budget-exact", &args, &["--overhead-budget", "100"]);
+    let sampling = &run.summary["sampling"];
+    assert_eq!(sampling["sampled"], false, "{sampling}");
+    assert_eq!(sampling["traced_share"], 1.0);
+    assert!(run.events.iter().all(|e| e["type"] != "sampling"));
+    let rows = api_rows(&run.summary, run.pid);
+    assert!(rows.values().all(|r| !r.2), "{rows:?}");
+    let seen = counts(&run.events);
+    let passes = seen["cuMemAllocAsync"];
+    assert!(passes > 10);
+    assert_eq!(seen["cuLaunchKernel"], passes * LAUNCHES_PER_PASS);
+    // Latencies are measured (return probes stayed).
+    assert!(of_api(&run.events, "cuLaunchKernel")
+        .iter()
+        .all(|e| e["dur_ns"].as_u64().is_some()));
+}
+
+#[test]
+fn bad_budgets_are_usage_errors() {
+    for (args, bad) in [
+        (vec!["--pid", "1", "--overhead-budget", "-1"], "-1"),
+        (vec!["--pid", "1", "--overhead-budget", "abc"], "abc"),
+        (vec!["--pid", "1", "--overhead-budget", "101"], "101"),
+        (vec!["daemon", "--overhead-budget", "-1"], "-1"),
+        (vec!["top", "--overhead-budget", "200"], "200"),
+    ] {
+        let f = run_gputrace(&args);
+        assert_eq!(f.status.code(), Some(2), "{args:?}: {}", f.stderr_text());
+        let text = f.stderr_text();
+        assert_eq!(text.trim().lines().count(), 1, "{text}");
+        assert!(
+            text.contains(&format!("`{bad}` is not a percentage from 0 to 100")),
+            "{text}"
+        );
+    }
+}

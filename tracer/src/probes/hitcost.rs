@@ -1,0 +1,203 @@
+//! What one probe hit costs the calling thread on this machine: the
+//! breakpoint trap, gputrace's real entry (and return) program with the
+//! cookie of a cheap samplable API (`cuEventRecord`), its map and ring
+//! buffer work. Measured on a function of gputrace's own, called in a
+//! tight loop with and without probes, and kept in the cache directory by
+//! a key of the kernel release, the CPU model and the eBPF object, so only
+//! the first run on a machine pays the half second it takes.
+
+use std::time::Instant;
+
+use anyhow::{anyhow, Context};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::attach::{detach_many, Attachment, Link, Probes};
+use super::catalogue::{api_by_name, ProbeSelection};
+use crate::config::Config;
+use crate::names::cache::CalibrationCache;
+
+/// Calls per timed run.
+const CALLS: u32 = 20_000;
+/// Runs per mode (the fastest is kept: other work on the machine only
+/// ever adds to a run, so the fastest is the closest to the cost itself).
+const ROUNDS: usize = 7;
+
+/// Nanoseconds one traced call costs its thread.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HitCost {
+    /// An entry probe only (what `:args` and sampled families pay).
+    pub entry_ns: f64,
+    /// An entry and a return probe.
+    pub entry_return_ns: f64,
+}
+
+impl HitCost {
+    pub fn is_plausible(&self) -> bool {
+        let ok = |v: f64| v.is_finite() && v > 0.0 && v < 1e6;
+        ok(self.entry_ns) && ok(self.entry_return_ns)
+    }
+}
+
+/// The function the probes are put on.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn gputrace_hit_cost_target(event: u64, stream: u64) -> u64 {
+    std::hint::black_box(event).wrapping_add(std::hint::black_box(stream))
+}
+
+/// The cache key of this machine and build.
+fn key() -> String {
+    let mut h = Sha256::new();
+    h.update(std::fs::read("/proc/sys/kernel/osrelease").unwrap_or_default());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpu
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .unwrap_or_default();
+    h.update(model.as_bytes());
+    h.update(crate::EBPF_OBJECT);
+    let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// The cost from the cache, else measured now (and cached). `fresh`: the
+/// second value says whether it was measured by this call.
+pub fn get(config: &Config) -> anyhow::Result<(HitCost, bool)> {
+    let key = key();
+    let cache = CalibrationCache::open(&config.cache_dir);
+    if let Some(c) = cache.get_hit_cost(&key) {
+        return Ok((c, false));
+    }
+    let c = measure(config)?;
+    cache.insert_hit_cost(&key, c);
+    Ok((c, true))
+}
+
+/// Where `gputrace_hit_cost_target` lies in the file mapped as our code.
+fn own_offset() -> anyhow::Result<(std::path::PathBuf, u64)> {
+    let addr = gputrace_hit_cost_target as *const () as u64;
+    let maps = std::fs::read_to_string("/proc/self/maps").context("reading /proc/self/maps")?;
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(_perms), Some(off)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        let (lo, hi) = (u64::from_str_radix(lo, 16)?, u64::from_str_radix(hi, 16)?);
+        if addr >= lo && addr < hi {
+            let off = u64::from_str_radix(off, 16)?;
+            return Ok((std::fs::read_link("/proc/self/exe")?, addr - lo + off));
+        }
+    }
+    Err(anyhow!("our own code is not in /proc/self/maps"))
+}
+
+fn timed_run() -> f64 {
+    let t = Instant::now();
+    for i in 0..CALLS {
+        std::hint::black_box(gputrace_hit_cost_target(u64::from(i), 7));
+    }
+    t.elapsed().as_nanos() as f64 / f64::from(CALLS)
+}
+
+fn fastest(v: Vec<f64>) -> f64 {
+    v.into_iter().fold(f64::INFINITY, f64::min)
+}
+
+/// Measures the cost: runs of the loop unprobed, with the entry probe, and
+/// with entry and return probes, interleaved.
+pub fn measure(config: &Config) -> anyhow::Result<HitCost> {
+    let mut cfg = config.clone();
+    // Room for every record of a run below the wakeup threshold (a
+    // quarter of the ring), so no run pays wakeups a drained ring would not.
+    cfg.ring_bytes = 32 << 20;
+    let mut probes = Probes::load(ProbeSelection::default(), &cfg, None)?;
+    let mut ring = probes.take_ring()?;
+    let (exe, offset) = own_offset()?;
+    let api = api_by_name("cuEventRecord")
+        .ok_or_else(|| anyhow!("cuEventRecord not in the catalogue"))?;
+    let cookie = api.cookie();
+    let pid = std::process::id();
+    let mut bare = Vec::new();
+    let mut entry = Vec::new();
+    let mut both = Vec::new();
+    for _ in 0..ROUNDS {
+        bare.push(timed_run());
+        for with_ret in [false, true] {
+            let att = attach_raw(&mut probes, &exe, offset, cookie.0, pid, with_ret)?;
+            let ns = timed_run();
+            detach_many(vec![att]);
+            while ring.next().is_some() {}
+            if with_ret {
+                both.push(ns);
+            } else {
+                entry.push(ns);
+            }
+        }
+    }
+    let b = fastest(bare);
+    Ok(HitCost {
+        entry_ns: (fastest(entry) - b).max(1.0),
+        entry_return_ns: (fastest(both) - b).max(1.0),
+    })
+}
+
+/// Attaches the real entry (and return) program at `offset` of `path` for
+/// one process.
+fn attach_raw(
+    probes: &mut Probes,
+    path: &std::path::Path,
+    offset: u64,
+    cookie: u64,
+    pid: u32,
+    with_ret: bool,
+) -> anyhow::Result<Attachment> {
+    let mut att = Attachment {
+        per_task: probes.inflight_per_task(),
+        ..Attachment::default()
+    };
+    if let Some(multi) = probes.multi_programs() {
+        if with_ret {
+            att.ret.push(Link::Multi(multi.attach(
+                path,
+                &[offset],
+                &[cookie],
+                Some(pid),
+                true,
+            )?));
+        }
+        att.entry.push(Link::Multi(multi.attach(
+            path,
+            &[offset],
+            &[cookie],
+            Some(pid),
+            false,
+        )?));
+        return Ok(att);
+    }
+    use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
+    let scope =
+        UProbeScope::OneProcess(std::num::NonZeroU32::new(pid).ok_or_else(|| anyhow!("pid 0"))?);
+    for is_ret in if with_ret {
+        &[true, false][..]
+    } else {
+        &[false][..]
+    } {
+        let prog = probes.uprobe_program(*is_ret)?;
+        let point = UProbeAttachPoint {
+            location: UProbeAttachLocation::AbsoluteOffset(offset),
+            cookie: Some(cookie),
+        };
+        let id = prog.attach(point, path, scope)?;
+        let link = Link::Perf(prog.take_link(id)?);
+        if *is_ret {
+            att.ret.push(link);
+        } else {
+            att.entry.push(link);
+        }
+    }
+    Ok(att)
+}
