@@ -140,6 +140,42 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
     );
 }
 
+/// A Perfetto or Chrome trace made under a budget carries its sampling records:
+/// `stats` of it marks the launches estimated and scales them as the live
+/// summary does.
+#[test]
+fn stats_of_sampled_perfetto_and_chrome_traces_scale() {
+    for ext in ["pftrace", "json"] {
+        stats_of_a_sampled_trace_scales(ext);
+    }
+}
+
+fn stats_of_a_sampled_trace_scales(ext: &str) {
+    let mut args = PASS.to_vec();
+    args.extend(["--sync-us", "2000", "--duration-ms", "4000"]);
+    let run = trace_run_to(
+        &format!("budget-{ext}"),
+        &format!("t.{ext}"),
+        &workload_bin(),
+        &args,
+        &["--overhead-budget", "1", "--summary", "json"],
+    );
+    let live: Value = serde_json::from_str(run.gputrace.stdout.trim()).unwrap();
+    let stats = run_gputrace(&["stats", run.out.to_str().unwrap(), "--format", "json"]);
+    assert!(stats.status.success(), "{}", stats.stderr_text());
+    let s: Value = serde_json::from_str(&stats.stdout).unwrap();
+    assert_eq!(live["sampling"]["sampled"], true, "{}", live["sampling"]);
+    assert_eq!(s["sampling"]["sampled"], true, "{}", s["sampling"]);
+    let (live_shown, live_seen, _) = api_rows(&live, run.pid)["cuLaunchKernel"];
+    let (shown, seen, estimated) = api_rows(&s, run.pid)["cuLaunchKernel"];
+    assert!(estimated);
+    assert_eq!(seen, live_seen);
+    assert!(
+        (shown as f64 / live_shown as f64 - 1.0).abs() < 0.01,
+        "{ext}: {shown} vs {live_shown}"
+    );
+}
+
 #[test]
 fn a_budget_not_exceeded_leaves_everything_exact() {
     let mut args = PASS.to_vec();

@@ -79,6 +79,24 @@ impl Record {
         );
     }
 
+    /// The JSONL object of a record read from a Chrome trace event
+    /// (`origin_ns` as the writer's); `None` for anything else.
+    pub fn jsonl_of_chrome(v: &Value, origin_ns: u64) -> Option<Value> {
+        let ns = |k: &str| -> Option<u64> {
+            let us = v.get(k)?.as_f64()?;
+            (us >= 0.0).then(|| (us * 1000.0).round() as u64)
+        };
+        let mut m = v.get("args")?.as_object()?.clone();
+        m.insert("type".into(), v.get("name")?.clone());
+        m.insert(
+            "ts_ns".into(),
+            Value::from(origin_ns.saturating_add(ns("ts")?)),
+        );
+        m.insert("dur_ns".into(), ns("dur").map_or(Value::Null, Value::from));
+        m.insert("pid".into(), v.get("pid")?.clone());
+        Some(Value::Object(m))
+    }
+
     /// Whether a JSONL object is a record (a `type` other than the summary).
     pub fn is_jsonl_record(v: &Value) -> bool {
         matches!(v.get("type").and_then(Value::as_str), Some(t) if t != "summary")

@@ -11,6 +11,7 @@ mod args;
 mod intern;
 pub mod proto;
 mod reader;
+mod records;
 mod wire;
 mod writer;
 

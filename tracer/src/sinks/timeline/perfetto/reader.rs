@@ -62,8 +62,12 @@ enum Track {
         pid: u32,
         tid: u32,
     },
-    /// A lane of non-call records (`Record`): skipped, counted.
-    Record,
+    /// A lane of non-call records (`Record`) of a process: counted, and
+    /// `sampling` ones read back (the estimates of `--overhead-budget`).
+    Record {
+        pid: Option<u32>,
+        kind: String,
+    },
     Other,
 }
 
@@ -79,6 +83,12 @@ pub struct PerfettoReader<R: Read> {
     header: bool,
     summary: Option<Value>,
     records: u64,
+    /// Process tracks, to tell a record lane's process.
+    process_tracks: FxHashMap<u64, u32>,
+    /// Record slices begun and not ended, per track.
+    open_records: FxHashMap<u64, Vec<Map<String, Value>>>,
+    /// `sampling` records read, as their JSONL objects.
+    sampling: Vec<Value>,
     done: bool,
     /// The packets of the bundle being read (inflated), and the next one's
     /// start in it.
@@ -121,6 +131,9 @@ impl<R: Read> PerfettoReader<R> {
             header: false,
             summary: None,
             records: 0,
+            process_tracks: FxHashMap::default(),
+            open_records: FxHashMap::default(),
+            sampling: Vec::new(),
             done: false,
             inner: Vec::new(),
             inner_at: 0,
@@ -175,6 +188,12 @@ impl<R: Read> PerfettoReader<R> {
     }
 
     /// Packets read so far (those inside compressed bundles included).
+    /// The `sampling` records read (as their JSONL objects), for the
+    /// estimates of a trace made under `--overhead-budget`.
+    pub fn sampling_records(&self) -> &[Value] {
+        &self.sampling
+    }
+
     /// Non-call records read (and skipped).
     pub fn records(&self) -> u64 {
         self.records
@@ -337,9 +356,17 @@ impl<R: Read> PerfettoReader<R> {
             .track_uuid
             .or(seq.track)
             .ok_or("a track event without a track")?;
-        if matches!(self.tracks.get(&track), Some(Track::Record)) {
+        if let Some(Track::Record { pid, kind: name }) = self.tracks.get(&track) {
             if kind != TYPE_SLICE_END {
                 self.records += 1;
+            }
+            if name == "sampling" {
+                let done = super::records::step(&mut self.open_records, track, *pid, te, kind, ts)?;
+                if let Some(r) = done {
+                    if self.sampling.len() < super::records::MAX_KEPT {
+                        self.sampling.push(r);
+                    }
+                }
             }
             return Ok(None);
         }
@@ -381,6 +408,7 @@ impl<R: Read> PerfettoReader<R> {
             self.comms
                 .insert(pid, Arc::from(p.process_name.as_deref().unwrap_or("?")));
             self.tracks.insert(uuid, Track::Other);
+            self.process_tracks.insert(uuid, pid);
         } else if let Some(t) = &d.thread {
             let pid = pid_of(t.pid)?;
             let tid = t
@@ -393,7 +421,11 @@ impl<R: Read> PerfettoReader<R> {
                 .as_deref()
                 .is_some_and(|n| n.starts_with(RECORD_TRACK_PREFIX))
         {
-            self.tracks.insert(uuid, Track::Record);
+            let kind = d.name.as_deref().unwrap_or("")[RECORD_TRACK_PREFIX.len()..].to_string();
+            let pid = d
+                .parent_uuid
+                .and_then(|p| self.process_tracks.get(&p).copied());
+            self.tracks.insert(uuid, Track::Record { pid, kind });
         } else {
             self.tracks.insert(uuid, Track::Other);
         }
@@ -411,7 +443,7 @@ impl<R: Read> PerfettoReader<R> {
         let seq = &self.sequences[&seq_id];
         let (pid, tid) = match self.tracks.get(&track) {
             Some(Track::Thread { pid, tid }) => (*pid, *tid),
-            Some(Track::Other | Track::Record) => {
+            Some(Track::Other | Track::Record { .. }) => {
                 return Err(format!("a call on track {track}, which is not a thread's"))
             }
             None => return Err(format!("a call on track {track}, never described")),

@@ -119,6 +119,16 @@ pub fn read_perfetto<R: Read>(input: R) -> std::io::Result<StatsInput> {
             Err(p) => problems.add(p.packet, format!("at byte {}: {}", p.offset, p.what)),
         }
     }
+    // `--overhead-budget` periods: the estimates, as from JSONL.
+    for v in reader.sampling_records() {
+        if v.get("on_fraction").is_some() {
+            summary
+                .sampling
+                .get_or_insert_with(Default::default)
+                .add_record(v);
+        }
+    }
+    summary.apply_estimates();
     let complete = match reader.summary() {
         Some(v) => {
             if let Some(l) = lost_from(v) {

@@ -322,7 +322,17 @@ pub(crate) fn read_text_timeline<R: Read>(input: R, folded: bool) -> std::io::Re
                         }
                     }
                     Ok(v) if v.get("cat").and_then(Value::as_str) == Some(CHROME_CATEGORY) => {
-                        records += 1
+                        records += 1;
+                        // `--overhead-budget` periods: the estimates, as from JSONL.
+                        if v.get("name").and_then(Value::as_str) == Some("sampling") {
+                            match Record::jsonl_of_chrome(&v, *origin) {
+                                Some(r) if r.get("on_fraction").is_some() => summary
+                                    .sampling
+                                    .get_or_insert_with(Default::default)
+                                    .add_record(&r),
+                                _ => {}
+                            }
+                        }
                     }
                     Ok(v) => match chrome_event(&v, *origin, comms, &mut stacks.inline) {
                         Ok(Some(c)) => record(&mut summary, &mut folded, &c),
