@@ -88,21 +88,32 @@ pub fn find_layouts(pid: u32, handle: u64, name: &[u8]) -> Vec<Layout> {
     let mut found = Vec::new();
     let matches = |p: u64| p >= 4096 && read_cstr(pid, p, name.len() + 1).as_deref() == Some(name);
     for off in (0..=512u32).step_by(8) {
-        if let Some(p) = read_u64(pid, handle + off as u64) {
+        if let Some(p) = handle
+            .checked_add(u64::from(off))
+            .and_then(|a| read_u64(pid, a))
+        {
             if matches(p) {
                 found.push(Layout(vec![off]));
             }
         }
     }
     for off1 in (0..=256u32).step_by(8) {
-        let Some(q) = read_u64(pid, handle + off1 as u64) else {
+        let Some(q) = handle
+            .checked_add(u64::from(off1))
+            .and_then(|a| read_u64(pid, a))
+        else {
             continue;
         };
         if q < 4096 {
             continue;
         }
         for off2 in (0..=256u32).step_by(8) {
-            if let Some(p) = read_u64(pid, q + off2 as u64) {
+            // (Any word may look like a pointer: near the top of the
+            // address space it must not overflow.)
+            if let Some(p) = q
+                .checked_add(u64::from(off2))
+                .and_then(|a| read_u64(pid, a))
+            {
                 if matches(p) {
                     found.push(Layout(vec![off1, off2]));
                 }
