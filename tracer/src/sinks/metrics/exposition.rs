@@ -167,7 +167,7 @@ impl Metrics {
                 let _ = writeln!(
                     o,
                     "gputrace_probe_hit_cost_seconds{{probes=\"{probes}\"}} {}",
-                    ns / 1e9
+                    ns * 1e-9
                 );
             }
         }
@@ -201,9 +201,11 @@ impl Metrics {
 
 fn api_calls(o: &mut String, p: &ProcessSeries) {
     for (api, s) in &p.apis {
-        // Sampled (`--overhead-budget`): the estimate of the last period,
-        // and the calls seen since at the scale of the last period.
-        let n = p.estimated.get(api).map_or(s.calls, |e| e.now(s.calls));
+        // Sampled (`--overhead-budget`): the estimate, as of the last period.
+        let n = p
+            .estimated
+            .get(api)
+            .map_or(s.calls, |e| (e.round() as u64).max(s.calls));
         let _ = writeln!(
             o,
             "gputrace_api_calls_total{{api=\"{api}\",{}}} {n}",

@@ -55,26 +55,6 @@ impl ApiSeries {
     }
 }
 
-/// An API's estimated calls as of the last sampling report.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Estimate {
-    /// The estimate then.
-    pub(super) calls: f64,
-    /// The calls counted here then.
-    pub(super) seen_then: u64,
-    /// Calls estimated per call seen between the last two reports: the
-    /// scale of the calls seen since (so the counter moves between reports).
-    pub(super) marginal: f64,
-}
-
-impl Estimate {
-    /// The estimate now, with `seen` calls counted here.
-    pub(super) fn now(&self, seen: u64) -> u64 {
-        let since = seen.saturating_sub(self.seen_then) as f64;
-        ((self.calls + since * self.marginal).round() as u64).max(seen)
-    }
-}
-
 /// The series of one process.
 #[derive(Clone, Debug)]
 struct ProcessSeries {
@@ -91,7 +71,7 @@ struct ProcessSeries {
     gone_at: Option<Instant>,
     /// `--overhead-budget`: estimated calls of its sampled APIs, and the
     /// share of time each family was traced (absent: exact).
-    estimated: BTreeMap<&'static str, Estimate>,
+    estimated: BTreeMap<&'static str, f64>,
     ratios: BTreeMap<&'static str, f64>,
 }
 
@@ -184,24 +164,7 @@ impl Metrics {
                 continue;
             };
             for a in &p.apis {
-                let seen = series.apis.get(a.api).map_or(0, |s| s.calls);
-                let prev = series.estimated.get(a.api).copied();
-                let marginal = match prev {
-                    Some(e) if seen > e.seen_then => {
-                        ((a.estimated - e.calls) / (seen - e.seen_then) as f64).max(1.0)
-                    }
-                    Some(e) => e.marginal,
-                    None if a.observed > 0 => (a.estimated / a.observed as f64).max(1.0),
-                    None => 1.0,
-                };
-                series.estimated.insert(
-                    a.api,
-                    Estimate {
-                        calls: a.estimated,
-                        seen_then: seen,
-                        marginal,
-                    },
-                );
+                series.estimated.insert(a.api, a.estimated);
             }
             for f in p.families() {
                 series.ratios.insert(f.name(), r.ratio());
