@@ -154,13 +154,14 @@ fn write_nodes(out: &mut String, c: &ExecContents, source: &str, nodes: &str) {
 
 fn parse_nodes(
     m: &Map<String, Value>,
+    source: &str,
     key: &'static str,
 ) -> Result<Option<Arc<ExecContents>>, ParseError> {
     match field(m, key)? {
         Value::Null => Ok(None),
         Value::Array(nodes) => Ok(Some(Arc::new(ExecContents {
             nodes: nodes.iter().map(parse_node).collect::<Result<_, _>>()?,
-            from_memory: m.get("source").and_then(Value::as_str) == Some("memory"),
+            from_memory: m.get(source).and_then(Value::as_str) == Some("memory"),
         }))),
         _ => Err(ParseError::Field(key)),
     }
@@ -189,13 +190,7 @@ pub fn parse_launch(a: &Map<String, Value>) -> Result<GraphLaunch, ParseError> {
     };
     let contents = match a.get("graph_nodes") {
         None => None,
-        Some(_) => {
-            let mut m = a.clone();
-            if let Some(s) = m.remove("graph_source") {
-                m.insert("source".into(), s);
-            }
-            parse_nodes(&m, "graph_nodes")?
-        }
+        Some(_) => parse_nodes(a, "graph_source", "graph_nodes")?,
     };
     Ok(GraphLaunch {
         exec,
@@ -436,7 +431,7 @@ pub fn parse_record(v: &Value) -> Result<GraphRecord, ParseError> {
         .as_object()
         .ok_or(ParseError::Json("not an object".into()))?;
     let pid = u32::try_from(get_u64(m, "pid")?).map_err(|_| ParseError::Field("pid"))?;
-    let contents = parse_nodes(m, "nodes")?;
+    let contents = parse_nodes(m, "source", "nodes")?;
     Ok(GraphRecord {
         ts_ns: get_u64(m, "ts_ns")?,
         pid,
