@@ -36,6 +36,10 @@ pub struct Config {
     /// `GPUTRACE_INFLIGHT=map`: keep calls in flight in the eBPF hash map
     /// even where task storage works (for comparison and its tests).
     pub inflight_map: bool,
+    /// `GPUTRACE_SAMPLE_PERIOD`: with `--overhead-budget`, the length of
+    /// one period of the sampling schedule (100ms to 60s): the sampled
+    /// probes are attached and detached once per period.
+    pub sample_period: Duration,
 }
 
 impl Default for Config {
@@ -48,6 +52,7 @@ impl Default for Config {
             perf_events: false,
             fault_panic_after: None,
             inflight_map: false,
+            sample_period: crate::probes::sampler::PERIOD,
         }
     }
 }
@@ -83,6 +88,14 @@ impl Config {
         if let Some(v) = text("GPUTRACE_DETACH_AFTER")? {
             c.detach_after = crate::cli::parse_duration(&v)
                 .map_err(|e| format!("GPUTRACE_DETACH_AFTER: {e}"))?;
+        }
+        if let Some(v) = text("GPUTRACE_SAMPLE_PERIOD")? {
+            c.sample_period = crate::cli::parse_duration(&v)
+                .ok()
+                .filter(|d| (Duration::from_millis(100)..=Duration::from_secs(60)).contains(d))
+                .ok_or_else(|| {
+                    format!("GPUTRACE_SAMPLE_PERIOD={v}: give a duration from 100ms to 60s (the default is 1s)")
+                })?;
         }
         c.calibration = get("GPUTRACE_NO_CALIBRATION").is_none();
         if let Some(v) = get("GPUTRACE_CACHE_DIR").filter(|v| !v.is_empty()) {
@@ -138,6 +151,7 @@ mod tests {
             ("GPUTRACE_CACHE_DIR", "/tmp/c"),
             ("GPUTRACE_ATTACH", "perf"),
             ("GPUTRACE_INFLIGHT", "map"),
+            ("GPUTRACE_SAMPLE_PERIOD", "5s"),
         ])
         .unwrap();
         assert_eq!(
@@ -150,6 +164,7 @@ mod tests {
                 perf_events: true,
                 fault_panic_after: None,
                 inflight_map: true,
+                sample_period: Duration::from_secs(5),
             }
         );
     }
@@ -163,6 +178,9 @@ mod tests {
             ("GPUTRACE_DETACH_AFTER", "soon"),
             ("GPUTRACE_ATTACH", "kprobe"),
             ("GPUTRACE_INFLIGHT", "lru"),
+            ("GPUTRACE_SAMPLE_PERIOD", "10ms"),
+            ("GPUTRACE_SAMPLE_PERIOD", "2m"),
+            ("GPUTRACE_SAMPLE_PERIOD", "often"),
         ] {
             let e = config(&[(var, value)]).unwrap_err();
             assert!(

@@ -8,17 +8,29 @@
 //! - `EntryOnly`: entry probes whose cookies say "entry only": the record
 //!   is sent at entry (counts stay exact; no latency, no return code);
 //! - `Duty(r)`: entry-only probes attached for the first `r` of each
-//!   [`PERIOD`], none for the rest.
+//!   period, none for the rest. The period is stretched so that the on
+//!   slice lasts at least [`MIN_ON`] (up to [`MAX_PERIOD`]): a slice must
+//!   span several steps of a training loop, whose calls come in bursts
+//!   (launches in the forward and backward passes, none while it waits),
+//!   for the calls seen in it to stand for the period.
 //!
 //! Every change detaches first and attaches after (never both at once,
-//! which would record calls twice), so a change leaves a short gap. The
+//! which would record calls twice), so a change leaves a short gap.
+//!
+//! Attaching and detaching is not free for the traced processes: each
+//! probe written or removed takes the process's memory map lock for
+//! writing and replaces a page of its code. So `Duty` attaches only the
+//! symbols of APIs that have been called (`Sampler::mark_called`, learned
+//! while the probes were on), and the whole set only every
+//! [`DISCOVER_EVERY`] periods, to see APIs a process starts calling later.
+//! The period itself is `GPUTRACE_SAMPLE_PERIOD` (1 s by default). The
 //! thread measures when the probes were really attached in each period
 //! (CLOCK_MONOTONIC, the probes' clock) and hands the session a
 //! [`Period`] each: the calls seen in it, scaled by its length over its
 //! time on, estimate the calls made. The schedule is one for the session:
 //! every hot set follows it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -31,8 +43,17 @@ use tracer_common::ProbeCookie;
 use super::attach::Scope;
 use super::multi::{MultiLink, MultiPrograms};
 
-/// The length of one period of the schedule.
+/// The length of one period of the schedule unless configured
+/// (`Config::sample_period`).
 pub const PERIOD: Duration = Duration::from_millis(1000);
+/// The shortest on slice under `Duty` (unless the period would pass
+/// [`MAX_PERIOD`]).
+pub const MIN_ON: Duration = Duration::from_millis(250);
+/// The longest period.
+pub const MAX_PERIOD: Duration = Duration::from_secs(30);
+/// Under `Duty`, every this many periods the on slice attaches the
+/// symbols of every samplable API, not only those called so far.
+pub const DISCOVER_EVERY: u64 = 10;
 /// The smallest share of a period the probes are attached for.
 pub const MIN_RATIO: f64 = 0.02;
 
@@ -79,16 +100,32 @@ impl HotSet {
         Ok(self)
     }
 
-    fn attach_entry(&self, multi: &MultiPrograms, entry_only: bool) -> std::io::Result<MultiLink> {
-        let cookies: Vec<u64> = if entry_only {
-            self.cookies
-                .iter()
-                .map(|c| c | ProbeCookie::ENTRY_ONLY)
-                .collect()
-        } else {
-            self.cookies.clone()
-        };
-        multi.attach(&self.path, &self.offsets, &cookies, self.pid, false)
+    /// The entry probes, of the APIs `only` holds when given; `None`
+    /// when that leaves none.
+    fn attach_entry(
+        &self,
+        multi: &MultiPrograms,
+        entry_only: bool,
+        only: Option<&HashSet<u32>>,
+    ) -> std::io::Result<Option<MultiLink>> {
+        let (mut offsets, mut cookies) = (Vec::new(), Vec::new());
+        for (&o, &c) in self.offsets.iter().zip(&self.cookies) {
+            if only.is_some_and(|apis| !apis.contains(&ProbeCookie(c).api())) {
+                continue;
+            }
+            offsets.push(o);
+            cookies.push(if entry_only {
+                c | ProbeCookie::ENTRY_ONLY
+            } else {
+                c
+            });
+        }
+        if offsets.is_empty() {
+            return Ok(None);
+        }
+        multi
+            .attach(&self.path, &offsets, &cookies, self.pid, false)
+            .map(Some)
     }
 
     fn attach_ret(&self, multi: &MultiPrograms) -> std::io::Result<Option<MultiLink>> {
@@ -126,6 +163,9 @@ pub struct Period {
     pub on: Vec<(u64, u64)>,
     /// Return probes were attached whenever the entries were.
     pub returns: bool,
+    /// Probes attached or detached in it (each one a write to the code
+    /// of every process that maps the file).
+    pub changes: u64,
 }
 
 impl Period {
@@ -163,9 +203,48 @@ struct State {
     done: Vec<Period>,
     /// Attach failures (said once).
     failed: bool,
+    period_ns: u64,
+    /// Periods closed so far.
+    periods: u64,
+    /// APIs seen called: what `Duty` attaches between discoveries.
+    called: HashSet<u32>,
+    /// The on slice under way attaches every API.
+    discovering: bool,
+    changes: u64,
+    /// Duty on slices so far, and the entry probes they attached.
+    slices: u64,
+    slice_probes: u64,
+    /// How long attaching and detaching the sampled probes takes (smoothed):
+    /// the probes fire meanwhile.
+    attach_ns: u64,
+    detach_ns: u64,
+    transition_ns: u64,
 }
 
 impl State {
+    /// The length of the period under way, as the mode wants it now.
+    fn period_len(&self) -> u64 {
+        match self.wanted {
+            Mode::Duty(r) if r > 0.0 => {
+                // The probes are live while they are attached and detached
+                // too: that time is paid from the slice.
+                let live = MIN_ON.as_nanos() as u64 + self.transition_ns;
+                let stretched = (live as f64 / r) as u64;
+                stretched.clamp(
+                    self.period_ns,
+                    (MAX_PERIOD.as_nanos() as u64).max(self.period_ns),
+                )
+            }
+            _ => self.period_ns,
+        }
+    }
+
+    /// The APIs an on slice attaches: all while discovering, else those
+    /// called so far.
+    fn only(&self) -> Option<&HashSet<u32>> {
+        (!self.discovering).then_some(&self.called)
+    }
+
     fn close_period(&mut self, now: u64) {
         if let Some(s) = self.on_since {
             self.on_acc += now.saturating_sub(s);
@@ -180,8 +259,11 @@ impl State {
                 on_ns: self.on_acc,
                 on,
                 returns: self.returns,
+                changes: self.changes,
             });
         }
+        self.periods += 1;
+        self.changes = 0;
         self.period_start = now;
         self.on_acc = 0;
         self.returns = self.applied != Some(true);
@@ -208,6 +290,15 @@ pub fn monotonic_ns() -> u64 {
 
 type Shared = Arc<(Mutex<State>, Condvar)>;
 
+/// A duration smoothed over the last few (the first taken as it is).
+fn smoothed(old: u64, new: u64) -> u64 {
+    if old == 0 {
+        new
+    } else {
+        (old + new) / 2
+    }
+}
+
 /// The thread that attaches the hot sets, and what it measured.
 pub struct Sampler {
     shared: Shared,
@@ -221,7 +312,7 @@ fn lock(shared: &Shared) -> MutexGuard<'_, State> {
 }
 
 impl Sampler {
-    pub fn start(multi: Arc<MultiPrograms>, per_task: bool) -> Self {
+    pub fn start(multi: Arc<MultiPrograms>, per_task: bool, period: Duration) -> Self {
         let shared: Shared = Arc::new((
             Mutex::new(State {
                 groups: HashMap::new(),
@@ -235,6 +326,16 @@ impl Sampler {
                 returns: true,
                 done: Vec::new(),
                 failed: false,
+                period_ns: period.as_nanos().max(1) as u64,
+                periods: 0,
+                called: HashSet::new(),
+                discovering: true,
+                changes: 0,
+                slices: 0,
+                slice_probes: 0,
+                attach_ns: 0,
+                detach_ns: 0,
+                transition_ns: 0,
             }),
             Condvar::new(),
         ));
@@ -262,7 +363,8 @@ impl Sampler {
             ret: None,
         };
         if let Some(entry_only) = st.applied {
-            attach_group(&mut g, &self.multi, entry_only, self.per_task)?;
+            let only = st.only();
+            st.changes += attach_group(&mut g, &self.multi, entry_only, self.per_task, only)?;
         }
         st.groups.insert(key, g);
         Ok(())
@@ -289,6 +391,17 @@ impl Sampler {
         lock(&self.shared).wanted
     }
 
+    /// The length of a period (the shortest: `Duty` stretches it).
+    pub fn period(&self) -> Duration {
+        Duration::from_nanos(lock(&self.shared).period_ns)
+    }
+
+    /// APIs seen called: `Duty` attaches them in every on slice.
+    pub fn mark_called(&self, apis: impl IntoIterator<Item = u32>) {
+        let mut st = lock(&self.shared);
+        st.called.extend(apis);
+    }
+
     /// The periods completed since the last call, and the start of the
     /// one under way.
     pub fn take_periods(&self) -> (Vec<Period>, u64) {
@@ -302,15 +415,32 @@ impl Sampler {
         st.close_period(monotonic_ns());
     }
 
+    /// The entry probes of every hot set: what one on slice attaches
+    /// when it attaches every samplable API.
+    pub fn samplable_probes(&self) -> usize {
+        lock(&self.shared)
+            .groups
+            .values()
+            .map(|g| g.set.offsets.len())
+            .sum()
+    }
+
+    /// How long attaching and detaching the sampled probes takes (ns, smoothed).
+    pub fn transition(&self) -> (u64, u64) {
+        let st = lock(&self.shared);
+        (st.attach_ns, st.detach_ns)
+    }
+
+    /// The on slices of `Duty` so far, and the probes they attached.
+    pub fn slices(&self) -> (u64, u64) {
+        let st = lock(&self.shared);
+        (st.slices, st.slice_probes)
+    }
+
     /// Probes attached now by the hot sets.
     pub fn probes(&self) -> usize {
         let st = lock(&self.shared);
-        st.groups
-            .values()
-            .map(|g| {
-                g.entry.as_ref().map_or(0, |l| l.probes) + g.ret.as_ref().map_or(0, |l| l.probes)
-            })
-            .sum()
+        st.groups.values().map(Group::probes).sum()
     }
 }
 
@@ -325,25 +455,31 @@ impl Drop for Sampler {
 }
 
 /// Attaches a group as `entry_only` says (returns first with task
-/// storage, as `Probes::attach` does).
+/// storage, as `Probes::attach` does); entry-only probes of the APIs in
+/// `only` when given. Returns the probes attached.
 fn attach_group(
     g: &mut Group,
     multi: &MultiPrograms,
     entry_only: bool,
     per_task: bool,
-) -> std::io::Result<()> {
+    only: Option<&HashSet<u32>>,
+) -> std::io::Result<u64> {
     if entry_only {
-        g.entry = Some(g.set.attach_entry(multi, true)?);
-        return Ok(());
-    }
-    if per_task {
+        g.entry = g.set.attach_entry(multi, true, only)?;
+    } else if per_task {
         g.ret = g.set.attach_ret(multi)?;
-        g.entry = Some(g.set.attach_entry(multi, false)?);
+        g.entry = g.set.attach_entry(multi, false, None)?;
     } else {
-        g.entry = Some(g.set.attach_entry(multi, false)?);
+        g.entry = g.set.attach_entry(multi, false, None)?;
         g.ret = g.set.attach_ret(multi)?;
     }
-    Ok(())
+    Ok(g.probes() as u64)
+}
+
+impl Group {
+    fn probes(&self) -> usize {
+        self.entry.as_ref().map_or(0, |l| l.probes) + self.ret.as_ref().map_or(0, |l| l.probes)
+    }
 }
 
 /// Detaches in the order `attach::detach_many` explains.
@@ -365,13 +501,13 @@ fn drop_links(links: Vec<(Option<MultiLink>, Option<MultiLink>)>, per_task: bool
 /// The schedule: each pass puts the groups in the state the mode wants at
 /// this point of the period, then sleeps until the next change.
 fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
-    let period_ns = PERIOD.as_nanos() as u64;
     let mut st = lock(shared);
     loop {
         if st.stop {
             return;
         }
         let now = monotonic_ns();
+        let period_ns = st.period_len();
         let end = st.period_start + period_ns;
         if now >= end {
             st.close_period(now);
@@ -381,7 +517,11 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
             Mode::Exact => (Some(false), end),
             Mode::EntryOnly => (Some(true), end),
             Mode::Duty(r) => {
-                let on_until = st.period_start + (period_ns as f64 * r.clamp(0.0, 1.0)) as u64;
+                // The share of the period the probes may be live, less the
+                // time they take to attach and detach (at most half of it).
+                let live = (period_ns as f64 * r.clamp(0.0, 1.0)) as u64;
+                let on_until =
+                    st.period_start + live.saturating_sub(st.transition_ns.min(live / 2));
                 if now < on_until {
                     (Some(true), on_until)
                 } else {
@@ -394,21 +534,44 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
             // then on: never both sets of links at once.
             let t_off = monotonic_ns();
             st.set_off(t_off);
+            st.changes += st.groups.values().map(|g| g.probes() as u64).sum::<u64>();
             let links: Vec<_> = st
                 .groups
                 .values_mut()
                 .map(|g| (g.entry.take(), g.ret.take()))
                 .collect();
+            let had = !links.is_empty() && st.applied.is_some();
             st.applied = None;
             drop(st);
             drop_links(links, per_task);
             st = lock(shared);
+            if had {
+                let took = monotonic_ns().saturating_sub(t_off);
+                st.detach_ns = smoothed(st.detach_ns, took);
+                st.transition_ns = st.attach_ns + st.detach_ns;
+            }
+            let t_attach = monotonic_ns();
             if let Some(entry_only) = want {
                 let mut ok = true;
+                // A duty slice attaches the APIs called so far, and all of
+                // them every DISCOVER_EVERY periods (and until one was seen).
+                st.discovering = !matches!(st.wanted, Mode::Duty(_))
+                    || st.called.is_empty()
+                    || st.periods.is_multiple_of(DISCOVER_EVERY);
+                let only = st.only().cloned();
                 let keys: Vec<GroupKey> = st.groups.keys().copied().collect();
                 for k in keys {
-                    if let Some(g) = st.groups.get_mut(&k) {
-                        if let Err(e) = attach_group(g, multi, entry_only, per_task) {
+                    let Some(g) = st.groups.get_mut(&k) else {
+                        continue;
+                    };
+                    match attach_group(g, multi, entry_only, per_task, only.as_ref()) {
+                        Ok(n) => {
+                            st.changes += n;
+                            if matches!(st.wanted, Mode::Duty(_)) {
+                                st.slice_probes += n;
+                            }
+                        }
+                        Err(e) => {
                             ok = false;
                             if !st.failed {
                                 st.failed = true;
@@ -418,6 +581,12 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
                     }
                 }
                 st.applied = Some(entry_only);
+                if matches!(st.wanted, Mode::Duty(_)) {
+                    st.slices += 1;
+                    let took = monotonic_ns().saturating_sub(t_attach);
+                    st.attach_ns = smoothed(st.attach_ns, took);
+                    st.transition_ns = st.attach_ns + st.detach_ns;
+                }
                 if ok || !st.groups.is_empty() {
                     st.on_since = Some(monotonic_ns());
                 }

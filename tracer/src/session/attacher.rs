@@ -92,12 +92,16 @@ impl Attacher {
     /// `--overhead-budget`: from now on samplable symbols are attached by a
     /// sampler. `None` when the kernel has no multi-uprobe links (the
     /// sampler needs them to attach and detach quickly).
-    pub(super) fn start_sampler(&mut self) -> Option<Arc<Sampler>> {
+    pub(super) fn start_sampler(&mut self, period: std::time::Duration) -> Option<Arc<Sampler>> {
         if !self.probes.split_hot() {
             return None;
         }
         let multi = self.probes.multi_programs()?;
-        let s = Arc::new(Sampler::start(multi, self.probes.inflight_per_task()));
+        let s = Arc::new(Sampler::start(
+            multi,
+            self.probes.inflight_per_task(),
+            period,
+        ));
         self.sampler = Some(s.clone());
         Some(s)
     }

@@ -4,24 +4,31 @@
 //! The model: a probe hit costs the calling thread a fixed time (measured
 //! at start, `probes::hitcost`: `e` for an entry probe, `er` for an entry
 //! and a return probe). A thread that makes `n` calls of samplable APIs per
-//! second while their probes are attached spends `n × er` of each second
-//! in probes (`n × e` entry only): that share of its CPU time, which for a
-//! thread that drives a GPU (it launches, then waits) is its slowdown. The
-//! budget looks at the busiest thread of all traced processes, every
-//! period of the schedule (`probes::sampler::PERIOD`), with its rate
-//! smoothed over periods:
+//! second while their probes are attached, and `m` calls of the others
+//! (always traced), spends `n × er + m × er` of each second in probes
+//! (`n × e + m × er` with the samplable ones entry only): that share of its
+//! CPU time, which for a thread that drives a GPU (it launches, then waits)
+//! bounds its slowdown. Every period of the schedule
+//! (`GPUTRACE_SAMPLE_PERIOD`, 1 s), with rates smoothed over periods, the
+//! mode is the costliest that keeps every traced thread within the budget:
 //!
-//! 1. `n × er ≤ budget`: exact (entry and return probes);
-//! 2. else `n × e ≤ budget`: entry probes only (counts exact, no latency
-//!    nor return code for the sampled APIs);
-//! 3. else entry probes attached for `r = budget / (n × e)` of each period.
+//! 1. `(n + m) × er ≤ budget`: exact (entry and return probes);
+//! 2. else `n × e + m × er ≤ budget`: entry probes only (counts exact, no
+//!    latency nor return code for the sampled APIs);
+//! 3. else entry probes attached for `r = (budget − m × er) / (n × e)` of
+//!    each period, the smallest `r` of all threads (at least
+//!    `sampler::MIN_RATIO`, even where the always-traced calls alone spend
+//!    the budget).
 //!
 //! Going back to a costlier mode needs 20% of headroom, so a rate at the
 //! edge does not flip the mode every period. Rare APIs
 //! (allocations, frees, synchronisations, NCCL, graph construction,
 //! names) are never sampled. The calls of each period are counted per
-//! (process, thread, API) and settled when the period ends: estimated
-//! calls = seen × period / time on.
+//! (process, thread, API) and settled when the period ends, once: the
+//! calls seen × the process's rare calls in sampled periods / those of
+//! them made while the probes were on (its progress: unlike time, it does
+//! not count the slowdown the probes cause while on), or, before 20 rare
+//! calls came while on, × the period / its time on.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -42,9 +49,9 @@ struct Count {
     exact: u64,
     /// Seen in sampled periods.
     sampled: u64,
-    /// Those, each weighted by its period's time over its time on: the
-    /// estimate where the process's progress cannot be used.
-    by_time: f64,
+    /// The calls made in the sampled periods, estimated period by period
+    /// as each ends and never revised (so the exported counter only grows).
+    estimated: f64,
 }
 
 /// One process's progress: its rare calls (always traced) in sampled
@@ -53,15 +60,56 @@ struct Count {
 struct Progress {
     total: u64,
     on: u64,
+    /// Each period's rare calls while on, times its length over its time
+    /// on: what `total` would be if time alone told the calls made.
+    by_time: f64,
 }
 
 /// Calls of the period under way.
 #[derive(Default)]
 struct Pending {
     /// (pid, tid, API id) → calls of samplable APIs.
-    hot: HashMap<(u32, u32, u16), u64>,
+    hot: HashMap<(u32, u32, u16), Vec<u64>>,
     /// Entry times of each process's rare calls.
     rare: HashMap<u32, Vec<u64>>,
+    /// (pid, tid) → rare calls.
+    rare_threads: HashMap<(u32, u32), u64>,
+}
+
+/// A thread's smoothed rates, in calls per second.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Rates {
+    /// Samplable calls while their probes were on.
+    hot: f64,
+    /// The others (always traced).
+    rare: f64,
+}
+
+/// What the probes cost a thread at its rates, as fractions of its time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Costs {
+    exact: f64,
+    entry_only: f64,
+    /// Of the rare calls alone.
+    rare: f64,
+}
+
+impl Rates {
+    fn costs(&self, c: &HitCost) -> Costs {
+        let (e, er) = (c.entry_ns * 1e-9, c.entry_return_ns * 1e-9);
+        Costs {
+            exact: (self.hot + self.rare) * er,
+            entry_only: self.hot * e + self.rare * er,
+            rare: self.rare * er,
+        }
+    }
+
+    /// The share of each period the samplable probes can be on within
+    /// `budget` (entry only); `None` for a thread without samplable calls.
+    fn duty(&self, c: &HitCost, budget: f64) -> Option<f64> {
+        let hot = self.hot * c.entry_ns * 1e-9;
+        (hot > 0.0).then(|| (budget - self.costs(c).rare) / hot)
+    }
 }
 
 pub(super) struct Budget {
@@ -74,10 +122,15 @@ pub(super) struct Budget {
     /// (pid, API id) → calls.
     counts: HashMap<(u32, u16), Count>,
     progress: HashMap<u32, Progress>,
-    /// Smoothed calls per second (while attached) of each thread.
-    rates: HashMap<(u32, u32), f64>,
+    /// Smoothed calls per second of each thread.
+    rates: HashMap<(u32, u32), Rates>,
     /// A period was not exact: reports are sent from then on.
     sampled: bool,
+    /// Periods settled, and probes attached or detached in them.
+    periods: u64,
+    changes: u64,
+    /// The most samplable symbols attached by the sampler's sets.
+    symbols: usize,
     last: Option<Period>,
     verbose: bool,
 }
@@ -108,6 +161,9 @@ impl Budget {
             progress: HashMap::new(),
             rates: HashMap::new(),
             sampled: false,
+            periods: 0,
+            changes: 0,
+            symbols: 0,
             last: None,
             verbose,
         }
@@ -118,9 +174,14 @@ impl Budget {
     /// period ended counts into the next (cumulative estimates barely move).
     pub(super) fn observe(&mut self, api: &'static Api, pid: u32, tid: u32, start_ns: u64) {
         if api.samplable() {
-            *self.pending.hot.entry((pid, tid, api.id)).or_default() += 1;
+            self.pending
+                .hot
+                .entry((pid, tid, api.id))
+                .or_default()
+                .push(start_ns);
         } else {
             self.pending.rare.entry(pid).or_default().push(start_ns);
+            *self.pending.rare_threads.entry((pid, tid)).or_default() += 1;
         }
     }
 
@@ -128,7 +189,10 @@ impl Budget {
     /// for the next ones; a report per period once sampling has begun.
     pub(super) fn refresh(&mut self, out: &mut Vec<SamplingReport>) {
         let (done, _) = self.sampler.take_periods();
+        self.symbols = self.symbols.max(self.sampler.samplable_probes());
         for p in done {
+            self.periods += 1;
+            self.changes += p.changes;
             self.settle(&p);
             self.decide();
             if self.sampled {
@@ -146,7 +210,10 @@ impl Budget {
             self.sampled = true;
         }
         let on_s = p.on_ns as f64 / 1e9;
-        let off_s = p.end_ns.saturating_sub(p.start_ns).saturating_sub(p.on_ns) as f64 / 1e9;
+        let len_s = p.end_ns.saturating_sub(p.start_ns) as f64 / 1e9;
+        let off_s = (len_s - on_s).max(0.0);
+        self.sampler
+            .mark_called(pending.hot.keys().map(|&(_, _, api)| u32::from(api)));
         // Rare calls: the process's progress while on and in all.
         for (pid, times) in pending.rare {
             let (mut now, mut later) = (Vec::new(), Vec::new());
@@ -164,89 +231,117 @@ impl Budget {
                 continue;
             }
             let g = self.progress.entry(pid).or_default();
-            g.total += now.len() as u64;
-            g.on += now
+            let on = now
                 .iter()
                 .filter(|t| p.on.iter().any(|(a, b)| **t >= *a && **t < *b))
                 .count() as u64;
+            g.total += now.len() as u64;
+            g.on += on;
+            g.by_time += on as f64 * len_s / on_s.max(1e-9);
+        }
+        // Samplable calls: those made while the probes were surely on.
+        // Probes fire while they are being attached and detached too (a
+        // detach can take a few hundred ms), outside the time counted on:
+        // such calls are seen, not counted into the estimate. Calls drained
+        // after the period's end count into the next one.
+        let mut hot: HashMap<(u32, u32, u16), u64> = HashMap::new();
+        for (k, times) in pending.hot {
+            let (mut n, mut later) = (0, Vec::new());
+            for t in times {
+                if t >= p.end_ns {
+                    later.push(t);
+                } else if exact || p.on.iter().any(|(a, b)| t >= *a && t < *b) {
+                    n += 1;
+                }
+            }
+            if !later.is_empty() {
+                self.pending.hot.insert(k, later);
+            }
+            hot.insert(k, n);
         }
         let mut per_thread: HashMap<(u32, u32), u64> = HashMap::new();
-        for (&(pid, tid, _), n) in &pending.hot {
+        for (&(pid, tid, _), n) in &hot {
             *per_thread.entry((pid, tid)).or_default() += n;
         }
-        for ((pid, _, api), n) in pending.hot {
+        for ((pid, _, api), n) in hot {
+            // The period's time over its time on, corrected by the
+            // process's progress so far (this period's included): its rare
+            // calls in sampled periods over what time alone tells of them
+            // (fewer while on than off, the probes slowing it, make the
+            // correction above 1). Periods differ in length (the schedule
+            // stretches them, the last one is cut short): so the
+            // correction, not a ratio of calls, carries over.
+            let by_time = (on_s + off_s) / on_s.max(1e-9);
+            let scale = match self.progress.get(&pid) {
+                Some(g) if g.on >= MIN_RARE_ON && g.by_time > 0.0 => {
+                    by_time * g.total as f64 / g.by_time
+                }
+                _ => by_time,
+            };
             let c = self.counts.entry((pid, api)).or_default();
             if exact {
                 c.exact += n;
                 continue;
             }
             c.sampled += n;
-            // Time: the calls seen, over the share of the period on.
-            c.by_time += n as f64 * (on_s + off_s) / on_s.max(1e-9);
+            c.estimated += n as f64 * scale;
         }
-        // Periods with almost no time on say little about rates.
-        if on_s < 0.005 {
-            return;
+        // Rates halve each period and take half the new one. Rare calls
+        // are always traced: their rate is over the whole period. Periods
+        // with almost no time on say little about the samplable ones.
+        let smooth = |old: Option<f64>, new: f64| old.map_or(new, |o| 0.5 * o + 0.5 * new);
+        if len_s > 0.0 {
+            let mut seen: HashMap<(u32, u32), f64> = HashMap::new();
+            for (k, n) in &pending.rare_threads {
+                seen.insert(*k, *n as f64 / len_s);
+            }
+            for (k, r) in self.rates.iter_mut() {
+                r.rare = smooth(Some(r.rare), seen.remove(k).unwrap_or(0.0));
+            }
+            for (k, new) in seen {
+                self.rates.entry(k).or_default().rare = new;
+            }
         }
-        for r in self.rates.values_mut() {
-            *r *= 0.5;
+        if on_s >= 0.005 {
+            for (k, r) in self.rates.iter_mut() {
+                r.hot = smooth(Some(r.hot), per_thread.remove(k).unwrap_or(0) as f64 / on_s);
+            }
+            for (k, n) in per_thread {
+                self.rates.entry(k).or_default().hot = n as f64 / on_s;
+            }
         }
-        for (k, n) in per_thread {
-            let new = n as f64 / on_s;
-            self.rates
-                .entry(k)
-                .and_modify(|r| *r += 0.5 * new)
-                .or_insert(new);
-        }
-        self.rates.retain(|_, r| *r > 1.0);
+        self.rates.retain(|_, r| r.hot + r.rare > 1.0);
     }
 
     /// A process's estimated calls of one API.
-    fn estimate(&self, pid: u32, c: &Count) -> f64 {
-        if c.sampled == 0 {
-            return c.exact as f64;
-        }
-        match self.progress.get(&pid) {
-            Some(g) if g.on >= MIN_RARE_ON => {
-                c.exact as f64 + c.sampled as f64 * g.total as f64 / g.on as f64
-            }
-            _ => c.exact as f64 + c.by_time,
-        }
+    fn estimate(c: &Count) -> f64 {
+        c.exact as f64 + c.estimated
     }
 
     fn decide(&mut self) {
-        let busiest = self.rates.values().copied().fold(0.0, f64::max);
-        let full = busiest * self.cost.entry_return_ns * 1e-9;
-        let entry = busiest * self.cost.entry_ns * 1e-9;
         let now = self.sampler.mode();
-        let headroom = if now == Mode::Exact { 1.0 } else { 0.8 };
-        let next = if full <= self.fraction * headroom {
-            Mode::Exact
-        } else if entry
-            <= self.fraction
-                * if matches!(now, Mode::Duty(_)) {
-                    0.8
-                } else {
-                    1.0
-                }
-        {
-            Mode::EntryOnly
-        } else {
-            let r = (self.fraction / entry).clamp(MIN_RATIO, 1.0);
-            match now {
-                // Small changes are not worth a change of schedule.
-                Mode::Duty(old) if (old - r).abs() <= 0.1 * old => now,
-                _ => Mode::Duty(r),
-            }
-        };
+        let next = choose(now, &self.rates, &self.cost, self.fraction);
         if next != now {
             if self.verbose {
+                // The thread the probes cost most.
+                let busiest = self
+                    .rates
+                    .values()
+                    .max_by(|a, b| {
+                        let (a, b) = (a.costs(&self.cost), b.costs(&self.cost));
+                        a.exact.total_cmp(&b.exact)
+                    })
+                    .copied()
+                    .unwrap_or_default();
+                let c = busiest.costs(&self.cost);
                 eprintln!(
-                    "gputrace: overhead budget {:.2}%: busiest thread {:.0} sampled calls/s, {:.2}% with return probes, {:.2}% entry only: {} ",
+                    "gputrace: overhead budget {:.2}%: busiest thread {:.0} sampled calls/s and {:.0} other calls/s, {:.2}% with return probes, {:.2}% entry only ({:.2}% the other calls): {} ",
                     self.fraction * 100.0,
-                    busiest,
-                    full * 100.0,
-                    entry * 100.0,
+                    busiest.hot,
+                    busiest.rare,
+                    c.exact * 100.0,
+                    c.entry_only * 100.0,
+                    c.rare * 100.0,
                     match next {
                         Mode::Exact => "exact".to_string(),
                         Mode::EntryOnly => "entry probes only".to_string(),
@@ -268,7 +363,7 @@ impl Budget {
                 api: api.name,
                 family: api.family,
                 observed: c.exact + c.sampled,
-                estimated: self.estimate(pid, c),
+                estimated: Self::estimate(c),
             });
         }
         SamplingReport {
@@ -308,13 +403,140 @@ impl Budget {
             on_ns: 0,
             on: Vec::new(),
             returns: true,
+            changes: 0,
         });
         out.pop_if(|r| r.start_ns == self.clock.to_unix_ns(last.start_ns));
         out.push(self.report(&last));
+        if self.verbose {
+            let (slices, probes) = self.sampler.slices();
+            let (attach, detach) = self.sampler.transition();
+            eprintln!(
+                "gputrace: overhead budget: {} periods, {} sampled probes attached or detached (attaching takes {:.1} ms, detaching {:.1} ms); {} on slices attached {:.1} of {} samplable probes on average",
+                self.periods,
+                self.changes,
+                attach as f64 / 1e6,
+                detach as f64 / 1e6,
+                slices,
+                probes as f64 / slices.max(1) as f64,
+                self.symbols
+            );
+        }
     }
 
     /// The cost model's figures, for `--verbose` and the summary.
     pub(super) fn cost(&self) -> HitCost {
         self.cost
+    }
+}
+
+/// The mode for the next periods, from the mode `now` and each thread's
+/// rates: the costliest that keeps every thread within `budget`. Going
+/// back to a costlier mode needs 20% of headroom, and a duty ratio within
+/// 10% of the one in force is kept, so a rate at an edge does not change
+/// the schedule every period.
+fn choose(now: Mode, rates: &HashMap<(u32, u32), Rates>, cost: &HitCost, budget: f64) -> Mode {
+    let worst = |f: fn(&Costs) -> f64| {
+        rates
+            .values()
+            .map(|r| f(&r.costs(cost)))
+            .fold(0.0, f64::max)
+    };
+    let headroom = |costlier: bool| if costlier { 0.8 } else { 1.0 };
+    if worst(|c| c.exact) <= budget * headroom(now != Mode::Exact) {
+        return Mode::Exact;
+    }
+    if worst(|c| c.entry_only) <= budget * headroom(matches!(now, Mode::Duty(_))) {
+        return Mode::EntryOnly;
+    }
+    let r = rates
+        .values()
+        .filter_map(|t| t.duty(cost, budget))
+        .fold(1.0, f64::min)
+        .clamp(MIN_RATIO, 1.0);
+    match now {
+        // Small changes are not worth a change of schedule.
+        Mode::Duty(old) if (old - r).abs() <= 0.1 * old => now,
+        _ => Mode::Duty(r),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COST: HitCost = HitCost {
+        entry_ns: 4000.0,
+        entry_return_ns: 5000.0,
+    };
+
+    fn rates(threads: &[(f64, f64)]) -> HashMap<(u32, u32), Rates> {
+        threads
+            .iter()
+            .enumerate()
+            .map(|(i, &(hot, rare))| ((1, i as u32), Rates { hot, rare }))
+            .collect()
+    }
+
+    #[test]
+    fn the_always_traced_calls_are_paid_from_the_budget() {
+        // 30k samplable calls/s: 12% entry only. Alone, 1% leaves 1/12 of
+        // each period; 1,000 other calls/s (0.5%) leave half of that.
+        let alone = choose(Mode::Exact, &rates(&[(30_000.0, 0.0)]), &COST, 0.01);
+        let with_rare = choose(Mode::Exact, &rates(&[(30_000.0, 1000.0)]), &COST, 0.01);
+        match (alone, with_rare) {
+            (Mode::Duty(a), Mode::Duty(b)) => {
+                assert!((a - 1.0 / 12.0).abs() < 1e-9, "{a}");
+                assert!((b - 0.5 / 12.0).abs() < 1e-9, "{b}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The other calls alone over the budget: the smallest share.
+        assert_eq!(
+            choose(Mode::Exact, &rates(&[(30_000.0, 3000.0)]), &COST, 0.01),
+            Mode::Duty(MIN_RATIO)
+        );
+    }
+
+    #[test]
+    fn every_thread_is_kept_within_the_budget() {
+        // Thread 0 calls more samplable APIs, thread 1 makes more other
+        // calls: thread 1 bounds the share (0.2% left over 0.4% entry only).
+        let m = choose(
+            Mode::Exact,
+            &rates(&[(2000.0, 0.0), (1000.0, 1600.0)]),
+            &COST,
+            0.01,
+        );
+        assert_eq!(m, Mode::Duty(0.5));
+        // Both cheap enough for entry probes only, one not for returns.
+        assert_eq!(
+            choose(
+                Mode::Exact,
+                &rates(&[(2000.0, 100.0), (100.0, 100.0)]),
+                &COST,
+                0.01
+            ),
+            Mode::EntryOnly
+        );
+        assert_eq!(
+            choose(Mode::Exact, &rates(&[(2000.0, 100.0)]), &COST, 0.02),
+            Mode::Exact
+        );
+    }
+
+    #[test]
+    fn a_rate_at_an_edge_does_not_flip_the_mode() {
+        // Exactly at the budget with returns: stays exact, but coming back
+        // from entry-only needs 20% of headroom.
+        let r = rates(&[(1000.0, 1000.0)]);
+        assert_eq!(choose(Mode::Exact, &r, &COST, 0.01), Mode::Exact);
+        assert_eq!(choose(Mode::EntryOnly, &r, &COST, 0.01), Mode::EntryOnly);
+        // A duty ratio within 10% of the one in force is kept.
+        let r = rates(&[(30_000.0, 0.0)]);
+        assert_eq!(choose(Mode::Duty(0.08), &r, &COST, 0.01), Mode::Duty(0.08));
+        assert_eq!(
+            choose(Mode::Duty(0.05), &r, &COST, 0.01),
+            Mode::Duty(1.0 / 12.0)
+        );
     }
 }

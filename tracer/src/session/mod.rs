@@ -514,7 +514,7 @@ fn start_budget(
             if fresh { "measured now" } else { "measured before, cached" }
         );
     }
-    let Some(sampler) = attacher.start_sampler() else {
+    let Some(sampler) = attacher.start_sampler(config.sample_period) else {
         eprintln!(
             "gputrace: --overhead-budget needs multi-uprobe links (Linux 6.6+), which this kernel lacks: every call is traced"
         );

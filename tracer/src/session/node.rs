@@ -9,6 +9,14 @@
 //! that starts and maps an already probed file needs nothing: its calls hit
 //! the probes from its first one. A process that vanishes while it is being
 //! read, or a `/proc` entry that cannot be read, is skipped.
+//!
+//! A process's `/proc/PID/maps` is read again only when its code mappings
+//! may have changed ([`MapsKey`]: its start time and the sizes of its
+//! executable mappings, from `stat` and `status`, which the kernel writes
+//! without the process's memory map lock), and at least every
+//! [`REREAD_EVERY`]: reading the maps of a process with thousands of
+//! mappings takes that lock again and again, and a thread of the process
+//! that maps memory meanwhile waits.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::AsRawFd;
@@ -23,6 +31,52 @@ use crate::probes::discover::{self, LibraryFile};
 
 /// With `--all`, new library files are looked for this often.
 pub const SCAN_EVERY: Duration = Duration::from_millis(500);
+/// A process's maps are read at least this often.
+pub const REREAD_EVERY: Duration = Duration::from_secs(30);
+
+/// What says a process's library mappings are as they were: its start
+/// time, and the sizes of its program and library code (`VmExe`, `VmLib`
+/// of `/proc/PID/status`, kB), which change when a library is mapped or
+/// unmapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct MapsKey {
+    start_ticks: u64,
+    exe_kb: u64,
+    lib_kb: u64,
+}
+
+impl MapsKey {
+    fn of(pid: u32) -> Option<Self> {
+        let start_ticks = discover::stat(pid)?.start_ticks;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        Self::parse(start_ticks, &status)
+    }
+
+    /// A kernel thread has no `VmExe`: `None`, and its maps (empty) are read.
+    fn parse(start_ticks: u64, status: &str) -> Option<Self> {
+        let kb = |field: &str| -> Option<u64> {
+            let line = status.lines().find(|l| l.starts_with(field))?;
+            line[field.len()..]
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()
+        };
+        Some(Self {
+            start_ticks,
+            exe_kb: kb("VmExe:")?,
+            lib_kb: kb("VmLib:")?,
+        })
+    }
+}
+
+/// A process's library files as last read.
+struct Known {
+    key: MapsKey,
+    read_at: Instant,
+    files: Vec<LibraryFile>,
+}
 
 pub(super) struct NodeWatch {
     last_scan: Instant,
@@ -35,6 +89,8 @@ pub(super) struct NodeWatch {
     failed: HashSet<FileKey>,
     /// Processes that mapped a probed library at the last scan.
     gpu_pids: Vec<u32>,
+    /// Each process's library files, while its [`MapsKey`] holds.
+    known: HashMap<u32, Known>,
 }
 
 impl NodeWatch {
@@ -46,7 +102,42 @@ impl NodeWatch {
             unmapped_since: HashMap::new(),
             failed: HashSet::new(),
             gpu_pids: Vec::new(),
+            known: HashMap::new(),
         }
+    }
+
+    /// `pid`'s library files: as read before while its mappings look the
+    /// same and the reading is recent, else read now.
+    fn libraries(
+        &mut self,
+        attacher: &Attacher,
+        pid: u32,
+        now: Instant,
+    ) -> Option<Vec<LibraryFile>> {
+        let key = MapsKey::of(pid);
+        if let (Some(k), Some(known)) = (key, self.known.get(&pid)) {
+            if known.key == k && now.saturating_duration_since(known.read_at) < REREAD_EVERY {
+                return Some(known.files.clone());
+            }
+        }
+        // Gone, or not readable (a kernel thread has empty maps): skip.
+        let files = attacher.libraries_of(pid).ok()?;
+        match key {
+            Some(key) => {
+                self.known.insert(
+                    pid,
+                    Known {
+                        key,
+                        read_at: now,
+                        files: files.clone(),
+                    },
+                );
+            }
+            None => {
+                self.known.remove(&pid);
+            }
+        }
+        Some(files)
     }
 
     pub(super) fn due(&self, now: Instant) -> bool {
@@ -67,12 +158,15 @@ impl NodeWatch {
         namer: &mut KernelNamer,
         first: bool,
     ) -> Result<()> {
-        self.last_scan = Instant::now();
+        let now = Instant::now();
+        self.last_scan = now;
         let mut mapped: HashSet<FileKey> = HashSet::new();
         self.gpu_pids.clear();
-        for pid in discover::all_pids() {
-            // Gone, or not readable (a kernel thread has empty maps): skip.
-            let Ok(files) = attacher.libraries_of(pid) else {
+        let pids = discover::all_pids();
+        let alive: HashSet<u32> = pids.iter().copied().collect();
+        self.known.retain(|pid, _| alive.contains(pid));
+        for pid in pids {
+            let Some(files) = self.libraries(attacher, pid, now) else {
                 continue;
             };
             if !files.is_empty() {
@@ -172,6 +266,25 @@ fn shown(path: &std::path::Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn maps_keys_come_from_status() {
+        let status = "Name:\tpython3\nVmPeak:\t 100 kB\nVmExe:\t    2996 kB\nVmLib:\t  512040 kB\nThreads:\t9\n";
+        assert_eq!(
+            MapsKey::parse(7, status),
+            Some(MapsKey {
+                start_ticks: 7,
+                exe_kb: 2996,
+                lib_kb: 512040
+            })
+        );
+        // A kernel thread.
+        assert_eq!(MapsKey::parse(7, "Name:\tkthreadd\nThreads:\t1\n"), None);
+        // Our own process: a key, the same twice.
+        let me = std::process::id();
+        assert!(MapsKey::of(me).is_some());
+        assert_eq!(MapsKey::of(me), MapsKey::of(me));
+    }
 
     #[test]
     fn shown_paths_drop_the_proc_root() {

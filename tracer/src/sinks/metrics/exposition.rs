@@ -29,6 +29,12 @@ const FAMILIES: &[Family] = &[
         write: sampling_ratio,
     },
     Family {
+        name: "gputrace_sampling_estimated_until_seconds",
+        kind: "gauge",
+        help: "Where --overhead-budget sampled the process: the end of the last period of the schedule settled (Unix time). The estimated gputrace_api_calls_total count the calls made up to then; the rest of the calls are counted when their period ends.",
+        write: estimated_until,
+    },
+    Family {
         name: "gputrace_api_duration_seconds",
         kind: "histogram",
         help: "Host-side time in each API call (a launch returns once queued; a synchronisation shows the wait for the GPU).",
@@ -232,6 +238,17 @@ fn sampling_ratio(o: &mut String, p: &ProcessSeries) {
             o,
             "gputrace_sampling_ratio{{family=\"{f}\",{}}} {r}",
             p.labels
+        );
+    }
+}
+
+fn estimated_until(o: &mut String, p: &ProcessSeries) {
+    if let Some(ns) = p.estimated_until_ns {
+        let _ = writeln!(
+            o,
+            "gputrace_sampling_estimated_until_seconds{{{}}} {}",
+            p.labels,
+            seconds(u128::from(ns))
         );
     }
 }

@@ -73,6 +73,9 @@ struct ProcessSeries {
     /// share of time each family was traced (absent: exact).
     estimated: BTreeMap<&'static str, f64>,
     ratios: BTreeMap<&'static str, f64>,
+    /// The end of the last period settled (Unix ns): the estimates count
+    /// the calls made up to then.
+    estimated_until_ns: Option<u64>,
 }
 
 impl ProcessSeries {
@@ -100,6 +103,7 @@ impl ProcessSeries {
             gone_at: None,
             estimated: BTreeMap::new(),
             ratios: BTreeMap::new(),
+            estimated_until_ns: None,
         }
     }
 }
@@ -166,6 +170,7 @@ impl Metrics {
             for a in &p.apis {
                 series.estimated.insert(a.api, a.estimated);
             }
+            series.estimated_until_ns = Some(r.end_ns);
             for f in p.families() {
                 series.ratios.insert(f.name(), r.ratio());
             }

@@ -1,0 +1,54 @@
+# perf5 report: step time of the budget daemon's windows (from its first
+# settled sampled period on) against the untraced windows; launch counts
+# per step from the estimated-until gauge against the exact daemon.
+import csv, statistics as st, sys
+res = sys.argv[1]
+steps = []
+for r in (0, 1):
+    for line in open(f"{res}/rank{r}.steps"):
+        t, ms = line.split()
+        steps.append((r, float(t), float(ms)))
+rows = list(csv.DictReader(open(f"{res}/windows.tsv"), delimiter="\t"))
+def q(v, p):
+    v = sorted(v); return v[min(len(v) - 1, int(p * len(v)))]
+def per_step(w):
+    if w["launches0"] in ("-", ""):
+        return None
+    out = []
+    for k in (0, 1):
+        if w["u_on"] not in ("-", "") and "-" not in w["u_on"]:
+            a, b = float(w["u_on"].split(",")[k]), float(w["u_off"].split(",")[k])
+        else:
+            a, b = float(w["c_on"]), float(w["c_off"])
+        n = sum(1 for (r, t, _) in steps if r == k and a < t <= b)
+        out.append(int(w[f"launches{k}"]) / n if n else float("nan"))
+    return out
+win = []
+for w in rows:
+    on, off = float(w["t_on"]), float(w["t_off"])
+    ms = [m for (_, t, m) in steps if on <= t <= off]
+    win.append((w, ms, per_step(w)))
+print("DDP step time per window (both ranks; budget windows from the first settled sampled period on)")
+print(f"{'mode':<9}{'round':>6}{'steps':>7}{'median':>9}{'mean':>9}{'p10':>8}{'p90':>8}  launches/step")
+for (w, ms, lps) in win:
+    print(f"{w['mode']:<9}{w['round']:>6}{len(ms):>7}{st.median(ms):>9.2f}{st.mean(ms):>9.2f}{q(ms,.1):>8.2f}{q(ms,.9):>8.2f}  " + (" ".join(f"{v:.1f}" for v in lps) if lps else "-"))
+print()
+modes = list(dict.fromkeys(w["mode"] for w in rows))
+by_round = {}
+for (w, ms, _) in win:
+    by_round.setdefault(w["round"], {})[w["mode"]] = ms
+for mode in modes:
+    if mode == "untraced":
+        continue
+    rs = sorted(st.median(v[mode]) / st.median(v["untraced"]) for v in by_round.values() if mode in v and "untraced" in v)
+    print(f"{mode}: per-round median ratio to untraced: median {st.median(rs):.4f} mean {st.mean(rs):.4f} (n={len(rs)}) all: " + " ".join(f"{x:.3f}" for x in rs))
+    pooled = [m for (w, ms, _) in win if w["mode"] == mode for m in ms]
+    base = [m for (w, ms, _) in win if w["mode"] == "untraced" for m in ms]
+    print(f"{mode}: all steps pooled: median {st.median(pooled):.3f} vs untraced {st.median(base):.3f} ms ({100*(st.median(pooled)/st.median(base)-1):+.2f}%); mean {st.mean(pooled):.3f} vs {st.mean(base):.3f} ({100*(st.mean(pooled)/st.mean(base)-1):+.2f}%)")
+print()
+ex = [v for (w, _, l) in win if w["mode"] == "exact" and l for v in l]
+ref = st.median(ex) if ex else None
+for mode in modes:
+    v = [x for (w, _, l) in win if w["mode"] == mode and l for x in l]
+    if v and mode != "exact":
+        print(f"launches per step, {mode}: median {st.median(v):.1f} mean {st.mean(v):.1f}" + (f" vs exact {ref:.1f} ({100*(st.median(v)/ref-1):+.2f}% median, {100*(st.mean(v)/ref-1):+.2f}% mean)" if ref else "") + " all: " + " ".join(f"{x:.1f}" for x in v))

@@ -1,0 +1,111 @@
+#!/bin/bash
+# Issue 13, session 4 (second run): the budget daemon against untraced, long windows;
+# launch counts from the estimated-until gauge.
+# Kind nvidia-h200-x2; run from the repository root:  bash .explore/perf4/run.sh
+# Binaries: OLD=.gpu/gputrace-perf (session 3's budget), NEW=.gpu/gputrace-s4
+# (rare calls paid from the budget, duty slices attach only called APIs,
+# maps re-read only when code mappings change).
+# Modes per round (WINDOW s each): untraced, old, new, new_p5
+# (GPUTRACE_SAMPLE_PERIOD=5s); round 0 also `exact` (new, --overhead-budget 0)
+# for the launch count reference. Per window: step times, the ranks' CPU
+# time and context switches, the daemon's CPU time, launch counts from /metrics.
+set -u
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+D=$(cd "$(dirname "$0")" && pwd)
+R=${OUT:-/tmp/out}/perf5
+mkdir -p "$R"
+exec > >(tee "$R/run.log") 2>&1
+OLD=$(readlink -f "${OLD:-.gpu/gputrace-perf}") NEW=$(readlink -f "${NEW:-.gpu/gputrace-s4}")
+PY=/opt/torch/.venv/bin/python3; [ -x "$PY" ] || PY=python3
+WINDOW=${WINDOW:-25} ROUNDS=${ROUNDS:-6}
+MODES=${MODES:-"untraced new"}
+START=$(date +%s)
+{ date -u; uname -r; nproc; nvidia-smi -L; "$NEW" --version; } > "$R/env.txt" 2>&1
+export GPUTRACE_CACHE_DIR=/tmp/gtcache-perf5
+for b in "$NEW"; do timeout -s TERM 12 "$b" daemon --listen 127.0.0.1:0 --overhead-budget 1 --verbose > "$R/hitcost.$(basename $b).txt" 2>&1; done
+cat "$R"/hitcost.*.txt
+W=$(mktemp -d /tmp/perf5.XXXXXX)
+PORT=$((19000 + $$ % 1000))
+JOB="" TP=""
+cleanup() { [ -n "$TP" ] && kill -TERM $TP 2>/dev/null; touch "$W/stop"; sleep 3; [ -n "$JOB" ] && kill $JOB 2>/dev/null; for j in $JOB; do timeout 20 tail --pid=$j -f /dev/null; done; }
+trap cleanup EXIT
+if [ -n "${DRY:-}" ]; then  # a CPU check of this script: simulated libcuda (target/sim)
+  export GPUTRACE_SIM=$(readlink -f target/sim)
+  for k in 0 1; do $PY "$D/ddp_bench.py" --dry --rank $k --dir "$W" --warmup 5 > "$W/rank$k.log" 2>&1 & JOB="$JOB $!"; done
+else
+  $PY -m torch.distributed.run --standalone --nproc_per_node=2 "$D/ddp_bench.py" --dir "$W" > "$W/job.log" 2>&1 & JOB=$!
+fi
+for i in $(seq 1200); do [ -f "$W/rank0.ready" ] && [ -f "$W/rank1.ready" ] && break; sleep 0.25; done
+[ -f "$W/rank1.ready" ] || { echo "ranks did not start"; tail -30 "$W/job.log"; exit 1; }
+P0=$(cat "$W/rank0.pid") P1=$(cat "$W/rank1.pid")
+echo "ranks $P0 $P1 ready after $(( $(date +%s) - START )) s; window ${WINDOW}s, $ROUNDS rounds, modes: $MODES"
+for p in $P0 $P1; do echo "pid $p: $(wc -l < /proc/$p/maps) mappings, $(ls /proc/$p/task | wc -l) threads"; done
+now() { date +%s.%N; }
+procstat() { # -> "cpu0,cpu1 mainsys0,mainsys1 vcs0,vcs1 nvcs0,nvcs1" (ticks; main thread switches)
+  $PY - $P0 $P1 <<'PYEOF'
+import sys
+out = [[], [], [], []]
+for p in sys.argv[1:]:
+    f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+    t = open(f"/proc/{p}/task/{p}/stat").read().rsplit(")", 1)[1].split()
+    s = dict(l.split(":", 1) for l in open(f"/proc/{p}/task/{p}/status") if ":" in l)
+    out[0].append(str(int(f[11]) + int(f[12]))); out[1].append(t[12])
+    out[2].append(s["voluntary_ctxt_switches"].strip()); out[3].append(s["nonvoluntary_ctxt_switches"].strip())
+print(" ".join(",".join(x) for x in out))
+PYEOF
+}
+launches_metrics() { # -> "L0 L1 when until0,until1"
+  $PY - "$PORT" "$P0" "$P1" <<'PYEOF'
+import re, sys, time, urllib.request
+port, pids = sys.argv[1], sys.argv[2:]
+try:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+except Exception:
+    print("- - - -"); sys.exit()
+n = {p: 0.0 for p in pids}
+u = {p: "-" for p in pids}
+for m in re.finditer(r'^gputrace_api_calls_total\{api="(cuLaunchKernel[^"]*)",pid="(\d+)"[^}]*\} (\S+)', body, re.M):
+    if m.group(2) in n:
+        n[m.group(2)] += float(m.group(3))
+for m in re.finditer(r'^gputrace_sampling_estimated_until_seconds\{pid="(\d+)"[^}]*\} (\S+)', body, re.M):
+    if m.group(1) in u:
+        u[m.group(1)] = m.group(2)
+print(" ".join(str(int(n[p])) if n[p] else "-" for p in pids), f"{time.time():.6f}", ",".join(u[p] for p in pids))
+PYEOF
+}
+printf "mode\tround\tt_on\tt_off\tlaunches0\tlaunches1\tc_on\tc_off\tu_on\tu_off\tcpu_a\tcpu_b\tmsys_a\tmsys_b\tvcs_a\tvcs_b\tnvcs_a\tnvcs_b\tdaemon_cpu\n" > "$R/windows.tsv"
+n=0
+for r in $(seq 0 $((ROUNDS - 1))); do
+  modes=$MODES; [ $r = 0 ] && modes="$MODES exact"
+  for m in $modes; do
+    n=$((n + 1)); L0=- L1=- c_on=- c_off=- u_on=- u_off=- dcpu=-
+    if [ $m = untraced ]; then
+      read ca ma va na < <(procstat); t_on=$(now); sleep ${UNTRACED:-20}; t_off=$(now); read cb mb vb nb < <(procstat)
+    else
+      case $m in
+        old) cmd=("$OLD" daemon --overhead-budget 1 --verbose);;
+        new) cmd=("$NEW" daemon --overhead-budget 1 --verbose);;
+        new_p5) cmd=(env GPUTRACE_SAMPLE_PERIOD=5s "$NEW" daemon --overhead-budget 1 --verbose);;
+        exact) cmd=("$NEW" daemon --overhead-budget 0);;
+      esac
+      "${cmd[@]}" --listen 127.0.0.1:$PORT > "$W/win$n.out" 2> "$W/win$n.err" & TP=$!
+      t_start=$(now)
+      # Counts from when the first sampled period is settled (exact: once both pids show).
+      for i in $(seq 400); do read a b w u < <(launches_metrics); [ "$a" != - ] && [ "$b" != - ] && { [ $m = exact ] || [[ "$u" != *-* ]]; } && break; sleep 0.1; done
+      DP=$TP
+      read a0 b0 c_on u_on < <(launches_metrics); read ca ma va na < <(procstat)
+      d0=$(awk '{print $14+$15}' /proc/$DP/stat 2>/dev/null || echo 0)
+      t_on=$(now); sleep $WINDOW; t_off=$(now)
+      read a1 b1 c_off u_off < <(launches_metrics); read cb mb vb nb < <(procstat)
+      d1=$(awk '{print $14+$15}' /proc/$DP/stat 2>/dev/null || echo 0); dcpu=$((d1 - d0))
+      kill -TERM $TP; wait $TP; TP=""
+      { echo "== window $n $m"; cat "$W/win$n.err"; } >> "$R/daemon.stderr"
+      if [ "$a0" != - ] && [ "$a1" != - ]; then L0=$((a1 - a0)) L1=$((b1 - b0)); fi
+    fi
+    printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" $m $r $t_on $t_off $L0 $L1 $c_on $c_off $u_on $u_off $ca $cb $ma $mb $va $vb $na $nb $dcpu >> "$R/windows.tsv"
+    echo "$(date +%T) round $r $m done"
+  done
+done
+cp "$W"/rank*.steps "$R/"
+$PY "$D/report.py" "$R" | tee "$R/report.txt"
+echo "perf5 done after $(( $(date +%s) - START )) s"
