@@ -1,21 +1,23 @@
 #!/bin/bash
-# Issue 13, session 4 (second run): the budget daemon against untraced, long windows;
-# launch counts from the estimated-until gauge.
-# Kind nvidia-h200-x2; run from the repository root:  bash .explore/perf4/run.sh
-# Binaries: OLD=.gpu/gputrace-perf (session 3's budget), NEW=.gpu/gputrace-s4
-# (rare calls paid from the budget, duty slices attach only called APIs,
-# maps re-read only when code mappings change).
-# Modes per round (WINDOW s each): untraced, old, new, new_p5
-# (GPUTRACE_SAMPLE_PERIOD=5s); round 0 also `exact` (new, --overhead-budget 0)
-# for the launch count reference. Per window: step times, the ranks' CPU
-# time and context switches, the daemon's CPU time, launch counts from /metrics.
+# The overhead budget on the DDP benchmark (issue 13): torchrun, 2 ranks of
+# ddp_bench.py (GPT-2 small shape, bf16, batch 8x512); rounds of an untraced
+# window (UNTRACED s) and a `gputrace daemon --overhead-budget 1` window
+# (WINDOW s, counted from the daemon's first settled sampled period); round
+# 0 also an exact daemon window (--overhead-budget 0) for the launch count
+# reference. Launch counts per step come from gputrace_api_calls_total and
+# gputrace_sampling_estimated_until_seconds (steps up to that time).
+# Kind nvidia-h200-x2, from the repository root:
+#   NEW=path/to/gputrace WINDOW=30 UNTRACED=20 ROUNDS=5 bash bench/gpu/budget/run.sh
+# (about 6.5 minutes). Results in $OUT/perf5 (report.txt, windows.tsv,
+# daemon.stderr, the ranks' step files). DRY=1: two simulated-libcuda
+# processes instead of torchrun, to check the script on a CPU machine.
 set -u
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 D=$(cd "$(dirname "$0")" && pwd)
 R=${OUT:-/tmp/out}/perf5
 mkdir -p "$R"
 exec > >(tee "$R/run.log") 2>&1
-OLD=$(readlink -f "${OLD:-.gpu/gputrace-perf}") NEW=$(readlink -f "${NEW:-.gpu/gputrace-s4}")
+NEW=$(readlink -f "${NEW:-.gpu/gputrace-s4}")
 PY=/opt/torch/.venv/bin/python3; [ -x "$PY" ] || PY=python3
 WINDOW=${WINDOW:-25} ROUNDS=${ROUNDS:-6}
 MODES=${MODES:-"untraced new"}
@@ -83,7 +85,6 @@ for r in $(seq 0 $((ROUNDS - 1))); do
       read ca ma va na < <(procstat); t_on=$(now); sleep ${UNTRACED:-20}; t_off=$(now); read cb mb vb nb < <(procstat)
     else
       case $m in
-        old) cmd=("$OLD" daemon --overhead-budget 1 --verbose);;
         new) cmd=("$NEW" daemon --overhead-budget 1 --verbose);;
         new_p5) cmd=(env GPUTRACE_SAMPLE_PERIOD=5s "$NEW" daemon --overhead-budget 1 --verbose);;
         exact) cmd=("$NEW" daemon --overhead-budget 0);;
