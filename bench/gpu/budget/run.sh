@@ -33,9 +33,9 @@ cleanup() { [ -n "$TP" ] && kill -TERM $TP 2>/dev/null; touch "$W/stop"; sleep 3
 trap cleanup EXIT
 if [ -n "${DRY:-}" ]; then  # a CPU check of this script: simulated libcuda (target/sim)
   export GPUTRACE_SIM=$(readlink -f target/sim)
-  for k in 0 1; do $PY "$D/ddp_bench.py" --dry --rank $k --dir "$W" --warmup 5 > "$W/rank$k.log" 2>&1 & JOB="$JOB $!"; done
+  for k in 0 1; do $PY "$D/../ddp_bench.py" --dry --rank $k --dir "$W" --warmup 5 > "$W/rank$k.log" 2>&1 & JOB="$JOB $!"; done
 else
-  $PY -m torch.distributed.run --standalone --nproc_per_node=2 "$D/ddp_bench.py" --dir "$W" > "$W/job.log" 2>&1 & JOB=$!
+  $PY -m torch.distributed.run --standalone --nproc_per_node=2 "$D/../ddp_bench.py" --dir "$W" > "$W/job.log" 2>&1 & JOB=$!
 fi
 for i in $(seq 1200); do [ -f "$W/rank0.ready" ] && [ -f "$W/rank1.ready" ] && break; sleep 0.25; done
 [ -f "$W/rank1.ready" ] || { echo "ranks did not start"; tail -30 "$W/job.log"; exit 1; }
