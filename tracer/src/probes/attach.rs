@@ -102,6 +102,12 @@ pub fn detach_many(attachments: Vec<Attachment>) {
         entry.extend(a.entry);
         ret.extend(a.ret);
     }
+    detach_in_order(entry, ret, per_task);
+}
+
+/// Detaches entry and return links in the order [`detach_many`] explains
+/// (`per_task`: the calls in flight are in task storage).
+pub(crate) fn detach_in_order(entry: Vec<Link>, ret: Vec<Link>, per_task: bool) {
     // Within each half, links close in parallel: each multi-uprobe link
     // waits for its own grace period when closed.
     if per_task {

@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use tracer_common::ProbeCookie;
 
-use super::attach::Scope;
+use super::attach::{detach_in_order, Link, Scope};
 use super::multi::{MultiLink, MultiPrograms};
 
 /// The length of one period of the schedule unless configured
@@ -163,9 +163,23 @@ pub struct Period {
     pub on: Vec<(u64, u64)>,
     /// Return probes were attached whenever the entries were.
     pub returns: bool,
-    /// Probes attached or detached in it (each one a write to the code
-    /// of every process that maps the file).
+}
+
+/// What the sampler has done so far (for `--verbose`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Activity {
+    /// Probes attached or detached (each one a write to the code of every
+    /// process that maps the file).
     pub changes: u64,
+    /// Duty on slices, and the entry probes they attached.
+    pub slices: u64,
+    pub slice_probes: u64,
+    /// How long attaching and detaching the sampled probes takes (ns,
+    /// smoothed).
+    pub attach_ns: u64,
+    pub detach_ns: u64,
+    /// The most entry probes the hot sets held at once.
+    pub symbols: usize,
 }
 
 impl Period {
@@ -210,7 +224,10 @@ struct State {
     called: HashSet<u32>,
     /// The on slice under way attaches every API.
     discovering: bool,
+    /// Probes attached or detached so far.
     changes: u64,
+    /// The most entry probes the hot sets held at once.
+    symbols: usize,
     /// Duty on slices so far, and the entry probes they attached.
     slices: u64,
     slice_probes: u64,
@@ -259,11 +276,9 @@ impl State {
                 on_ns: self.on_acc,
                 on,
                 returns: self.returns,
-                changes: self.changes,
             });
         }
         self.periods += 1;
-        self.changes = 0;
         self.period_start = now;
         self.on_acc = 0;
         self.returns = self.applied != Some(true);
@@ -331,6 +346,7 @@ impl Sampler {
                 called: HashSet::new(),
                 discovering: true,
                 changes: 0,
+                symbols: 0,
                 slices: 0,
                 slice_probes: 0,
                 attach_ns: 0,
@@ -367,6 +383,8 @@ impl Sampler {
             st.changes += attach_group(&mut g, &self.multi, entry_only, self.per_task, only)?;
         }
         st.groups.insert(key, g);
+        let symbols = st.groups.values().map(|g| g.set.offsets.len()).sum();
+        st.symbols = st.symbols.max(symbols);
         Ok(())
     }
 
@@ -415,26 +433,17 @@ impl Sampler {
         st.close_period(monotonic_ns());
     }
 
-    /// The entry probes of every hot set: what one on slice attaches
-    /// when it attaches every samplable API.
-    pub fn samplable_probes(&self) -> usize {
-        lock(&self.shared)
-            .groups
-            .values()
-            .map(|g| g.set.offsets.len())
-            .sum()
-    }
-
-    /// How long attaching and detaching the sampled probes takes (ns, smoothed).
-    pub fn transition(&self) -> (u64, u64) {
+    /// What the sampler has done so far.
+    pub fn activity(&self) -> Activity {
         let st = lock(&self.shared);
-        (st.attach_ns, st.detach_ns)
-    }
-
-    /// The on slices of `Duty` so far, and the probes they attached.
-    pub fn slices(&self) -> (u64, u64) {
-        let st = lock(&self.shared);
-        (st.slices, st.slice_probes)
+        Activity {
+            changes: st.changes,
+            slices: st.slices,
+            slice_probes: st.slice_probes,
+            attach_ns: st.attach_ns,
+            detach_ns: st.detach_ns,
+            symbols: st.symbols,
+        }
     }
 
     /// Probes attached now by the hot sets.
@@ -486,16 +495,10 @@ impl Group {
 fn drop_links(links: Vec<(Option<MultiLink>, Option<MultiLink>)>, per_task: bool) {
     let (mut entries, mut rets) = (Vec::new(), Vec::new());
     for (e, r) in links {
-        entries.extend(e);
-        rets.extend(r);
+        entries.extend(e.map(Link::Multi));
+        rets.extend(r.map(Link::Multi));
     }
-    if per_task {
-        drop(entries);
-        drop(rets);
-    } else {
-        drop(rets);
-        drop(entries);
-    }
+    detach_in_order(entries, rets, per_task);
 }
 
 /// The schedule: each pass puts the groups in the state the mode wants at

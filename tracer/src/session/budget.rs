@@ -126,11 +126,8 @@ pub(super) struct Budget {
     rates: HashMap<(u32, u32), Rates>,
     /// A period was not exact: reports are sent from then on.
     sampled: bool,
-    /// Periods settled, and probes attached or detached in them.
+    /// Periods settled.
     periods: u64,
-    changes: u64,
-    /// The most samplable symbols attached by the sampler's sets.
-    symbols: usize,
     last: Option<Period>,
     verbose: bool,
 }
@@ -162,8 +159,6 @@ impl Budget {
             rates: HashMap::new(),
             sampled: false,
             periods: 0,
-            changes: 0,
-            symbols: 0,
             last: None,
             verbose,
         }
@@ -189,10 +184,8 @@ impl Budget {
     /// for the next ones; a report per period once sampling has begun.
     pub(super) fn refresh(&mut self, out: &mut Vec<SamplingReport>) {
         let (done, _) = self.sampler.take_periods();
-        self.symbols = self.symbols.max(self.sampler.samplable_probes());
         for p in done {
             self.periods += 1;
-            self.changes += p.changes;
             self.settle(&p);
             self.decide();
             if self.sampled {
@@ -403,22 +396,20 @@ impl Budget {
             on_ns: 0,
             on: Vec::new(),
             returns: true,
-            changes: 0,
         });
         out.pop_if(|r| r.start_ns == self.clock.to_unix_ns(last.start_ns));
         out.push(self.report(&last));
         if self.verbose {
-            let (slices, probes) = self.sampler.slices();
-            let (attach, detach) = self.sampler.transition();
+            let a = self.sampler.activity();
             eprintln!(
                 "gputrace: overhead budget: {} periods, {} sampled probes attached or detached (attaching takes {:.1} ms, detaching {:.1} ms); {} on slices attached {:.1} of {} samplable probes on average",
                 self.periods,
-                self.changes,
-                attach as f64 / 1e6,
-                detach as f64 / 1e6,
-                slices,
-                probes as f64 / slices.max(1) as f64,
-                self.symbols
+                a.changes,
+                a.attach_ns as f64 / 1e6,
+                a.detach_ns as f64 / 1e6,
+                a.slices,
+                a.slice_probes as f64 / a.slices.max(1) as f64,
+                a.symbols
             );
         }
     }
