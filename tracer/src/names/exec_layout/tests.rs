@@ -8,25 +8,81 @@ use super::*;
 use crate::names::exec_search::{search, KnownGraph, KnownKernel};
 
 /// Fake CUfunction objects: their addresses are the handles.
-pub struct Funcs(Vec<[u64; 8]>);
+pub struct Funcs(Arena);
 
 impl Funcs {
     pub fn new(n: usize) -> Self {
-        Self((0..n).map(|i| [0x5eed + i as u64; 8]).collect())
+        let mut arena = Arena::default();
+        for i in 0..n {
+            let at = arena.alloc(64);
+            for w in 0..8 {
+                arena.put64(at + 8 * w, 0x5eed + i as u64);
+            }
+        }
+        Self(arena)
     }
     pub fn at(&self, i: usize) -> u64 {
-        &self.0[i] as *const [u64; 8] as u64
+        self.0.base + (Arena::MARGIN + (64 + Arena::GAP) * i) as u64
     }
 }
 
-/// Words of memory, kept alive while a test reads them.
-#[derive(Default)]
-pub struct Arena(Vec<Vec<u64>>);
+/// Words of memory, kept alive while a test reads them: a mapping of their
+/// own, with a margin either side wider than the search's windows, so the
+/// search reads only what the test laid out (never the heap, which the
+/// other tests running at the same time keep changing).
+pub struct Arena {
+    base: u64,
+    used: usize,
+}
+
+impl Default for Arena {
+    fn default() -> Self {
+        // SAFETY: a fresh private anonymous mapping, unmapped on drop.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                Self::LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(
+            p,
+            libc::MAP_FAILED,
+            "mmap: {}",
+            std::io::Error::last_os_error()
+        );
+        Self {
+            base: p as u64,
+            used: Self::MARGIN,
+        }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `default`, no longer used.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, Self::LEN) };
+    }
+}
 
 impl Arena {
+    const LEN: usize = 16 << 20;
+    /// Wider than the search's widest window (16 KiB).
+    const MARGIN: usize = 64 << 10;
+    /// Past the furthest field the layouts read from a block's start.
+    const GAP: usize = 4096;
+
+    /// A block of `bytes`, a gap after it (as heap blocks are never
+    /// back to back with the one allocated before: no field of one is at a
+    /// fixed offset from the other).
     pub fn alloc(&mut self, bytes: usize) -> u64 {
-        self.0.push(vec![0u64; bytes.div_ceil(8)]);
-        self.0.last().expect("pushed").as_ptr() as u64
+        let at = self.used;
+        self.used += bytes.max(1).div_ceil(64) * 64 + Self::GAP;
+        assert!(self.used + Self::MARGIN <= Self::LEN, "the arena is full");
+        self.base + at as u64
     }
     pub fn put64(&mut self, addr: u64, v: u64) {
         self.with(addr, |w, i| w[i] = v);
@@ -46,15 +102,20 @@ impl Arena {
             self.put32(addr + 4 * i as u64, v);
         }
     }
-    fn with(&mut self, addr: u64, f: impl FnOnce(&mut Vec<u64>, usize)) {
-        for w in &mut self.0 {
-            let base = w.as_ptr() as u64;
-            if addr >= base && addr < base + 8 * w.len() as u64 {
-                let i = ((addr - base) / 8) as usize;
-                return f(w, i);
-            }
-        }
-        panic!("{addr:#x} is not in the arena");
+    fn with(&mut self, addr: u64, f: impl FnOnce(&mut [u64], usize)) {
+        let (start, end) = (
+            self.base + Self::MARGIN as u64,
+            self.base + self.used as u64,
+        );
+        assert!(
+            addr >= start && addr + 8 <= end && addr.is_multiple_of(8),
+            "{addr:#x} is not in the arena"
+        );
+        // SAFETY: the words allocated so far, in our own mapping.
+        let words = unsafe {
+            std::slice::from_raw_parts_mut(start as *mut u64, (end - start) as usize / 8)
+        };
+        f(words, ((addr - start) / 8) as usize)
     }
 }
 
