@@ -56,6 +56,27 @@ impl Mode {
         }
     }
 
+    /// The short name `--modes` takes.
+    pub fn key(self) -> &'static str {
+        match self {
+            Mode::None => "none",
+            Mode::Bare => "bare",
+            Mode::BareRet => "bare-ret",
+            Mode::Gputrace => "gputrace",
+            Mode::GputraceArgs => "args",
+            Mode::GputraceStacks => "stacks",
+            Mode::GputraceStacks64 => "stacks64",
+            Mode::GputraceMap => "map",
+        }
+    }
+
+    pub fn from_key(k: &str) -> Result<Mode> {
+        Mode::ALL.into_iter().find(|m| m.key() == k).ok_or_else(|| {
+            let keys: Vec<_> = Mode::ALL.iter().map(|m| m.key()).collect();
+            anyhow!("no bench mode {k:?} (modes: {})", keys.join(","))
+        })
+    }
+
     fn traced(self) -> bool {
         matches!(
             self,
@@ -336,6 +357,8 @@ pub struct Options {
     pub calls: u64,
     pub kinds: Vec<String>,
     pub threads: Vec<usize>,
+    /// The rows measured (a row's floor row must be among them for its ratio).
+    pub modes: Vec<Mode>,
     pub throughput_secs: f64,
     pub out: PathBuf,
 }
@@ -376,34 +399,27 @@ pub fn run(bench: &Bench, o: &Options) -> Result<()> {
     );
     for kind in &o.kinds {
         for &threads in &o.threads {
-            let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); Mode::ALL.len()];
+            let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); o.modes.len()];
             // Interleave the modes so drift hits them all alike.
             for _ in 0..o.reps {
-                for (i, mode) in Mode::ALL.iter().enumerate() {
+                for (i, mode) in o.modes.iter().enumerate() {
                     samples[i].push(bench.run(*mode, kind, threads, o.calls)?);
                 }
             }
             let med = |i: usize, f: &dyn Fn(&Sample) -> f64| {
                 median(&mut samples[i].iter().map(f).collect::<Vec<_>>())
             };
-            for (i, mode) in Mode::ALL.iter().enumerate() {
+            let floor = |m: Mode| m.floor().and_then(|f| o.modes.iter().position(|x| *x == f));
+            for (i, mode) in o.modes.iter().enumerate() {
                 let ns = med(i, &|s| s.ns_per_call);
                 let lo = samples[i]
                     .iter()
                     .map(|s| s.ns_per_call)
                     .fold(f64::INFINITY, f64::min);
                 let hi = samples[i].iter().map(|s| s.ns_per_call).fold(0.0, f64::max);
-                let ratio = mode.floor().map(|f| {
-                    ns / med(Mode::ALL.iter().position(|m| *m == f).unwrap(), &|s| {
-                        s.ns_per_call
-                    })
-                });
+                let ratio = floor(*mode).map(|f| ns / med(f, &|s| s.ns_per_call));
                 let cpu = med(i, &|s| s.cpu_ns_per_call);
-                let cpu_ratio = mode.floor().map(|f| {
-                    cpu / med(Mode::ALL.iter().position(|m| *m == f).unwrap(), &|s| {
-                        s.cpu_ns_per_call
-                    })
-                });
+                let cpu_ratio = floor(*mode).map(|f| cpu / med(f, &|s| s.cpu_ns_per_call));
                 let traced = mode.traced();
                 let events_s = med(i, &|s| s.events as f64 / s.busy_s.max(1e-9));
                 let lost = samples[i].iter().map(|s| s.lost).sum::<u64>();

@@ -43,6 +43,9 @@ enum Task {
         /// Thread counts.
         #[arg(long, value_delimiter = ',', default_value = "1,2")]
         threads: Vec<usize>,
+        /// Rows (none, bare, bare-ret, gputrace, args, stacks, stacks64, map; default all).
+        #[arg(long, value_delimiter = ',')]
+        modes: Vec<String>,
         /// Seconds of the all-cores throughput run (0: skip).
         #[arg(long, default_value_t = 3.0)]
         throughput: f64,
@@ -153,6 +156,7 @@ fn main() -> Result<()> {
             calls,
             kinds,
             threads,
+            modes,
             throughput,
             soak,
             stats_gib,
@@ -215,6 +219,14 @@ fn main() -> Result<()> {
                 calls,
                 kinds,
                 threads,
+                modes: if modes.is_empty() {
+                    bench::Mode::ALL.to_vec()
+                } else {
+                    modes
+                        .iter()
+                        .map(|k| bench::Mode::from_key(k))
+                        .collect::<Result<_>>()?
+                },
                 throughput_secs: throughput,
                 out: out.unwrap_or_else(|| bench::default_out(&root())),
             };
