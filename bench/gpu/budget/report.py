@@ -42,6 +42,13 @@ for mode in modes:
         continue
     rs = sorted(st.median(v[mode]) / st.median(v["untraced"]) for v in by_round.values() if mode in v and "untraced" in v)
     print(f"{mode}: per-round median ratio to untraced: median {st.median(rs):.4f} mean {st.mean(rs):.4f} (n={len(rs)}) all: " + " ".join(f"{x:.3f}" for x in rs))
+    if len(rs) >= 3:
+        # 95% interval of the mean per-round slowdown (Student's t).
+        t95 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086}
+        df = len(rs) - 1
+        t = t95.get(df) or t95[max(k for k in t95 if k <= df)]
+        half = t * st.stdev(rs) / len(rs) ** 0.5
+        print(f"{mode}: mean per-round slowdown {100*(st.mean(rs)-1):+.2f}%, 95% interval {100*(st.mean(rs)-half-1):+.2f}% to {100*(st.mean(rs)+half-1):+.2f}%")
     pooled = [m for (w, ms, _) in win if w["mode"] == mode for m in ms]
     base = [m for (w, ms, _) in win if w["mode"] == "untraced" for m in ms]
     print(f"{mode}: all steps pooled: median {st.median(pooled):.3f} vs untraced {st.median(base):.3f} ms ({100*(st.median(pooled)/st.median(base)-1):+.2f}%); mean {st.mean(pooled):.3f} vs {st.mean(base):.3f} ({100*(st.mean(pooled)/st.mean(base)-1):+.2f}%)")
@@ -52,3 +59,6 @@ for mode in modes:
     v = [x for (w, _, l) in win if w["mode"] == mode and l for x in l]
     if v and mode != "exact":
         print(f"launches per step, {mode}: median {st.median(v):.1f} mean {st.mean(v):.1f}" + (f" vs exact {ref:.1f} ({100*(st.median(v)/ref-1):+.2f}% median, {100*(st.mean(v)/ref-1):+.2f}% mean)" if ref else "") + " all: " + " ".join(f"{x:.1f}" for x in v))
+        if ref:
+            e = [100 * (x / ref - 1) for x in v]
+            print(f"launches per step, {mode}: each rank-window against exact: " + " ".join(f"{x:+.1f}%" for x in e) + f" (largest {max(map(abs, e)):.1f}%)")
