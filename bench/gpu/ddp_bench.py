@@ -18,6 +18,11 @@ ap.add_argument("--warmup", type=int, default=20)
 ap.add_argument("--max-steps", type=int, default=1_000_000)
 ap.add_argument("--dry", action="store_true")
 ap.add_argument("--rank", type=int, default=None, help="--dry only")
+ap.add_argument("--tiny", type=int, default=0, metavar="N",
+                help="instead of training: each step launches N tiny kernels and synchronises "
+                     "(every probe's cost is on the step's critical path)")
+ap.add_argument("--idle-ms", type=float, default=0.0,
+                help="with --tiny: then sleep this long (a step's pace without GPU-bound noise)")
 a = ap.parse_args()
 
 
@@ -74,6 +79,24 @@ rank = dist.get_rank()
 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
 torch.manual_seed(rank)
 VOCAB = 50257
+if a.tiny:
+    x = torch.zeros(16, device="cuda")
+
+    def tiny_step():
+        for _ in range(a.tiny):
+            x.add_(1)
+        torch.cuda.synchronize()
+        if a.idle_ms:
+            time.sleep(a.idle_ms / 1e3)
+
+    def tiny_stop():
+        flag = torch.tensor([1 if stop_requested() else 0], device="cuda")
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    loop(tiny_step, rank, tiny_stop)
+    dist.destroy_process_group()
+    sys.exit(0)
 try:
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -8,7 +8,8 @@
 # gputrace_sampling_estimated_until_seconds (steps up to that time).
 # Kind nvidia-h200-x2, from the repository root:
 #   NEW=path/to/gputrace WINDOW=30 UNTRACED=20 ROUNDS=5 bash bench/gpu/budget/run.sh
-# (about 6.5 minutes). Results in $OUT/perf5 (report.txt, windows.tsv,
+# (about 6.5 minutes). BENCH_ARGS="--tiny 2000 --idle-ms 40": each step
+# launches 2,000 tiny kernels and sleeps 40 ms instead of training. Results in $OUT/perf5 (report.txt, windows.tsv,
 # daemon.stderr, the ranks' step files). DRY=1: two simulated-libcuda
 # processes instead of torchrun, to check the script on a CPU machine.
 set -u
@@ -35,7 +36,7 @@ if [ -n "${DRY:-}" ]; then  # a CPU check of this script: simulated libcuda (tar
   export GPUTRACE_SIM=$(readlink -f target/sim)
   for k in 0 1; do $PY "$D/../ddp_bench.py" --dry --rank $k --dir "$W" --warmup 5 > "$W/rank$k.log" 2>&1 & JOB="$JOB $!"; done
 else
-  $PY -m torch.distributed.run --standalone --nproc_per_node=2 "$D/../ddp_bench.py" --dir "$W" > "$W/job.log" 2>&1 & JOB=$!
+  $PY -m torch.distributed.run --standalone --nproc_per_node=2 "$D/../ddp_bench.py" --dir "$W" ${BENCH_ARGS:-} > "$W/job.log" 2>&1 & JOB=$!
 fi
 for i in $(seq 1200); do [ -f "$W/rank0.ready" ] && [ -f "$W/rank1.ready" ] && break; sleep 0.25; done
 [ -f "$W/rank1.ready" ] || { echo "ranks did not start"; tail -30 "$W/job.log"; exit 1; }

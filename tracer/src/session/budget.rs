@@ -316,10 +316,10 @@ impl Budget {
             c.sampled += n;
             c.estimated += n as f64 * scale;
         }
-        // Rates halve each period and take half the new one. Rare calls
-        // are always traced: their rate is over the whole period. Periods
-        // with almost no time on say little about the samplable ones.
-        let smooth = |old: Option<f64>, new: f64| old.map_or(new, |o| 0.5 * o + 0.5 * new);
+        // Rates (`smooth`): rare calls are always traced, their rate is
+        // over the whole period. Periods with almost no time on say little
+        // about the samplable ones.
+        let smooth = |old: Option<f64>, new: f64| old.map_or(new, |o| smooth(o, new));
         if len_s > 0.0 {
             let mut seen: HashMap<(u32, u32), f64> = HashMap::new();
             for (k, r) in &rare_threads {
@@ -462,6 +462,19 @@ impl Budget {
 /// back to a costlier mode needs 20% of headroom, and a duty ratio within
 /// 10% of the one in force is kept, so a rate at an edge does not change
 /// the schedule every period.
+/// A smoothed rate and a period's: a higher rate is taken at once (a job
+/// speeding up, or the first periods, which see the probes being attached,
+/// must not be paid for above the budget while the average catches up); a
+/// lower one halves the gap (a pause of one period does not bring the
+/// probes back on at full cost).
+fn smooth(old: f64, new: f64) -> f64 {
+    if new >= old {
+        new
+    } else {
+        0.5 * old + 0.5 * new
+    }
+}
+
 /// What one call seen while on in a sampled period stands for: the
 /// thread's rare calls of the period over those while on, else the
 /// process's, else `by_time` (the period over its time on) × the process's
@@ -600,6 +613,13 @@ mod tests {
         let young = Progress { on: 19, ..g };
         assert_eq!(scale(None, None, Some(&young), 40.0), 40.0);
         assert_eq!(scale(None, None, None, 40.0), 40.0);
+    }
+
+    #[test]
+    fn rates_rise_at_once_and_fall_by_halves() {
+        assert_eq!(smooth(2_000.0, 28_000.0), 28_000.0);
+        assert_eq!(smooth(28_000.0, 2_000.0), 15_000.0);
+        assert_eq!(smooth(15_000.0, 15_000.0), 15_000.0);
     }
 
     #[test]
