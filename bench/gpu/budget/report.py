@@ -1,11 +1,12 @@
 # perf5 report: step time of the budget daemon's windows (from its first
 # settled sampled period on) against the untraced windows; launch counts
 # per step from the estimated-until gauge against the exact daemon.
-import csv, statistics as st, sys
+import csv, gzip, os, statistics as st, sys
 res = sys.argv[1]
 steps = []
 for r in (0, 1):
-    for line in open(f"{res}/rank{r}.steps"):
+    path = f"{res}/rank{r}.steps"
+    for line in (open(path) if os.path.exists(path) else gzip.open(path + ".gz", "rt")):
         t, ms = line.split()
         steps.append((r, float(t), float(ms)))
 rows = list(csv.DictReader(open(f"{res}/windows.tsv"), delimiter="\t"))
