@@ -63,3 +63,24 @@ for mode in modes:
         if ref:
             e = [100 * (x / ref - 1) for x in v]
             print(f"launches per step, {mode}: each rank-window against exact: " + " ".join(f"{x:+.1f}%" for x in e) + f" (largest {max(map(abs, e)):.1f}%)")
+print()
+# The ranks' main threads' kernel time (/proc/PID/task/PID/stat stime, in
+# 100 Hz ticks): uprobe traps and the eBPF programs run there, and these
+# threads otherwise hardly enter the kernel (they spin while the GPU works),
+# so its rise is the probes' own cost to the thread, free of the step
+# time's noise. (The autograd thread, which makes most of the backward
+# pass's calls, is not read.)
+hz = os.sysconf("SC_CLK_TCK")
+share = {}
+for w in rows:
+    if w.get("msys_a", "-") in ("-", ""):
+        continue
+    dt = float(w["t_off"]) - float(w["t_on"])
+    for a, b in zip(w["msys_a"].split(","), w["msys_b"].split(",")):
+        share.setdefault(w["mode"], []).append(100 * (int(b) - int(a)) / hz / dt)
+if share:
+    print("main threads' kernel time, % of their time (each rank-window): " + "; ".join(
+        f"{m} median {st.median(v):.2f}% ({min(v):.2f}-{max(v):.2f}, n={len(v)})" for m, v in share.items()))
+    if "untraced" in share:
+        base = st.median(share["untraced"])
+        print("  over untraced (medians): " + ", ".join(f"{m} {st.median(v) - base:+.2f}%" for m, v in share.items() if m != "untraced"))
