@@ -78,6 +78,16 @@ dist.init_process_group("nccl")
 rank = dist.get_rank()
 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
 torch.manual_seed(rank)
+
+
+def both_stop():
+    # The ranks must leave at the same step, or one waits forever in the
+    # next all-reduce.
+    flag = torch.tensor([1 if stop_requested() else 0], device="cuda")
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
 VOCAB = 50257
 if a.tiny:
     x = torch.zeros(16, device="cuda")
@@ -89,12 +99,7 @@ if a.tiny:
         if a.idle_ms:
             time.sleep(a.idle_ms / 1e3)
 
-    def tiny_stop():
-        flag = torch.tensor([1 if stop_requested() else 0], device="cuda")
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
-
-    loop(tiny_step, rank, tiny_stop)
+    loop(tiny_step, rank, both_stop)
     dist.destroy_process_group()
     sys.exit(0)
 try:
@@ -137,14 +142,6 @@ def step():
     loss.backward()
     opt.step()
     torch.cuda.synchronize()
-
-
-def both_stop():
-    # The ranks must leave at the same step, or one waits forever in the
-    # next all-reduce.
-    flag = torch.tensor([1 if stop_requested() else 0], device="cuda")
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
 
 
 loop(step, rank, both_stop)
