@@ -4,8 +4,9 @@
 # launches seen in the slice scaled (1) by time, L/ON; (2) by the process's
 # rare calls (never sampled) of the period over those in the slice; (3) by
 # each thread's rare calls likewise (gputrace's rule: the thread's, where 50
-# came in the slice; else the process's; else time). Prints the error's
-# spread and mean against the period's true launch count.
+# came in the slice and the ratio is within half to twice time's; else the
+# process's; else time). Prints the error's spread and mean against the
+# period's true launch count.
 #   python3 bench/gpu/budget/estimators.py TRACE [--skip S]
 import bisect, json, statistics as st, subprocess, sys
 
@@ -53,10 +54,13 @@ for on in (0.1, 0.25, 0.5):
             r_all = {k: n(rare.get(k), p, p + length) for k in tids}
             r_on = {k: n(rare.get(k), p, p + on) for k in tids}
             by_time = length / on
-            proc = sum(r_all.values()) / sum(r_on.values()) if sum(r_on.values()) >= 50 else by_time
+            def ratio(a, o, fallback):  # gputrace's rule: 50 while on, within half to twice time's
+                return a / o if o >= 50 and by_time / 2 <= a / o <= by_time * 2 else fallback
+
+            proc = ratio(sum(r_all.values()), sum(r_on.values()), by_time)
             errs["time"].append(sum(seen.values()) * by_time / true - 1)
             errs["process"].append(sum(seen.values()) * proc / true - 1)
-            errs["thread"].append(sum(seen[k] * (r_all[k] / r_on[k] if r_on[k] >= 50 else proc) for k in tids) / true - 1)
+            errs["thread"].append(sum(seen[k] * ratio(r_all[k], r_on[k], proc) for k in tids) / true - 1)
             p += 0.01
         print(f"slice {on * 1e3:4.0f} ms of {length:.0f} s: " + " | ".join(
             f"{k} sd {100 * st.pstdev(v):5.2f}% mean {100 * st.mean(v):+5.2f}%" for k, v in errs.items()))

@@ -26,8 +26,8 @@
 //! names) are never sampled. The calls of each period are counted per
 //! (process, thread, API) and settled when the period ends, once: the
 //! calls seen while the probes were surely on × the thread's rare calls in
-//! the period / those of them made while on (50 at least; else the
-//! process's), or, for a thread and process with too few rare calls, ×
+//! the period / those of them made while on (50 at least, and within half
+//! to twice the period / its time on; else the process's), or, for a thread and process with too few rare calls, ×
 //! the period / its time on × the process's progress correction (its rare
 //! calls in sampled periods over what time alone tells of them, once 20
 //! came while on). Rare calls keep pace with a training step's work, so
@@ -485,9 +485,15 @@ fn scale(
     progress: Option<&Progress>,
     by_time: f64,
 ) -> f64 {
+    // Rare calls that do not keep pace with the sampled ones (a burst of
+    // allocations while off, a thread that only synchronises while on) say
+    // nothing of them: a ratio more than twice or less than half of time's
+    // is not taken.
+    let paced = |r: f64| (by_time / 2.0..=by_time * 2.0).contains(&r);
     thread
         .and_then(Rare::ratio)
-        .or_else(|| process.and_then(Rare::ratio))
+        .filter(|r| paced(*r))
+        .or_else(|| process.and_then(Rare::ratio).filter(|r| paced(*r)))
         .unwrap_or_else(|| match progress {
             Some(g) if g.on >= MIN_RARE_ON && g.by_time > 0.0 => {
                 by_time * g.total as f64 / g.by_time
@@ -594,22 +600,32 @@ mod tests {
             on: 100,
             by_time: 800.0,
         };
-        // The thread's own pace: 2,000 rare calls, 250 of them while on.
+        // The thread's own pace: 9,000 rare calls, 250 of them while on.
         assert_eq!(
-            scale(Some(&r(2_000, 250)), Some(&r(9_000, 300)), Some(&g), 40.0),
-            8.0
+            scale(Some(&r(9_000, 250)), Some(&r(9_000, 300)), Some(&g), 40.0),
+            36.0
         );
         // Too few of the thread's while on: the process's.
         assert_eq!(
             scale(Some(&r(400, 49)), Some(&r(9_000, 300)), Some(&g), 40.0),
             30.0
         );
-        assert_eq!(scale(None, Some(&r(500, 50)), None, 40.0), 10.0);
+        assert_eq!(scale(None, Some(&r(2_250, 50)), None, 40.0), 45.0);
         // Neither: time, corrected by the progress once 20 came while on.
         assert_eq!(
             scale(Some(&r(40, 5)), Some(&r(60, 8)), Some(&g), 40.0),
             50.0
         );
+        // A ratio far from time's (rare calls not keeping pace): the next.
+        assert_eq!(
+            scale(Some(&r(100_000, 50)), Some(&r(9_000, 300)), None, 40.0),
+            30.0
+        );
+        assert_eq!(
+            scale(Some(&r(100_000, 50)), Some(&r(90_000, 300)), None, 40.0),
+            40.0
+        );
+        assert_eq!(scale(Some(&r(500, 50)), None, None, 40.0), 40.0);
         let young = Progress { on: 19, ..g };
         assert_eq!(scale(None, None, Some(&young), 40.0), 40.0);
         assert_eq!(scale(None, None, None, 40.0), 40.0);
