@@ -63,7 +63,26 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
     );
     let sampling = &run.summary["sampling"];
     eprintln!("sampling: {sampling}");
-    eprintln!("{}", run.gputrace.stderr_text());
+    let stderr = run.gputrace.stderr_text();
+    eprintln!("{stderr}");
+    // Both classes of prologue were measured (what a hit costs depends on
+    // whether the kernel emulates the function's first instruction).
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("a probe hit costs"))
+        .unwrap_or_else(|| panic!("no hit cost line: {stderr}"));
+    let ns: Vec<f64> = line
+        .split_whitespace()
+        .zip(line.split_whitespace().skip(1))
+        .filter(|(_, unit)| *unit == "ns")
+        .map(|(v, _)| v.parse().unwrap())
+        .collect();
+    assert_eq!(ns.len(), 4, "{line}");
+    assert!(ns.iter().all(|v| *v > 0.0), "{line}");
+    assert!(
+        line.contains("single-stepped") && line.contains("emulated"),
+        "{line}"
+    );
     assert_eq!(sampling["sampled"], true, "{sampling}");
     let share = sampling["traced_share"].as_f64().unwrap();
     assert!(share > 0.0 && share < 0.9, "traced share {share}");

@@ -17,7 +17,7 @@ use super::catalogue::{Lib, ProbeSelection};
 use super::discover::LibraryFile;
 use super::multi::{MultiLink, MultiPrograms};
 use super::sampler::HotSet;
-use super::symbols::{resolve_symbols, ResolvedSymbol};
+use super::symbols::{resolve_symbols, Prologues, ResolvedSymbol};
 use crate::events::types::Family;
 use crate::nccl::libs::{NcclLibraries, Slot};
 use crate::stacks::settings::{PyProcMap, StackSettings};
@@ -139,6 +139,9 @@ pub struct Probes {
     ebpf: Ebpf,
     selection: ProbeSelection,
     symbols: HashMap<(u64, u64), Vec<ResolvedSymbol>>,
+    /// The prologue class of each API's function in the files resolved
+    /// (what a hit costs depends on it; shared with the overhead budget).
+    prologues: Arc<Prologues>,
     /// Programs for multi-uprobe links, when the kernel has them (shared
     /// with the sampler's thread).
     multi: Option<Arc<MultiPrograms>>,
@@ -252,6 +255,7 @@ impl Probes {
             ebpf,
             selection,
             symbols: HashMap::new(),
+            prologues: Arc::default(),
             multi,
             split_hot: false,
             stacks,
@@ -336,6 +340,7 @@ impl Probes {
         let key = (file.dev, file.inode);
         if let std::collections::hash_map::Entry::Vacant(e) = self.symbols.entry(key) {
             let found = resolve_symbols(&file.path, file.lib)?;
+            self.prologues.record(&found);
             e.insert(found);
         }
         Ok(self.symbols[&key]
@@ -343,6 +348,12 @@ impl Probes {
             .filter(|s| self.selection.mode(s.api.family).is_some())
             .cloned()
             .collect())
+    }
+
+    /// The prologue classes of the APIs' functions resolved so far (and
+    /// later).
+    pub fn prologues(&self) -> Arc<Prologues> {
+        self.prologues.clone()
     }
 
     /// Drops the symbols kept for a file that is no longer probed.

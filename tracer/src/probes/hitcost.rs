@@ -1,10 +1,13 @@
 //! What one probe hit costs the calling thread on this machine: the
 //! breakpoint trap, gputrace's real entry (and return) program with the
 //! cookie of a cheap samplable API (`cuEventRecord`), its map and ring
-//! buffer work. Measured on a function of gputrace's own, called in a
-//! tight loop with and without probes, and kept in the cache directory by
-//! a key of the kernel release, the CPU model and the eBPF object, so only
-//! the first run on a machine pays the half second it takes.
+//! buffer work. Measured on two functions of gputrace's own, called in a
+//! tight loop with and without probes: one whose first instruction the
+//! kernel single-steps out of line (a second trap), one whose first
+//! instruction it emulates (`push`; `probes::symbols::Prologue`), and kept
+//! in the cache directory by a key of the kernel release, the CPU model
+//! and the eBPF object, so only the first run on a machine pays the second
+//! it takes.
 
 use std::time::Instant;
 
@@ -14,6 +17,7 @@ use sha2::{Digest, Sha256};
 
 use super::attach::{detach_many, Attachment, Link, Probes};
 use super::catalogue::{api_by_name, ProbeSelection};
+use super::symbols::Prologue;
 use crate::config::Config;
 use crate::names::cache::CalibrationCache;
 
@@ -23,28 +27,81 @@ const CALLS: u32 = 20_000;
 /// ever adds to a run, so the fastest is the closest to the cost itself).
 const ROUNDS: usize = 7;
 
-/// Nanoseconds one traced call costs its thread.
+/// Nanoseconds one traced call costs its thread, on a function whose
+/// first instruction the kernel single-steps (`entry_ns`,
+/// `entry_return_ns`) and on one whose first instruction it emulates.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HitCost {
     /// An entry probe only (what `:args` and sampled families pay).
     pub entry_ns: f64,
     /// An entry and a return probe.
     pub entry_return_ns: f64,
+    /// The same on an emulated first instruction (absent from caches
+    /// written before it was measured: such an entry is measured again).
+    #[serde(default)]
+    pub emulated_entry_ns: f64,
+    #[serde(default)]
+    pub emulated_entry_return_ns: f64,
 }
 
 impl HitCost {
     pub fn is_plausible(&self) -> bool {
         let ok = |v: f64| v.is_finite() && v > 0.0 && v < 1e6;
-        ok(self.entry_ns) && ok(self.entry_return_ns)
+        ok(self.entry_ns)
+            && ok(self.entry_return_ns)
+            && ok(self.emulated_entry_ns)
+            && ok(self.emulated_entry_return_ns)
+    }
+
+    /// (entry, entry and return) in seconds, for a function of this class.
+    pub fn seconds(&self, p: Prologue) -> (f64, f64) {
+        match p {
+            Prologue::Stepped => (self.entry_ns * 1e-9, self.entry_return_ns * 1e-9),
+            Prologue::Emulated => (
+                self.emulated_entry_ns * 1e-9,
+                self.emulated_entry_return_ns * 1e-9,
+            ),
+        }
     }
 }
 
-/// The function the probes are put on.
+/// The function the probes are put on (its first instruction, a store to
+/// the stack, is single-stepped; `Prologue::of` checks it).
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn gputrace_hit_cost_target(event: u64, stream: u64) -> u64 {
     std::hint::black_box(event).wrapping_add(std::hint::black_box(stream))
 }
+
+// The same sum behind a `push %rbp`, which x86's uprobes emulate.
+#[cfg(target_arch = "x86_64")]
+std::arch::global_asm!(
+    ".globl gputrace_hit_cost_push_target",
+    ".type gputrace_hit_cost_push_target,@function",
+    "gputrace_hit_cost_push_target:",
+    "push rbp",
+    "mov rax, rdi",
+    "add rax, rsi",
+    "pop rbp",
+    "ret",
+    ".size gputrace_hit_cost_push_target, . - gputrace_hit_cost_push_target",
+);
+
+#[cfg(target_arch = "x86_64")]
+unsafe extern "C" {
+    // SAFETY: a leaf function (the global_asm above): it reads two integer
+    // registers, restores rbp and returns their sum.
+    safe fn gputrace_hit_cost_push_target(event: u64, stream: u64) -> u64;
+}
+
+/// The emulated-prologue target (elsewhere the single-stepped one: no
+/// other class is told apart there).
+#[cfg(target_arch = "x86_64")]
+const PUSH_TARGET: Target = gputrace_hit_cost_push_target;
+#[cfg(not(target_arch = "x86_64"))]
+const PUSH_TARGET: Target = gputrace_hit_cost_target;
+
+type Target = extern "C" fn(u64, u64) -> u64;
 
 /// The cache key of this machine and build.
 fn key() -> String {
@@ -57,6 +114,8 @@ fn key() -> String {
         .unwrap_or_default();
     h.update(model.as_bytes());
     h.update(crate::EBPF_OBJECT);
+    // Bumped when what is measured changes.
+    h.update(b"hit cost v2: stepped and emulated prologues");
     let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
 }
@@ -74,9 +133,8 @@ pub fn get(config: &Config) -> anyhow::Result<(HitCost, bool)> {
     Ok((c, true))
 }
 
-/// Where `gputrace_hit_cost_target` lies in the file mapped as our code.
-fn own_offset() -> anyhow::Result<(std::path::PathBuf, u64)> {
-    let addr = gputrace_hit_cost_target as *const () as u64;
+/// Where the function at `addr` lies in the file mapped as our code.
+fn own_offset(addr: u64) -> anyhow::Result<(std::path::PathBuf, u64)> {
     let maps = std::fs::read_to_string("/proc/self/maps").context("reading /proc/self/maps")?;
     for line in maps.lines() {
         let mut f = line.split_whitespace();
@@ -95,10 +153,10 @@ fn own_offset() -> anyhow::Result<(std::path::PathBuf, u64)> {
     Err(anyhow!("our own code is not in /proc/self/maps"))
 }
 
-fn timed_run() -> f64 {
+fn timed_run(target: Target) -> f64 {
     let t = Instant::now();
     for i in 0..CALLS {
-        std::hint::black_box(gputrace_hit_cost_target(u64::from(i), 7));
+        std::hint::black_box(target(u64::from(i), 7));
     }
     t.elapsed().as_nanos() as f64 / f64::from(CALLS)
 }
@@ -108,7 +166,7 @@ fn fastest(v: Vec<f64>) -> f64 {
 }
 
 /// Measures the cost: runs of the loop unprobed, with the entry probe, and
-/// with entry and return probes, interleaved.
+/// with entry and return probes, interleaved, on each target.
 pub fn measure(config: &Config) -> anyhow::Result<HitCost> {
     let mut cfg = config.clone();
     // Room for every record of a run below the wakeup threshold (a
@@ -116,32 +174,39 @@ pub fn measure(config: &Config) -> anyhow::Result<HitCost> {
     cfg.ring_bytes = 32 << 20;
     let mut probes = Probes::load(ProbeSelection::default(), &cfg, None)?;
     let mut ring = probes.take_ring()?;
-    let (exe, offset) = own_offset()?;
     let api = api_by_name("cuEventRecord")
         .ok_or_else(|| anyhow!("cuEventRecord not in the catalogue"))?;
     let cookie = api.cookie();
     let pid = std::process::id();
-    let mut bare = Vec::new();
-    let mut entry = Vec::new();
-    let mut both = Vec::new();
-    for _ in 0..ROUNDS {
-        bare.push(timed_run());
-        for with_ret in [false, true] {
-            let att = attach_raw(&mut probes, &exe, offset, cookie.0, pid, with_ret)?;
-            let ns = timed_run();
-            detach_many(vec![att]);
-            while ring.next().is_some() {}
-            if with_ret {
-                both.push(ns);
-            } else {
-                entry.push(ns);
+    let mut one = |target: Target| -> anyhow::Result<(f64, f64)> {
+        let (exe, offset) = own_offset(target as *const () as u64)?;
+        let mut bare = Vec::new();
+        let mut entry = Vec::new();
+        let mut both = Vec::new();
+        for _ in 0..ROUNDS {
+            bare.push(timed_run(target));
+            for with_ret in [false, true] {
+                let att = attach_raw(&mut probes, &exe, offset, cookie.0, pid, with_ret)?;
+                let ns = timed_run(target);
+                detach_many(vec![att]);
+                while ring.next().is_some() {}
+                if with_ret {
+                    both.push(ns);
+                } else {
+                    entry.push(ns);
+                }
             }
         }
-    }
-    let b = fastest(bare);
+        let b = fastest(bare);
+        Ok(((fastest(entry) - b).max(1.0), (fastest(both) - b).max(1.0)))
+    };
+    let (entry_ns, entry_return_ns) = one(gputrace_hit_cost_target)?;
+    let (emulated_entry_ns, emulated_entry_return_ns) = one(PUSH_TARGET)?;
     Ok(HitCost {
-        entry_ns: (fastest(entry) - b).max(1.0),
-        entry_return_ns: (fastest(both) - b).max(1.0),
+        entry_ns,
+        entry_return_ns,
+        emulated_entry_ns,
+        emulated_entry_return_ns,
     })
 }
 
@@ -200,4 +265,44 @@ fn attach_raw(
         }
     }
     Ok(att)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The calibration's two targets start with the instruction of the
+    /// class they stand for (a compiler that started the Rust one with a
+    /// push would measure the emulated class twice).
+    #[test]
+    fn the_targets_prologues_are_of_their_classes() {
+        let first = |t: Target| {
+            let (exe, off) = own_offset(t as *const () as u64).unwrap();
+            let data = std::fs::read(exe).unwrap();
+            Prologue::of(&data[off as usize..])
+        };
+        assert_eq!(first(gputrace_hit_cost_target), Prologue::Stepped);
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(first(PUSH_TARGET), Prologue::Emulated);
+        }
+    }
+
+    #[test]
+    fn each_class_has_its_cost() {
+        let c = HitCost {
+            entry_ns: 4000.0,
+            entry_return_ns: 5000.0,
+            emulated_entry_ns: 900.0,
+            emulated_entry_return_ns: 1500.0,
+        };
+        let near =
+            |(a, b): (f64, f64), (x, y): (f64, f64)| (a - x).abs() < 1e-15 && (b - y).abs() < 1e-15;
+        assert!(near(c.seconds(Prologue::Stepped), (4e-6, 5e-6)));
+        assert!(near(c.seconds(Prologue::Emulated), (9e-7, 1.5e-6)));
+        assert!(c.is_plausible());
+        // A cache entry written before the emulated class was measured.
+        let old: HitCost =
+            serde_json::from_str(r#"{"entry_ns": 4000.0, "entry_return_ns": 5000.0}"#).unwrap();
+        assert!(!old.is_plausible());
+    }
 }

@@ -13,6 +13,57 @@ pub struct ResolvedSymbol {
     pub api: &'static Api,
     /// Offset of the function's first instruction in the file (what uprobes take).
     pub file_offset: u64,
+    pub prologue: Prologue,
+}
+
+/// How the kernel gets past a uprobe's breakpoint: x86's uprobes emulate
+/// some first instructions (a `push` of a register, the usual first
+/// instruction of a function that saves registers) and copy the others
+/// out of line and single-step them, a second trap: on the machines here a
+/// hit costs about 1 µs on a `push` and 4–6 µs on a `sub` or `endbr64`
+/// (`bench/uprobe-prologue`). `probes::hitcost` measures both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Prologue {
+    Emulated,
+    #[default]
+    Stepped,
+}
+
+impl Prologue {
+    /// The class of a function that starts with `code`.
+    pub fn of(code: &[u8]) -> Prologue {
+        if !cfg!(target_arch = "x86_64") {
+            return Prologue::Stepped;
+        }
+        match code {
+            // push r64; push r8..r15
+            [0x50..=0x57, ..] | [0x41, 0x50..=0x57, ..] => Prologue::Emulated,
+            _ => Prologue::Stepped,
+        }
+    }
+}
+
+/// The prologue class of each API's function in the libraries probed (one
+/// that is single-stepped in any of them counts as single-stepped).
+#[derive(Debug, Default)]
+pub struct Prologues(std::sync::RwLock<HashMap<u16, Prologue>>);
+
+impl Prologues {
+    pub fn record(&self, symbols: &[ResolvedSymbol]) {
+        let mut m = self.0.write().unwrap_or_else(|e| e.into_inner());
+        for s in symbols {
+            let p = m.entry(s.api.id).or_insert(s.prologue);
+            if s.prologue == Prologue::Stepped {
+                *p = Prologue::Stepped;
+            }
+        }
+    }
+
+    /// Single-stepped where not known.
+    pub fn of(&self, api: u16) -> Prologue {
+        let m = self.0.read().unwrap_or_else(|e| e.into_inner());
+        m.get(&api).copied().unwrap_or_default()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,7 +131,14 @@ pub fn resolve_symbols(path: &Path, lib: Lib) -> Result<Vec<ResolvedSymbol>, Sym
         if seen.insert(file_offset, api.name).is_some() {
             continue;
         }
-        out.push(ResolvedSymbol { api, file_offset });
+        let prologue = data
+            .get(file_offset as usize..)
+            .map_or(Prologue::Stepped, Prologue::of);
+        out.push(ResolvedSymbol {
+            api,
+            file_offset,
+            prologue,
+        });
     }
     Ok(out)
 }
@@ -124,4 +182,39 @@ fn map_file(path: &Path) -> std::io::Result<FileData> {
     let mut data = Vec::with_capacity(meta.len() as usize);
     file.take(MAX_LIBRARY_BYTES).read_to_end(&mut data)?;
     Ok(FileData::Read(data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probes::catalogue::api_by_name;
+
+    #[test]
+    fn a_push_first_is_emulated_anything_else_single_stepped() {
+        assert_eq!(Prologue::of(&[0x55, 0x48, 0x89, 0xe5]), Prologue::Emulated); // push rbp
+        assert_eq!(Prologue::of(&[0x41, 0x57]), Prologue::Emulated); // push r15
+        assert_eq!(Prologue::of(&[0x53]), Prologue::Emulated); // push rbx
+        assert_eq!(Prologue::of(&[0x48, 0x83, 0xec, 0x48]), Prologue::Stepped); // sub rsp
+        assert_eq!(Prologue::of(&[0xf3, 0x0f, 0x1e, 0xfa]), Prologue::Stepped); // endbr64
+        assert_eq!(Prologue::of(&[0x41, 0x89]), Prologue::Stepped); // mov r8d
+        assert_eq!(Prologue::of(&[0x41]), Prologue::Stepped);
+        assert_eq!(Prologue::of(&[]), Prologue::Stepped);
+    }
+
+    #[test]
+    fn an_api_single_stepped_in_any_library_counts_as_single_stepped() {
+        let api = api_by_name("cuLaunchKernel").unwrap();
+        let sym = |prologue| ResolvedSymbol {
+            api,
+            file_offset: 0x1000,
+            prologue,
+        };
+        let p = Prologues::default();
+        assert_eq!(p.of(api.id), Prologue::Stepped);
+        p.record(&[sym(Prologue::Emulated)]);
+        assert_eq!(p.of(api.id), Prologue::Emulated);
+        p.record(&[sym(Prologue::Stepped)]);
+        p.record(&[sym(Prologue::Emulated)]);
+        assert_eq!(p.of(api.id), Prologue::Stepped);
+    }
 }

@@ -89,6 +89,11 @@ impl Attacher {
         }
     }
 
+    /// The prologue class of each API's function in the libraries resolved.
+    pub(super) fn prologues(&self) -> Arc<crate::probes::symbols::Prologues> {
+        self.probes.prologues()
+    }
+
     /// `--overhead-budget`: from now on samplable symbols are attached by a
     /// sampler. `None` when the kernel has no multi-uprobe links (the
     /// sampler needs them to attach and detach quickly).

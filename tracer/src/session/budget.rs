@@ -36,12 +36,14 @@
 //! the slowdown the probes cause while on.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::events::enrich::Clock;
 use crate::events::sampling::{ApiEstimate, ProcessSampling, SamplingReport};
 use crate::probes::catalogue::Api;
 use crate::probes::hitcost::HitCost;
 use crate::probes::sampler::{Mode, Period, Sampler, MIN_RATIO};
+use crate::probes::symbols::Prologues;
 
 /// A process's rare calls seen in sampled periods before its progress is
 /// trusted as the scale of its sampled calls.
@@ -79,8 +81,8 @@ struct Progress {
 struct Pending {
     /// (pid, tid, API id) → calls of samplable APIs.
     hot: HashMap<(u32, u32, u16), Vec<u64>>,
-    /// (pid, tid) → entry times of rare calls.
-    rare: HashMap<(u32, u32), Vec<u64>>,
+    /// (pid, tid) → entry times and API ids of rare calls.
+    rare: HashMap<(u32, u32), Vec<(u64, u16)>>,
 }
 
 /// Rare calls of one thread or process in one sampled period: in all, and
@@ -99,13 +101,20 @@ impl Rare {
     }
 }
 
-/// A thread's smoothed rates, in calls per second.
+/// A thread's smoothed rates: calls per second, and what they cost per
+/// second (each call at the hit cost of its function's prologue class).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Rates {
     /// Samplable calls while their probes were on.
     hot: f64,
     /// The others (always traced).
     rare: f64,
+    /// The samplable calls' cost with entry probes only, and with return
+    /// probes too.
+    hot_e: f64,
+    hot_er: f64,
+    /// The other calls' cost (entry and return probes).
+    rare_er: f64,
 }
 
 /// What the probes cost a thread at its rates, as fractions of its time.
@@ -118,20 +127,18 @@ struct Costs {
 }
 
 impl Rates {
-    fn costs(&self, c: &HitCost) -> Costs {
-        let (e, er) = (c.entry_ns * 1e-9, c.entry_return_ns * 1e-9);
+    fn costs(&self) -> Costs {
         Costs {
-            exact: (self.hot + self.rare) * er,
-            entry_only: self.hot * e + self.rare * er,
-            rare: self.rare * er,
+            exact: self.hot_er + self.rare_er,
+            entry_only: self.hot_e + self.rare_er,
+            rare: self.rare_er,
         }
     }
 
     /// The share of each period the samplable probes can be on within
     /// `budget` (entry only); `None` for a thread without samplable calls.
-    fn duty(&self, c: &HitCost, budget: f64) -> Option<f64> {
-        let hot = self.hot * c.entry_ns * 1e-9;
-        (hot > 0.0).then(|| (budget - self.costs(c).rare) / hot)
+    fn duty(&self, budget: f64) -> Option<f64> {
+        (self.hot_e > 0.0).then(|| (budget - self.rare_er) / self.hot_e)
     }
 }
 
@@ -139,6 +146,8 @@ pub(super) struct Budget {
     /// The budget as a fraction (1% = 0.01).
     fraction: f64,
     cost: HitCost,
+    /// The prologue class of each API's function (what its hits cost).
+    prologues: Arc<Prologues>,
     pub(super) sampler: std::sync::Arc<Sampler>,
     clock: Clock,
     pending: Pending,
@@ -167,6 +176,7 @@ impl Budget {
     pub(super) fn new(
         percent: f64,
         cost: HitCost,
+        prologues: Arc<Prologues>,
         sampler: std::sync::Arc<Sampler>,
         clock: Clock,
         verbose: bool,
@@ -174,6 +184,7 @@ impl Budget {
         Self {
             fraction: percent / 100.0,
             cost,
+            prologues,
             sampler,
             clock,
             pending: Pending::default(),
@@ -202,7 +213,7 @@ impl Budget {
                 .rare
                 .entry((pid, tid))
                 .or_default()
-                .push(start_ns);
+                .push((start_ns, api.id));
         }
     }
 
@@ -237,17 +248,20 @@ impl Budget {
         let is_on = |t: u64| p.on.iter().any(|(a, b)| t >= *a && t < *b);
         let mut rare_threads: HashMap<(u32, u32), Rare> = HashMap::new();
         let mut rare_procs: HashMap<u32, Rare> = HashMap::new();
-        for (k, times) in pending.rare {
+        // (pid, tid) → the period's rare calls' cost, in seconds.
+        let mut rare_cost: HashMap<(u32, u32), f64> = HashMap::new();
+        for (k, calls) in pending.rare {
             let mut r = Rare::default();
             let mut later = Vec::new();
-            for t in times {
+            for (t, api) in calls {
                 if t >= p.end_ns {
-                    later.push(t);
+                    later.push((t, api));
                 } else if t >= p.start_ns {
                     // (One drained after its own period was settled is
                     // in neither.)
                     r.all += 1;
                     r.on += u64::from(!exact && is_on(t));
+                    *rare_cost.entry(k).or_default() += self.seconds(api).1;
                 }
             }
             if !later.is_empty() {
@@ -286,9 +300,14 @@ impl Budget {
             }
             hot.insert(k, n);
         }
-        let mut per_thread: HashMap<(u32, u32), u64> = HashMap::new();
-        for (&(pid, tid, _), n) in &hot {
-            *per_thread.entry((pid, tid)).or_default() += n;
+        // (pid, tid) → calls, their cost with entry probes, with returns.
+        let mut per_thread: HashMap<(u32, u32), (u64, f64, f64)> = HashMap::new();
+        for (&(pid, tid, api), &n) in &hot {
+            let (e, er) = self.seconds(api);
+            let t = per_thread.entry((pid, tid)).or_default();
+            t.0 += n;
+            t.1 += n as f64 * e;
+            t.2 += n as f64 * er;
         }
         for ((pid, tid, api), n) in hot {
             // The thread's rare calls of this period over those made while
@@ -321,26 +340,39 @@ impl Budget {
         // about the samplable ones.
         let smooth = |old: Option<f64>, new: f64| old.map_or(new, |o| smooth(o, new));
         if len_s > 0.0 {
-            let mut seen: HashMap<(u32, u32), f64> = HashMap::new();
+            let mut seen: HashMap<(u32, u32), (f64, f64)> = HashMap::new();
             for (k, r) in &rare_threads {
-                seen.insert(*k, r.all as f64 / len_s);
+                let cost = rare_cost.get(k).copied().unwrap_or(0.0);
+                seen.insert(*k, (r.all as f64 / len_s, cost / len_s));
             }
             for (k, r) in self.rates.iter_mut() {
-                r.rare = smooth(Some(r.rare), seen.remove(k).unwrap_or(0.0));
+                let (n, c) = seen.remove(k).unwrap_or((0.0, 0.0));
+                r.rare = smooth(Some(r.rare), n);
+                r.rare_er = smooth(Some(r.rare_er), c);
             }
-            for (k, new) in seen {
-                self.rates.entry(k).or_default().rare = new;
+            for (k, (n, c)) in seen {
+                let r = self.rates.entry(k).or_default();
+                (r.rare, r.rare_er) = (n, c);
             }
         }
         if on_s >= 0.005 {
             for (k, r) in self.rates.iter_mut() {
-                r.hot = smooth(Some(r.hot), per_thread.remove(k).unwrap_or(0) as f64 / on_s);
+                let (n, e, er) = per_thread.remove(k).unwrap_or_default();
+                r.hot = smooth(Some(r.hot), n as f64 / on_s);
+                r.hot_e = smooth(Some(r.hot_e), e / on_s);
+                r.hot_er = smooth(Some(r.hot_er), er / on_s);
             }
-            for (k, n) in per_thread {
-                self.rates.entry(k).or_default().hot = n as f64 / on_s;
+            for (k, (n, e, er)) in per_thread {
+                let r = self.rates.entry(k).or_default();
+                (r.hot, r.hot_e, r.hot_er) = (n as f64 / on_s, e / on_s, er / on_s);
             }
         }
         self.rates.retain(|_, r| r.hot + r.rare > 1.0);
+    }
+
+    /// What a hit of `api` costs, (entry, entry and return), in seconds.
+    fn seconds(&self, api: u16) -> (f64, f64) {
+        self.cost.seconds(self.prologues.of(api))
     }
 
     /// A process's estimated calls of one API.
@@ -350,7 +382,7 @@ impl Budget {
 
     fn decide(&mut self) {
         let now = self.sampler.mode();
-        let next = choose(now, &self.rates, &self.cost, self.fraction);
+        let next = choose(now, &self.rates, self.fraction);
         if next != now {
             if self.verbose {
                 // The thread the probes cost most.
@@ -358,12 +390,12 @@ impl Budget {
                     .rates
                     .values()
                     .max_by(|a, b| {
-                        let (a, b) = (a.costs(&self.cost), b.costs(&self.cost));
+                        let (a, b) = (a.costs(), b.costs());
                         a.exact.total_cmp(&b.exact)
                     })
                     .copied()
                     .unwrap_or_default();
-                let c = busiest.costs(&self.cost);
+                let c = busiest.costs();
                 eprintln!(
                     "gputrace: overhead budget {:.2}%: busiest thread {:.0} sampled calls/s and {:.0} other calls/s, {:.2}% with return probes, {:.2}% entry only ({:.2}% the other calls): {} ",
                     self.fraction * 100.0,
@@ -502,13 +534,8 @@ fn scale(
         })
 }
 
-fn choose(now: Mode, rates: &HashMap<(u32, u32), Rates>, cost: &HitCost, budget: f64) -> Mode {
-    let worst = |f: fn(&Costs) -> f64| {
-        rates
-            .values()
-            .map(|r| f(&r.costs(cost)))
-            .fold(0.0, f64::max)
-    };
+fn choose(now: Mode, rates: &HashMap<(u32, u32), Rates>, budget: f64) -> Mode {
+    let worst = |f: fn(&Costs) -> f64| rates.values().map(|r| f(&r.costs())).fold(0.0, f64::max);
     let headroom = |costlier: bool| if costlier { 0.8 } else { 1.0 };
     if worst(|c| c.exact) <= budget * headroom(now != Mode::Exact) {
         return Mode::Exact;
@@ -518,7 +545,7 @@ fn choose(now: Mode, rates: &HashMap<(u32, u32), Rates>, cost: &HitCost, budget:
     }
     let r = rates
         .values()
-        .filter_map(|t| t.duty(cost, budget))
+        .filter_map(|t| t.duty(budget))
         .fold(1.0, f64::min)
         .clamp(MIN_RATIO, 1.0);
     match now {
@@ -532,16 +559,22 @@ fn choose(now: Mode, rates: &HashMap<(u32, u32), Rates>, cost: &HitCost, budget:
 mod tests {
     use super::*;
 
-    const COST: HitCost = HitCost {
-        entry_ns: 4000.0,
-        entry_return_ns: 5000.0,
-    };
-
+    /// Calls of functions whose first instruction is single-stepped: an
+    /// entry probe costs 4 µs, with its return probe 5 µs.
     fn rates(threads: &[(f64, f64)]) -> HashMap<(u32, u32), Rates> {
         threads
             .iter()
             .enumerate()
-            .map(|(i, &(hot, rare))| ((1, i as u32), Rates { hot, rare }))
+            .map(|(i, &(hot, rare))| {
+                let r = Rates {
+                    hot,
+                    rare,
+                    hot_e: hot * 4e-6,
+                    hot_er: hot * 5e-6,
+                    rare_er: rare * 5e-6,
+                };
+                ((1, i as u32), r)
+            })
             .collect()
     }
 
@@ -549,8 +582,8 @@ mod tests {
     fn the_always_traced_calls_are_paid_from_the_budget() {
         // 30k samplable calls/s: 12% entry only. Alone, 1% leaves 1/12 of
         // each period; 1,000 other calls/s (0.5%) leave half of that.
-        let alone = choose(Mode::Exact, &rates(&[(30_000.0, 0.0)]), &COST, 0.01);
-        let with_rare = choose(Mode::Exact, &rates(&[(30_000.0, 1000.0)]), &COST, 0.01);
+        let alone = choose(Mode::Exact, &rates(&[(30_000.0, 0.0)]), 0.01);
+        let with_rare = choose(Mode::Exact, &rates(&[(30_000.0, 1000.0)]), 0.01);
         match (alone, with_rare) {
             (Mode::Duty(a), Mode::Duty(b)) => {
                 assert!((a - 1.0 / 12.0).abs() < 1e-9, "{a}");
@@ -560,7 +593,7 @@ mod tests {
         }
         // The other calls alone over the budget: the smallest share.
         assert_eq!(
-            choose(Mode::Exact, &rates(&[(30_000.0, 3000.0)]), &COST, 0.01),
+            choose(Mode::Exact, &rates(&[(30_000.0, 3000.0)]), 0.01),
             Mode::Duty(MIN_RATIO)
         );
     }
@@ -572,7 +605,6 @@ mod tests {
         let m = choose(
             Mode::Exact,
             &rates(&[(2000.0, 0.0), (1000.0, 1600.0)]),
-            &COST,
             0.01,
         );
         assert_eq!(m, Mode::Duty(0.5));
@@ -581,13 +613,12 @@ mod tests {
             choose(
                 Mode::Exact,
                 &rates(&[(2000.0, 100.0), (100.0, 100.0)]),
-                &COST,
                 0.01
             ),
             Mode::EntryOnly
         );
         assert_eq!(
-            choose(Mode::Exact, &rates(&[(2000.0, 100.0)]), &COST, 0.02),
+            choose(Mode::Exact, &rates(&[(2000.0, 100.0)]), 0.02),
             Mode::Exact
         );
     }
@@ -643,14 +674,14 @@ mod tests {
         // Exactly at the budget with returns: stays exact, but coming back
         // from entry-only needs 20% of headroom.
         let r = rates(&[(1000.0, 1000.0)]);
-        assert_eq!(choose(Mode::Exact, &r, &COST, 0.01), Mode::Exact);
-        assert_eq!(choose(Mode::EntryOnly, &r, &COST, 0.01), Mode::EntryOnly);
+        assert_eq!(choose(Mode::Exact, &r, 0.01), Mode::Exact);
+        assert_eq!(choose(Mode::EntryOnly, &r, 0.01), Mode::EntryOnly);
         // A duty ratio within 10% of the one in force is kept.
         let r = rates(&[(30_000.0, 0.0)]);
-        assert_eq!(choose(Mode::Duty(0.08), &r, &COST, 0.01), Mode::Duty(0.08));
-        assert_eq!(
-            choose(Mode::Duty(0.05), &r, &COST, 0.01),
-            Mode::Duty(1.0 / 12.0)
-        );
+        assert_eq!(choose(Mode::Duty(0.08), &r, 0.01), Mode::Duty(0.08));
+        match choose(Mode::Duty(0.05), &r, 0.01) {
+            Mode::Duty(d) => assert!((d - 1.0 / 12.0).abs() < 1e-12, "{d}"),
+            m => panic!("{m:?}"),
+        }
     }
 }

@@ -508,9 +508,11 @@ fn start_budget(
     })?;
     if verbose {
         eprintln!(
-            "gputrace: a probe hit costs {:.0} ns (entry), {:.0} ns (entry and return) on this machine ({})",
+            "gputrace: a probe hit costs {:.0} ns (entry), {:.0} ns (entry and return) on this machine where the function's first instruction is single-stepped, {:.0} ns and {:.0} ns where it is emulated ({})",
             cost.entry_ns,
             cost.entry_return_ns,
+            cost.emulated_entry_ns,
+            cost.emulated_entry_return_ns,
             if fresh { "measured now" } else { "measured before, cached" }
         );
     }
@@ -521,6 +523,11 @@ fn start_budget(
         return Ok(None);
     };
     Ok(Some(budget::Budget::new(
-        percent, cost, sampler, clock, verbose,
+        percent,
+        cost,
+        attacher.prologues(),
+        sampler,
+        clock,
+        verbose,
     )))
 }

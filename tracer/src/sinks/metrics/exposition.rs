@@ -167,12 +167,17 @@ impl Metrics {
                 o,
                 "gputrace_probe_hit_cost_seconds",
                 "gauge",
-                "What one traced call costs its thread on this machine (measured at start for --overhead-budget): probes=\"entry\" an entry probe, \"entry_return\" an entry and a return probe.",
+                "What one traced call costs its thread on this machine (measured at start for --overhead-budget): probes=\"entry\" an entry probe, \"entry_return\" an entry and a return probe; prologue=\"stepped\" on a function whose first instruction the kernel single-steps, \"emulated\" on one whose first instruction it emulates (a push).",
             );
-            for (probes, ns) in [("entry", c.entry_ns), ("entry_return", c.entry_return_ns)] {
+            for (probes, prologue, ns) in [
+                ("entry", "stepped", c.entry_ns),
+                ("entry_return", "stepped", c.entry_return_ns),
+                ("entry", "emulated", c.emulated_entry_ns),
+                ("entry_return", "emulated", c.emulated_entry_return_ns),
+            ] {
                 let _ = writeln!(
                     o,
-                    "gputrace_probe_hit_cost_seconds{{probes=\"{probes}\"}} {}",
+                    "gputrace_probe_hit_cost_seconds{{probes=\"{probes}\",prologue=\"{prologue}\"}} {}",
                     ns * 1e-9
                 );
             }
