@@ -3,7 +3,9 @@
 //!
 //! The model: a probe hit costs the calling thread a fixed time (measured
 //! at start, `probes::hitcost`: `e` for an entry probe, `er` for an entry
-//! and a return probe). A thread that makes `n` calls of samplable APIs per
+//! and a return probe, each for the class of the function's first
+//! instruction, `probes::symbols::Prologue`; below, one class for short).
+//! A thread that makes `n` calls of samplable APIs per
 //! second while their probes are attached, and `m` calls of the others
 //! (always traced), spends `n × er + m × er` of each second in probes
 //! (`n × e + m × er` with the samplable ones entry only): that share of its
