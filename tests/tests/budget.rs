@@ -255,3 +255,48 @@ fn bad_budgets_are_usage_errors() {
         );
     }
 }
+
+/// The daemon's default budget: a busy process is sampled, its gauge says
+/// so, and the hit cost of both prologue classes is exported.
+#[test]
+fn the_daemon_samples_a_busy_process_and_exports_its_costs() {
+    use gputrace_tests::node::*;
+    use std::time::Duration;
+
+    let d = Daemon::start(&["--overhead-budget", "1"], &[]);
+    let mut args = PASS.to_vec();
+    args.extend(["--sync-us", "2000", "--duration-ms", "8000"]);
+    let mut w = Workload::start(&args);
+    w.go();
+    let pid = w.pid.to_string();
+    let m = d.wait_metrics(Duration::from_secs(30), |m| {
+        sample(
+            m,
+            "gputrace_sampling_ratio",
+            &[("pid", &pid), ("family", "launch")],
+        )
+        .is_some_and(|r| r < 1.0)
+    });
+    let (status, _) = w.finish();
+    assert!(status.success());
+    let ratio = sample(
+        &m,
+        "gputrace_sampling_ratio",
+        &[("pid", &pid), ("family", "launch")],
+    )
+    .unwrap();
+    assert!(ratio > 0.0 && ratio < 1.0, "{ratio}");
+    for probes in ["entry", "entry_return"] {
+        for prologue in ["stepped", "emulated"] {
+            let s = sample(
+                &m,
+                "gputrace_probe_hit_cost_seconds",
+                &[("probes", probes), ("prologue", prologue)],
+            );
+            assert!(
+                s.is_some_and(|v| v > 0.0 && v < 1e-3),
+                "{probes} {prologue}: {s:?}"
+            );
+        }
+    }
+}
