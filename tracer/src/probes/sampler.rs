@@ -182,6 +182,13 @@ pub struct Activity {
     pub symbols: usize,
 }
 
+impl Activity {
+    /// How long a slice's probes fire while being attached and detached.
+    fn transition_ns(&self) -> u64 {
+        self.attach_ns + self.detach_ns
+    }
+}
+
 impl Period {
     /// The share of the period the hot probes were attached.
     pub fn on_fraction(&self) -> f64 {
@@ -224,18 +231,9 @@ struct State {
     called: HashSet<u32>,
     /// The on slice under way attaches every API.
     discovering: bool,
-    /// Probes attached or detached so far.
-    changes: u64,
-    /// The most entry probes the hot sets held at once.
-    symbols: usize,
-    /// Duty on slices so far, and the entry probes they attached.
-    slices: u64,
-    slice_probes: u64,
-    /// How long attaching and detaching the sampled probes takes (smoothed):
-    /// the probes fire meanwhile.
-    attach_ns: u64,
-    detach_ns: u64,
-    transition_ns: u64,
+    /// What was attached and detached so far, and how long it takes (the
+    /// probes fire meanwhile).
+    activity: Activity,
 }
 
 impl State {
@@ -245,7 +243,7 @@ impl State {
             Mode::Duty(r) if r > 0.0 => {
                 // The probes are live while they are attached and detached
                 // too: that time is paid from the slice.
-                let live = MIN_ON.as_nanos() as u64 + self.transition_ns;
+                let live = MIN_ON.as_nanos() as u64 + self.activity.transition_ns();
                 let stretched = (live as f64 / r) as u64;
                 stretched.clamp(
                     self.period_ns,
@@ -345,13 +343,7 @@ impl Sampler {
                 periods: 0,
                 called: HashSet::new(),
                 discovering: true,
-                changes: 0,
-                symbols: 0,
-                slices: 0,
-                slice_probes: 0,
-                attach_ns: 0,
-                detach_ns: 0,
-                transition_ns: 0,
+                activity: Activity::default(),
             }),
             Condvar::new(),
         ));
@@ -380,11 +372,12 @@ impl Sampler {
         };
         if let Some(entry_only) = st.applied {
             let only = st.only();
-            st.changes += attach_group(&mut g, &self.multi, entry_only, self.per_task, only)?;
+            st.activity.changes +=
+                attach_group(&mut g, &self.multi, entry_only, self.per_task, only)?;
         }
         st.groups.insert(key, g);
         let symbols = st.groups.values().map(|g| g.set.offsets.len()).sum();
-        st.symbols = st.symbols.max(symbols);
+        st.activity.symbols = st.activity.symbols.max(symbols);
         Ok(())
     }
 
@@ -409,11 +402,6 @@ impl Sampler {
         lock(&self.shared).wanted
     }
 
-    /// The length of a period (the shortest: `Duty` stretches it).
-    pub fn period(&self) -> Duration {
-        Duration::from_nanos(lock(&self.shared).period_ns)
-    }
-
     /// APIs seen called: `Duty` attaches them in every on slice.
     pub fn mark_called(&self, apis: impl IntoIterator<Item = u32>) {
         let mut st = lock(&self.shared);
@@ -435,15 +423,7 @@ impl Sampler {
 
     /// What the sampler has done so far.
     pub fn activity(&self) -> Activity {
-        let st = lock(&self.shared);
-        Activity {
-            changes: st.changes,
-            slices: st.slices,
-            slice_probes: st.slice_probes,
-            attach_ns: st.attach_ns,
-            detach_ns: st.detach_ns,
-            symbols: st.symbols,
-        }
+        lock(&self.shared).activity
     }
 
     /// Probes attached now by the hot sets.
@@ -523,8 +503,8 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
                 // The share of the period the probes may be live, less the
                 // time they take to attach and detach (at most half of it).
                 let live = (period_ns as f64 * r.clamp(0.0, 1.0)) as u64;
-                let on_until =
-                    st.period_start + live.saturating_sub(st.transition_ns.min(live / 2));
+                let on_until = st.period_start
+                    + live.saturating_sub(st.activity.transition_ns().min(live / 2));
                 if now < on_until {
                     (Some(true), on_until)
                 } else {
@@ -537,7 +517,7 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
             // then on: never both sets of links at once.
             let t_off = monotonic_ns();
             st.set_off(t_off);
-            st.changes += st.groups.values().map(|g| g.probes() as u64).sum::<u64>();
+            st.activity.changes += st.groups.values().map(|g| g.probes() as u64).sum::<u64>();
             let links: Vec<_> = st
                 .groups
                 .values_mut()
@@ -550,8 +530,7 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
             st = lock(shared);
             if had {
                 let took = monotonic_ns().saturating_sub(t_off);
-                st.detach_ns = smoothed(st.detach_ns, took);
-                st.transition_ns = st.attach_ns + st.detach_ns;
+                st.activity.detach_ns = smoothed(st.activity.detach_ns, took);
             }
             let t_attach = monotonic_ns();
             if let Some(entry_only) = want {
@@ -569,9 +548,9 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
                     };
                     match attach_group(g, multi, entry_only, per_task, only.as_ref()) {
                         Ok(n) => {
-                            st.changes += n;
+                            st.activity.changes += n;
                             if matches!(st.wanted, Mode::Duty(_)) {
-                                st.slice_probes += n;
+                                st.activity.slice_probes += n;
                             }
                         }
                         Err(e) => {
@@ -585,10 +564,9 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
                 }
                 st.applied = Some(entry_only);
                 if matches!(st.wanted, Mode::Duty(_)) {
-                    st.slices += 1;
+                    st.activity.slices += 1;
                     let took = monotonic_ns().saturating_sub(t_attach);
-                    st.attach_ns = smoothed(st.attach_ns, took);
-                    st.transition_ns = st.attach_ns + st.detach_ns;
+                    st.activity.attach_ns = smoothed(st.activity.attach_ns, took);
                 }
                 if ok || !st.groups.is_empty() {
                     st.on_since = Some(monotonic_ns());
