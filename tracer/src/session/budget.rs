@@ -29,8 +29,9 @@
 //! (process, thread, API) and settled when the period ends, once: the
 //! calls seen while the probes were surely on × the thread's rare calls in
 //! the period / those of them made while on (50 at least, and within half
-//! to twice the period / its time on; else the process's), or, for a thread and process with too few rare calls, ×
-//! the period / its time on × the process's progress correction (its rare
+//! to twice the period / its time on; else the process's), or, for a
+//! thread and process with too few rare calls, × the period / its time on
+//! × the process's progress correction (its rare
 //! calls in sampled periods over what time alone tells of them, once 20
 //! came while on). Rare calls keep pace with a training step's work, so
 //! they tell the share of it seen far better than time does (on a DDP
@@ -311,6 +312,7 @@ impl Budget {
             t.1 += n as f64 * e;
             t.2 += n as f64 * er;
         }
+        let by_time = (on_s + off_s) / on_s.max(1e-9);
         for ((pid, tid, api), n) in hot {
             // The thread's rare calls of this period over those made while
             // on (a training step's launches come with its kernel lookups,
@@ -327,7 +329,7 @@ impl Budget {
                 rare_threads.get(&(pid, tid)),
                 rare_procs.get(&pid),
                 self.progress.get(&pid),
-                (on_s + off_s) / on_s.max(1e-9),
+                by_time,
             );
             let c = self.counts.entry((pid, api)).or_default();
             if exact {
@@ -340,7 +342,6 @@ impl Budget {
         // Rates (`smooth`): rare calls are always traced, their rate is
         // over the whole period. Periods with almost no time on say little
         // about the samplable ones.
-        let smooth = |old: Option<f64>, new: f64| old.map_or(new, |o| smooth(o, new));
         if len_s > 0.0 {
             let mut seen: HashMap<(u32, u32), (f64, f64)> = HashMap::new();
             for (k, r) in &rare_threads {
@@ -349,8 +350,8 @@ impl Budget {
             }
             for (k, r) in self.rates.iter_mut() {
                 let (n, c) = seen.remove(k).unwrap_or((0.0, 0.0));
-                r.rare = smooth(Some(r.rare), n);
-                r.rare_er = smooth(Some(r.rare_er), c);
+                r.rare = smooth(r.rare, n);
+                r.rare_er = smooth(r.rare_er, c);
             }
             for (k, (n, c)) in seen {
                 let r = self.rates.entry(k).or_default();
@@ -360,9 +361,9 @@ impl Budget {
         if on_s >= 0.005 {
             for (k, r) in self.rates.iter_mut() {
                 let (n, e, er) = per_thread.remove(k).unwrap_or_default();
-                r.hot = smooth(Some(r.hot), n as f64 / on_s);
-                r.hot_e = smooth(Some(r.hot_e), e / on_s);
-                r.hot_er = smooth(Some(r.hot_er), er / on_s);
+                r.hot = smooth(r.hot, n as f64 / on_s);
+                r.hot_e = smooth(r.hot_e, e / on_s);
+                r.hot_er = smooth(r.hot_er, er / on_s);
             }
             for (k, (n, e, er)) in per_thread {
                 let r = self.rates.entry(k).or_default();
@@ -491,11 +492,6 @@ impl Budget {
     }
 }
 
-/// The mode for the next periods, from the mode `now` and each thread's
-/// rates: the costliest that keeps every thread within `budget`. Going
-/// back to a costlier mode needs 20% of headroom, and a duty ratio within
-/// 10% of the one in force is kept, so a rate at an edge does not change
-/// the schedule every period.
 /// A smoothed rate and a period's: a higher rate is taken at once (a job
 /// speeding up, or the first periods, which see the probes being attached,
 /// must not be paid for above the budget while the average catches up); a
@@ -536,6 +532,11 @@ fn scale(
         })
 }
 
+/// The mode for the next periods, from the mode `now` and each thread's
+/// rates: the costliest that keeps every thread within `budget`. Going
+/// back to a costlier mode needs 20% of headroom, and a duty ratio within
+/// 10% of the one in force is kept, so a rate at an edge does not change
+/// the schedule every period.
 fn choose(now: Mode, rates: &HashMap<(u32, u32), Rates>, budget: f64) -> Mode {
     let worst = |f: fn(&Costs) -> f64| rates.values().map(|r| f(&r.costs())).fold(0.0, f64::max);
     let headroom = |costlier: bool| if costlier { 0.8 } else { 1.0 };
