@@ -111,7 +111,6 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
     // Between discoveries an on slice attaches only the APIs called (here
     // launches, event records and stream waits), not every samplable
     // symbol: each attach and detach writes to the process's code.
-    let stderr = run.gputrace.stderr_text();
     let line = stderr
         .lines()
         .find(|l| l.contains("samplable probes on average"))

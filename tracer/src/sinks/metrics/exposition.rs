@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use super::{Metrics, ProcessSeries, BUCKETS_NS};
+use crate::probes::symbols::Prologue;
 
 /// A per-process metric family: its name, type, help, and how one
 /// process's samples of it are written.
@@ -169,17 +170,17 @@ impl Metrics {
                 "gauge",
                 "What one traced call costs its thread on this machine (measured at start for --overhead-budget): probes=\"entry\" an entry probe, \"entry_return\" an entry and a return probe; prologue=\"stepped\" on a function whose first instruction the kernel single-steps, \"emulated\" on one whose first instruction it emulates (a push).",
             );
-            for (probes, prologue, ns) in [
-                ("entry", "stepped", c.entry_ns),
-                ("entry_return", "stepped", c.entry_return_ns),
-                ("entry", "emulated", c.emulated_entry_ns),
-                ("entry_return", "emulated", c.emulated_entry_return_ns),
+            for (prologue, class) in [
+                ("stepped", Prologue::Stepped),
+                ("emulated", Prologue::Emulated),
             ] {
-                let _ = writeln!(
-                    o,
-                    "gputrace_probe_hit_cost_seconds{{probes=\"{probes}\",prologue=\"{prologue}\"}} {}",
-                    ns * 1e-9
-                );
+                let (entry, entry_return) = c.seconds(class);
+                for (probes, s) in [("entry", entry), ("entry_return", entry_return)] {
+                    let _ = writeln!(
+                        o,
+                        "gputrace_probe_hit_cost_seconds{{probes=\"{probes}\",prologue=\"{prologue}\"}} {s}"
+                    );
+                }
             }
         }
         for (name, help, value) in [
