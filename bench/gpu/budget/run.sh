@@ -9,8 +9,9 @@
 # Kind nvidia-h200-x2, from the repository root:
 #   NEW=path/to/gputrace WINDOW=30 UNTRACED=20 ROUNDS=5 bash bench/gpu/budget/run.sh
 # (about 6.5 minutes). BENCH_ARGS="--tiny 2000 --idle-ms 40": each step
-# launches 2,000 tiny kernels and sleeps 40 ms instead of training. Results in $OUT/perf5 (report.txt, windows.tsv,
-# daemon.stderr, the ranks' step files). DRY=1: two simulated-libcuda
+# launches 2,000 tiny kernels and sleeps 40 ms instead of training.
+# Results in $OUT/perf5 (report.txt, windows.tsv, daemon.stderr, the ranks'
+# step files). DRY=1: two simulated-libcuda
 # processes instead of torchrun, to check the script on a CPU machine.
 set -u
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -25,7 +26,7 @@ MODES=${MODES:-"untraced new"}
 START=$(date +%s)
 { date -u; uname -r; nproc; nvidia-smi -L; "$NEW" --version; } > "$R/env.txt" 2>&1
 export GPUTRACE_CACHE_DIR=/tmp/gtcache-perf5
-for b in "$NEW"; do timeout -s TERM 12 "$b" daemon --listen 127.0.0.1:0 --overhead-budget 1 --verbose > "$R/hitcost.$(basename $b).txt" 2>&1; done
+timeout -s TERM 12 "$NEW" daemon --listen 127.0.0.1:0 --overhead-budget 1 --verbose > "$R/hitcost.$(basename "$NEW").txt" 2>&1
 cat "$R"/hitcost.*.txt
 W=$(mktemp -d /tmp/perf5.XXXXXX)
 PORT=$((19000 + $$ % 1000))
@@ -91,15 +92,13 @@ for r in $(seq 0 $((ROUNDS - 1))); do
         exact) cmd=("$NEW" daemon --overhead-budget 0);;
       esac
       "${cmd[@]}" --listen 127.0.0.1:$PORT > "$W/win$n.out" 2> "$W/win$n.err" & TP=$!
-      t_start=$(now)
       # Counts from when the first sampled period is settled (exact: once both pids show).
       for i in $(seq 400); do read a b w u < <(launches_metrics); [ "$a" != - ] && [ "$b" != - ] && { [ $m = exact ] || [[ "$u" != *-* ]]; } && break; sleep 0.1; done
-      DP=$TP
       read a0 b0 c_on u_on < <(launches_metrics); read ca ma va na < <(procstat)
-      d0=$(awk '{print $14+$15}' /proc/$DP/stat 2>/dev/null || echo 0)
+      d0=$(awk '{print $14+$15}' /proc/$TP/stat 2>/dev/null || echo 0)
       t_on=$(now); sleep $WINDOW; t_off=$(now)
       read a1 b1 c_off u_off < <(launches_metrics); read cb mb vb nb < <(procstat)
-      d1=$(awk '{print $14+$15}' /proc/$DP/stat 2>/dev/null || echo 0); dcpu=$((d1 - d0))
+      d1=$(awk '{print $14+$15}' /proc/$TP/stat 2>/dev/null || echo 0); dcpu=$((d1 - d0))
       kill -TERM $TP; wait $TP; TP=""
       { echo "== window $n $m"; cat "$W/win$n.err"; } >> "$R/daemon.stderr"
       if [ "$a0" != - ] && [ "$a1" != - ]; then L0=$((a1 - a0)) L1=$((b1 - b0)); fi
