@@ -2,8 +2,10 @@
 # (transformers GPT2Config/GPT2LMHeadModel, random weights, no download;
 # the same shape from torch.nn alone where transformers is missing),
 # bf16, batch 8x512, trained with DistributedDataParallel under torchrun.
-# Every step's end time and length go to DIR/rank{R}.steps as they happen,
-# so the driver (ddp_bench.sh) can cut them into windows by wall clock.
+# Every step's end time, length, issue time and the issuing threads' CPU
+# time (and cycles, where the machine has hardware counters) go to
+# DIR/rank{R}.steps as they happen, so the driver (budget/run.sh) can cut
+# them into windows by wall clock.
 # Runs until DIR/stop exists (or --max-steps).
 #
 # --dry: no GPU: each "step" makes 300 cuLaunchKernel calls and a
@@ -37,16 +39,77 @@ def stop_requested():
     return os.path.exists(os.path.join(a.dir, "stop"))
 
 
+# When the step's work was all issued (set by each step just before it
+# waits for the GPU).
+issued = [0.0]
+
+
+def mark_issued():
+    issued[0] = time.perf_counter()
+
+
+class ThreadMeter:
+    """The CPU time, and where the machine lends hardware counters the
+    cycles and instructions (user and kernel), of the threads that issue
+    the work: the main thread and PyTorch's autograd threads (which run
+    the backward pass's launches). Opened after the warmup, once those
+    threads exist."""
+
+    def __init__(self):
+        import ctypes, struct
+        me = os.getpid()
+        self.tids = [t for t in map(int, os.listdir("/proc/self/task"))
+                     if t == me or open(f"/proc/self/task/{t}/comm").read().startswith("pt_autograd")]
+        self.stat = [os.open(f"/proc/self/task/{t}/schedstat", os.O_RDONLY) for t in self.tids]
+        self.counters = []
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            # struct perf_event_attr, PERF_ATTR_SIZE_VER0 (64 bytes): type,
+            # size, config, sample_period, sample_type, read_format, flags
+            # (offset 40; exclude_hv = bit 6), wakeup_events, bp_type, bp_addr.
+            for config in (0, 1):  # PERF_COUNT_HW_CPU_CYCLES, _INSTRUCTIONS
+                fds = []
+                for t in self.tids:
+                    buf = ctypes.create_string_buffer(64)
+                    struct.pack_into("<IIQ", buf, 0, 0, 64, config)  # PERF_TYPE_HARDWARE
+                    struct.pack_into("<Q", buf, 40, 1 << 6)
+                    fd = libc.syscall(298, buf, t, -1, -1, 0)  # perf_event_open, x86_64
+                    if fd < 0:
+                        raise OSError(ctypes.get_errno(), "perf_event_open")
+                    fds.append(fd)
+                self.counters.append(fds)
+        except OSError as e:
+            print(f"no hardware counters here ({e}); CPU time only", flush=True)
+            self.counters = []
+        print(f"rank threads measured: {self.tids}, counters: {bool(self.counters)}", flush=True)
+
+    def read(self):
+        cpu = sum(int(os.pread(fd, 64, 0).split()[0]) for fd in self.stat)
+        hw = [sum(int.from_bytes(os.pread(fd, 8, 0), "little") for fd in fds) for fds in self.counters]
+        return cpu, hw
+
+
 def loop(step, rank, should_stop=stop_requested):
+    # Each step: its end (wall clock), its length, the time to issue it
+    # (until it waits for the GPU), the issuing threads' CPU time in ms,
+    # and their cycles and instructions ("-" without counters).
     out = rank_files(rank)
     for _ in range(a.warmup):
         step()
+    meter = ThreadMeter()
     open(os.path.join(a.dir, f"rank{rank}.ready"), "w").close()
+    cpu0, hw0 = meter.read()
     for i in range(a.max_steps):
         t = time.perf_counter()
+        issued[0] = 0.0
         step()
+        now = time.perf_counter()
         end = time.time()
-        out.write(f"{end:.6f} {(time.perf_counter() - t) * 1e3:.4f}\n")
+        cpu, hw = meter.read()
+        d = [x - y for x, y in zip(hw, hw0)] or ["-", "-"]
+        issue = (issued[0] - t) * 1e3 if issued[0] else float("nan")
+        out.write(f"{end:.6f} {(now - t) * 1e3:.4f} {issue:.4f} {(cpu - cpu0) / 1e6:.4f} {d[0]} {d[1]}\n")
+        cpu0, hw0 = cpu, hw
         if i % 10 == 0 and should_stop():
             break
 
@@ -64,6 +127,7 @@ if a.dry:
     def step():
         for _ in range(300):
             cu.cuLaunchKernel(f, 64, 1, 1, 256, 1, 1, 0, None, None, None)
+        mark_issued()
         cu.cuCtxSynchronize()
         time.sleep(0.02)
 
@@ -95,6 +159,7 @@ if a.tiny:
     def tiny_step():
         for _ in range(a.tiny):
             x.add_(1)
+        mark_issued()
         torch.cuda.synchronize()
         if a.idle_ms:
             time.sleep(a.idle_ms / 1e3)
@@ -141,6 +206,7 @@ def step():
     loss = forward(model, x)
     loss.backward()
     opt.step()
+    mark_issued()
     torch.cuda.synchronize()
 
 

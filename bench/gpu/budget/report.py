@@ -4,11 +4,15 @@
 import csv, gzip, os, statistics as st, sys
 res = sys.argv[1]
 steps = []
+# Per step: rank, end time, then the metrics of METRICS (older files have
+# the step time only).
+METRICS = ["step ms", "issue ms", "CPU ms", "cycles", "instructions"]
 for r in (0, 1):
     path = f"{res}/rank{r}.steps"
     for line in (open(path) if os.path.exists(path) else gzip.open(path + ".gz", "rt")):
-        t, ms = line.split()
-        steps.append((r, float(t), float(ms)))
+        f = line.split()
+        vals = [float(x) if x != "-" else None for x in f[1:]]
+        steps.append((r, float(f[0]), float(f[1]), vals + [None] * (len(METRICS) - len(vals))))
 rows = list(csv.DictReader(open(f"{res}/windows.tsv"), delimiter="\t"))
 def q(v, p):
     v = sorted(v); return v[min(len(v) - 1, int(p * len(v)))]
@@ -21,38 +25,70 @@ def per_step(w):
             a, b = float(w["u_on"].split(",")[k]), float(w["u_off"].split(",")[k])
         else:
             a, b = float(w["c_on"]), float(w["c_off"])
-        n = sum(1 for (r, t, _) in steps if r == k and a < t <= b)
+        n = sum(1 for (r, t, _, _) in steps if r == k and a < t <= b)
         out.append(int(w[f"launches{k}"]) / n if n else float("nan"))
     return out
 win = []
+extra = []  # per window, per metric: the steps' values
 for w in rows:
     on, off = float(w["t_on"]), float(w["t_off"])
-    ms = [m for (_, t, m) in steps if on <= t <= off]
+    ms = [m for (_, t, m, _) in steps if on <= t <= off]
     win.append((w, ms, per_step(w)))
+    extra.append([[v[i] for (_, t, _, v) in steps if on <= t <= off and v[i] is not None and v[i] == v[i]] for i in range(len(METRICS))])
 print("DDP step time per window (both ranks; budget windows from the first settled sampled period on)")
 print(f"{'mode':<9}{'round':>6}{'steps':>7}{'median':>9}{'mean':>9}{'p10':>8}{'p90':>8}  launches/step")
 for (w, ms, lps) in win:
     print(f"{w['mode']:<9}{w['round']:>6}{len(ms):>7}{st.median(ms):>9.2f}{st.mean(ms):>9.2f}{q(ms,.1):>8.2f}{q(ms,.9):>8.2f}  " + (" ".join(f"{v:.1f}" for v in lps) if lps else "-"))
 print()
 modes = list(dict.fromkeys(w["mode"] for w in rows))
-by_round = {}
-for (w, ms, _) in win:
-    by_round.setdefault(w["round"], {})[w["mode"]] = ms
+
+
+def per_round(mode, values):
+    """Each round's ratio of `mode`'s median to the untraced window's;
+    `values[i]`: window i's values."""
+    by_round = {}
+    for (w, _, _), v in zip(win, values):
+        if v:
+            by_round.setdefault(w["round"], {})[w["mode"]] = v
+    return sorted(st.median(v[mode]) / st.median(v["untraced"]) for v in by_round.values() if mode in v and "untraced" in v)
+
+
+def interval(rs):
+    """The 95% interval of the mean per-round ratio (Student's t)."""
+    t95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086}
+    df = len(rs) - 1
+    t = t95.get(df) or t95[max(k for k in t95 if k <= df)]
+    half = t * st.stdev(rs) / len(rs) ** 0.5
+    return st.mean(rs) - half, st.mean(rs) + half
+
+
 for mode in modes:
     if mode == "untraced":
         continue
-    rs = sorted(st.median(v[mode]) / st.median(v["untraced"]) for v in by_round.values() if mode in v and "untraced" in v)
+    rs = per_round(mode, [ms for (_, ms, _) in win])
     print(f"{mode}: per-round median ratio to untraced: median {st.median(rs):.4f} mean {st.mean(rs):.4f} (n={len(rs)}) all: " + " ".join(f"{x:.3f}" for x in rs))
     if len(rs) >= 3:
-        # 95% interval of the mean per-round slowdown (Student's t).
-        t95 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086}
-        df = len(rs) - 1
-        t = t95.get(df) or t95[max(k for k in t95 if k <= df)]
-        half = t * st.stdev(rs) / len(rs) ** 0.5
-        print(f"{mode}: mean per-round slowdown {100*(st.mean(rs)-1):+.2f}%, 95% interval {100*(st.mean(rs)-half-1):+.2f}% to {100*(st.mean(rs)+half-1):+.2f}%")
+        lo, hi = interval(rs)
+        print(f"{mode}: mean per-round slowdown {100*(st.mean(rs)-1):+.2f}%, 95% interval {100*(lo-1):+.2f}% to {100*(hi-1):+.2f}%")
     pooled = [m for (w, ms, _) in win if w["mode"] == mode for m in ms]
     base = [m for (w, ms, _) in win if w["mode"] == "untraced" for m in ms]
     print(f"{mode}: all steps pooled: median {st.median(pooled):.3f} vs untraced {st.median(base):.3f} ms ({100*(st.median(pooled)/st.median(base)-1):+.2f}%); mean {st.mean(pooled):.3f} vs {st.mean(base):.3f} ({100*(st.mean(pooled)/st.mean(base)-1):+.2f}%)")
+print()
+# The issuing threads' per-step measures (newer step files): the time to
+# issue a step (until it waits for the GPU), their CPU time and, where the
+# machine lends hardware counters, cycles and instructions.
+for i in range(1, len(METRICS)):
+    col = [e[i] for e in extra]
+    if not any(col):
+        continue
+    for mode in modes:
+        if mode == "untraced":
+            continue
+        rs = per_round(mode, col)
+        if len(rs) >= 3:
+            lo, hi = interval(rs)
+            print(f"{METRICS[i]} per step, {mode}: per-round ratio mean {100*(st.mean(rs)-1):+.2f}% (95% interval {100*(lo-1):+.2f}% to {100*(hi-1):+.2f}%), median {100*(st.median(rs)-1):+.2f}%, n={len(rs)}")
+    print(f"{METRICS[i]} per step, window medians: " + " ".join(f"{w['mode'][0]}{st.median(v):.4g}" for (w, _, _), v in zip(win, col) if v))
 print()
 ex = [v for (w, _, l) in win if w["mode"] == "exact" and l for v in l]
 ref = st.median(ex) if ex else None
@@ -64,23 +100,46 @@ for mode in modes:
             e = [100 * (x / ref - 1) for x in v]
             print(f"launches per step, {mode}: each rank-window against exact: " + " ".join(f"{x:+.1f}%" for x in e) + f" (largest {max(map(abs, e)):.1f}%)")
 print()
-# The ranks' main threads' kernel time (/proc/PID/task/PID/stat stime, in
-# 100 Hz ticks): uprobe traps and the eBPF programs run there, and these
-# threads otherwise hardly enter the kernel (they spin while the GPU works),
-# so its rise is the probes' own cost to the thread, free of the step
-# time's noise. (The autograd thread, which makes most of the backward
-# pass's calls, is not read.)
+# The ranks' threads' time (/proc/PID/task/TID/stat, in 100 Hz ticks):
+# uprobe traps and the eBPF programs run in the kernel, and these threads
+# otherwise hardly enter it (they spin while the GPU works), so the rise of
+# their kernel time is the probes' own cost to them, free of the step
+# time's noise. "main": the main threads; "issuing": the main threads and
+# PyTorch's autograd threads, which make most of the backward pass's calls
+# (newer runs only).
 hz = os.sysconf("SC_CLK_TCK")
-share = {}
-for w in rows:
-    if w.get("msys_a", "-") in ("-", ""):
+
+
+def thread_share(col):
+    """mode -> each rank-window's share (%) of `col`'s ticks over its time."""
+    out = {}
+    for w in rows:
+        if w.get(f"{col}_a", "-") in ("-", "", None):
+            continue
+        dt = float(w["t_off"]) - float(w["t_on"])
+        for a, b in zip(w[f"{col}_a"].split(","), w[f"{col}_b"].split(",")):
+            out.setdefault(w["mode"], []).append(100 * (int(b) - int(a)) / hz / dt)
+    return out
+
+
+for col, label in (("msys", "main threads' kernel time"), ("isys", "issuing threads' kernel time"), ("iusr", "issuing threads' user time")):
+    share = thread_share(col)
+    if not share:
         continue
-    dt = float(w["t_off"]) - float(w["t_on"])
-    for a, b in zip(w["msys_a"].split(","), w["msys_b"].split(",")):
-        share.setdefault(w["mode"], []).append(100 * (int(b) - int(a)) / hz / dt)
-if share:
-    print("main threads' kernel time, % of their time (each rank-window): " + "; ".join(
+    print(f"{label}, % of one CPU (each rank-window): " + "; ".join(
         f"{m} median {st.median(v):.2f}% ({min(v):.2f}-{max(v):.2f}, n={len(v)})" for m, v in share.items()))
     if "untraced" in share:
         base = st.median(share["untraced"])
         print("  over untraced (medians): " + ", ".join(f"{m} {st.median(v) - base:+.2f}%" for m, v in share.items() if m != "untraced"))
+# Time the machine's host took from its CPUs (/proc/stat steal), % of all.
+try:
+    ncpu = int(open(f"{res}/env.txt").read().split("\n")[2])
+except (OSError, ValueError, IndexError):
+    ncpu = None
+steal = {}
+for w in rows:
+    if ncpu and w.get("steal_a", "-") not in ("-", "", None):
+        dt = float(w["t_off"]) - float(w["t_on"])
+        steal.setdefault(w["mode"], []).append(100 * (int(w["steal_b"]) - int(w["steal_a"])) / hz / dt / ncpu)
+if steal:
+    print("steal time, % of the machine's CPUs: " + "; ".join(f"{m} median {st.median(v):.2f}% (max {max(v):.2f})" for m, v in steal.items()))

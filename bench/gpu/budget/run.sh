@@ -45,17 +45,25 @@ P0=$(cat "$W/rank0.pid") P1=$(cat "$W/rank1.pid")
 echo "ranks $P0 $P1 ready after $(( $(date +%s) - START )) s; window ${WINDOW}s, $ROUNDS rounds, modes: $MODES"
 for p in $P0 $P1; do echo "pid $p: $(wc -l < /proc/$p/maps) mappings, $(ls /proc/$p/task | wc -l) threads"; done
 now() { date +%s.%N; }
-procstat() { # -> "cpu0,cpu1 mainsys0,mainsys1 vcs0,vcs1 nvcs0,nvcs1" (ticks; main thread switches)
+procstat() { # -> "cpu0,cpu1 mainsys0,mainsys1 vcs0,vcs1 nvcs0,nvcs1 isys0,isys1 iusr0,iusr1 steal"
+  # (ticks; main thread's switches; i*: the issuing threads, main and
+  # autograd; steal: the machine's, from /proc/stat)
   $PY - $P0 $P1 <<'PYEOF'
-import sys
-out = [[], [], [], []]
+import os, sys
+out = [[], [], [], [], [], []]
+def stat(p, t):
+    return open(f"/proc/{p}/task/{t}/stat").read().rsplit(")", 1)[1].split()
 for p in sys.argv[1:]:
     f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
-    t = open(f"/proc/{p}/task/{p}/stat").read().rsplit(")", 1)[1].split()
+    t = stat(p, p)
     s = dict(l.split(":", 1) for l in open(f"/proc/{p}/task/{p}/status") if ":" in l)
     out[0].append(str(int(f[11]) + int(f[12]))); out[1].append(t[12])
     out[2].append(s["voluntary_ctxt_switches"].strip()); out[3].append(s["nonvoluntary_ctxt_switches"].strip())
-print(" ".join(",".join(x) for x in out))
+    issuing = [stat(p, k) for k in os.listdir(f"/proc/{p}/task")
+               if k == p or open(f"/proc/{p}/task/{k}/comm").read().startswith("pt_autograd")]
+    out[4].append(str(sum(int(x[12]) for x in issuing))); out[5].append(str(sum(int(x[11]) for x in issuing)))
+steal = open("/proc/stat").readline().split()[8]
+print(" ".join(",".join(x) for x in out), steal)
 PYEOF
 }
 launches_metrics() { # -> "L0 L1 when until0,until1"
@@ -77,14 +85,14 @@ for m in re.finditer(r'^gputrace_sampling_estimated_until_seconds\{pid="(\d+)"[^
 print(" ".join(str(int(n[p])) if n[p] else "-" for p in pids), f"{time.time():.6f}", ",".join(u[p] for p in pids))
 PYEOF
 }
-printf "mode\tround\tt_on\tt_off\tlaunches0\tlaunches1\tc_on\tc_off\tu_on\tu_off\tcpu_a\tcpu_b\tmsys_a\tmsys_b\tvcs_a\tvcs_b\tnvcs_a\tnvcs_b\tdaemon_cpu\n" > "$R/windows.tsv"
+printf "mode\tround\tt_on\tt_off\tlaunches0\tlaunches1\tc_on\tc_off\tu_on\tu_off\tcpu_a\tcpu_b\tmsys_a\tmsys_b\tvcs_a\tvcs_b\tnvcs_a\tnvcs_b\tdaemon_cpu\tisys_a\tisys_b\tiusr_a\tiusr_b\tsteal_a\tsteal_b\n" > "$R/windows.tsv"
 n=0
 for r in $(seq 0 $((ROUNDS - 1))); do
   modes=$MODES; [ $r = 0 ] && modes="$MODES exact"
   for m in $modes; do
     n=$((n + 1)); L0=- L1=- c_on=- c_off=- u_on=- u_off=- dcpu=-
     if [ $m = untraced ]; then
-      read ca ma va na < <(procstat); t_on=$(now); sleep ${UNTRACED:-20}; t_off=$(now); read cb mb vb nb < <(procstat)
+      read ca ma va na ia ua sa < <(procstat); t_on=$(now); sleep ${UNTRACED:-20}; t_off=$(now); read cb mb vb nb ib ub sb < <(procstat)
     else
       case $m in
         new) cmd=("$NEW" daemon --overhead-budget 1 --verbose);;
@@ -94,16 +102,16 @@ for r in $(seq 0 $((ROUNDS - 1))); do
       "${cmd[@]}" --listen 127.0.0.1:$PORT > "$W/win$n.out" 2> "$W/win$n.err" & TP=$!
       # Counts from when the first sampled period is settled (exact: once both pids show).
       for i in $(seq 400); do read a b w u < <(launches_metrics); [ "$a" != - ] && [ "$b" != - ] && { [ $m = exact ] || [[ "$u" != *-* ]]; } && break; sleep 0.1; done
-      read a0 b0 c_on u_on < <(launches_metrics); read ca ma va na < <(procstat)
+      read a0 b0 c_on u_on < <(launches_metrics); read ca ma va na ia ua sa < <(procstat)
       d0=$(awk '{print $14+$15}' /proc/$TP/stat 2>/dev/null || echo 0)
       t_on=$(now); sleep $WINDOW; t_off=$(now)
-      read a1 b1 c_off u_off < <(launches_metrics); read cb mb vb nb < <(procstat)
+      read a1 b1 c_off u_off < <(launches_metrics); read cb mb vb nb ib ub sb < <(procstat)
       d1=$(awk '{print $14+$15}' /proc/$TP/stat 2>/dev/null || echo 0); dcpu=$((d1 - d0))
       kill -TERM $TP; wait $TP; TP=""
       { echo "== window $n $m"; cat "$W/win$n.err"; } >> "$R/daemon.stderr"
       if [ "$a0" != - ] && [ "$a1" != - ]; then L0=$((a1 - a0)) L1=$((b1 - b0)); fi
     fi
-    printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" $m $r $t_on $t_off $L0 $L1 $c_on $c_off $u_on $u_off $ca $cb $ma $mb $va $vb $na $nb $dcpu >> "$R/windows.tsv"
+    printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" $m $r $t_on $t_off $L0 $L1 $c_on $c_off $u_on $u_off $ca $cb $ma $mb $va $vb $na $nb $dcpu $ia $ib $ua $ub $sa $sb >> "$R/windows.tsv"
     echo "$(date +%T) round $r $m done"
   done
 done

@@ -59,6 +59,14 @@ impl Prologues {
         }
     }
 
+    /// The APIs resolved so far, each with its class, by API id.
+    pub fn all(&self) -> Vec<(u16, Prologue)> {
+        let m = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<_> = m.iter().map(|(&a, &p)| (a, p)).collect();
+        v.sort_unstable_by_key(|e| e.0);
+        v
+    }
+
     /// Single-stepped where not known.
     pub fn of(&self, api: u16) -> Prologue {
         let m = self.0.read().unwrap_or_else(|e| e.into_inner());

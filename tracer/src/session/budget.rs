@@ -46,7 +46,7 @@ use crate::events::sampling::{ApiEstimate, ProcessSampling, SamplingReport};
 use crate::probes::catalogue::Api;
 use crate::probes::hitcost::HitCost;
 use crate::probes::sampler::{Mode, Period, Sampler, MIN_RATIO};
-use crate::probes::symbols::Prologues;
+use crate::probes::symbols::{Prologue, Prologues};
 
 /// A process's rare calls seen in sampled periods before its progress is
 /// trusted as the scale of its sampled calls.
@@ -483,7 +483,37 @@ impl Budget {
                 a.slice_probes as f64 / a.slices.max(1) as f64,
                 a.symbols
             );
+            eprintln!("gputrace: overhead budget: {}", self.prologue_line());
         }
+    }
+
+    /// Which probed functions' hits are emulated and which single-stepped
+    /// (the samplable ones by name), for `--verbose`.
+    fn prologue_line(&self) -> String {
+        let (mut emulated, mut stepped) = (Vec::new(), Vec::new());
+        let (mut rare_e, mut rare_s) = (0, 0);
+        for (id, p) in self.prologues.all() {
+            let Some(api) = crate::probes::catalogue::api(u32::from(id)) else {
+                continue;
+            };
+            match (api.samplable(), p) {
+                (true, Prologue::Emulated) => emulated.push(api.name),
+                (true, Prologue::Stepped) => stepped.push(api.name),
+                (false, Prologue::Emulated) => rare_e += 1,
+                (false, Prologue::Stepped) => rare_s += 1,
+            }
+        }
+        let (e, s) = (
+            self.cost.seconds(Prologue::Emulated).0,
+            self.cost.seconds(Prologue::Stepped).0,
+        );
+        format!(
+            "samplable functions that begin with a push (emulated, {:.0} ns a hit): {}; single-stepped ({:.0} ns): {}; the other functions: {rare_e} emulated, {rare_s} single-stepped",
+            e * 1e9,
+            if emulated.is_empty() { "none".to_string() } else { emulated.join(" ") },
+            s * 1e9,
+            if stepped.is_empty() { "none".to_string() } else { stepped.join(" ") },
+        )
     }
 
     /// The cost model's figures, for `--verbose` and the summary.
