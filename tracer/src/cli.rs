@@ -111,7 +111,7 @@ pub struct TraceArgs {
     /// NCCL: report ranks waiting in a collective for another, or a thread inside an NCCL call, for this long (0: never).
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
     pub nccl_stall: Duration,
-    /// Keep the probes' cost under PCT percent of each traced thread's time by sampling launches, copies on a stream, event records and stream waits (counts then estimated; other calls always traced); 0: trace every call. Off unless given.
+    /// Keep the probes' cost under PCT percent of each traced process's time (its threads' probe time added up, as a share of one CPU) by sampling launches, copies on a stream, event records and stream waits (counts then estimated; other calls always traced); 0: trace every call. Off unless given.
     #[arg(long, value_name = "PCT", value_parser = parse_budget, allow_hyphen_values = true)]
     pub overhead_budget: Option<f64>,
     /// Say more on stderr (the probe hit cost, what the overhead budget decides).
@@ -162,7 +162,7 @@ pub struct TopArgs {
     /// NCCL: report ranks waiting in a collective for another, or a thread inside an NCCL call, for this long (0: never).
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
     pub nccl_stall: Duration,
-    /// Keep the probes' cost under PCT percent of each traced thread's time by sampling launches, copies on a stream, event records and stream waits (counts then estimated; other calls always traced); 0: trace every call. Off unless given.
+    /// Keep the probes' cost under PCT percent of each traced process's time (its threads' probe time added up, as a share of one CPU) by sampling launches, copies on a stream, event records and stream waits (counts then estimated; other calls always traced); 0: trace every call. Off unless given.
     #[arg(long, value_name = "PCT", value_parser = parse_budget, allow_hyphen_values = true)]
     pub overhead_budget: Option<f64>,
 }
@@ -208,7 +208,7 @@ pub struct DaemonArgs {
     /// NCCL: report ranks waiting in a collective for another, or a thread inside an NCCL call, for this long (0: never).
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
     pub nccl_stall: Duration,
-    /// Keep the probes' cost under PCT percent of each traced thread's time by sampling launches, copies on a stream, event records and stream waits (counts then estimated; other calls always traced); 0: trace every call.
+    /// Keep the probes' cost under PCT percent of each traced process's time (its threads' probe time added up, as a share of one CPU) by sampling launches, copies on a stream, event records and stream waits (counts then estimated; other calls always traced); 0: trace every call.
     #[arg(long, value_name = "PCT", value_parser = parse_budget, allow_hyphen_values = true, default_value = "1")]
     pub overhead_budget: f64,
     /// Say more on stderr (the probe hit cost, what the overhead budget decides).
