@@ -143,3 +143,18 @@ for w in rows:
         steal.setdefault(w["mode"], []).append(100 * (int(w["steal_b"]) - int(w["steal_a"])) / hz / dt / ncpu)
 if steal:
     print("steal time, % of the machine's CPUs: " + "; ".join(f"{m} median {st.median(v):.2f}% (max {max(v):.2f})" for m, v in steal.items()))
+# What a traced call cost the issuing threads where every call is traced
+# (exact windows): their kernel time over the untraced windows' median,
+# per call the daemon counted (calls of every API, both ranks' threads
+# issuing them; other threads' calls are few).
+base = thread_share("isys").get("untraced")
+if base:
+    for w in rows:
+        if w["mode"] != "exact" or w.get("calls_on", "-") in ("-", "", None) or "-" in w["calls_on"]:
+            continue
+        dt = float(w["t_off"]) - float(w["t_on"])
+        per = []
+        for a, b, c0, c1 in zip(w["isys_a"].split(","), w["isys_b"].split(","), w["calls_on"].split(","), w["calls_off"].split(",")):
+            extra_s = (int(b) - int(a)) / hz - st.median(base) / 100 * dt
+            per.append(f"{extra_s / max(1, int(c1) - int(c0)) * 1e9:.0f} ns ({(int(c1) - int(c0)) / dt:.0f} calls/s)")
+        print(f"exact round {w['round']}: the issuing threads' added kernel time per call traced: " + ", ".join(per))

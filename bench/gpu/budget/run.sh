@@ -66,15 +66,19 @@ steal = open("/proc/stat").readline().split()[8]
 print(" ".join(",".join(x) for x in out), steal)
 PYEOF
 }
-launches_metrics() { # -> "L0 L1 when until0,until1"
+launches_metrics() { # -> "L0 L1 when until0,until1 calls0,calls1" (calls: every API)
   $PY - "$PORT" "$P0" "$P1" <<'PYEOF'
 import re, sys, time, urllib.request
 port, pids = sys.argv[1], sys.argv[2:]
 try:
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
 except Exception:
-    print("- - - -"); sys.exit()
+    print("- - - - -"); sys.exit()
 n = {p: 0.0 for p in pids}
+every = {p: 0.0 for p in pids}
+for m in re.finditer(r'^gputrace_api_calls_total\{api="[^"]*",pid="(\d+)"[^}]*\} (\S+)', body, re.M):
+    if m.group(1) in every:
+        every[m.group(1)] += float(m.group(2))
 u = {p: "-" for p in pids}
 for m in re.finditer(r'^gputrace_api_calls_total\{api="(cuLaunchKernel[^"]*)",pid="(\d+)"[^}]*\} (\S+)', body, re.M):
     if m.group(2) in n:
@@ -82,15 +86,16 @@ for m in re.finditer(r'^gputrace_api_calls_total\{api="(cuLaunchKernel[^"]*)",pi
 for m in re.finditer(r'^gputrace_sampling_estimated_until_seconds\{pid="(\d+)"[^}]*\} (\S+)', body, re.M):
     if m.group(1) in u:
         u[m.group(1)] = m.group(2)
-print(" ".join(str(int(n[p])) if n[p] else "-" for p in pids), f"{time.time():.6f}", ",".join(u[p] for p in pids))
+print(" ".join(str(int(n[p])) if n[p] else "-" for p in pids), f"{time.time():.6f}", ",".join(u[p] for p in pids),
+      ",".join(str(int(every[p])) for p in pids))
 PYEOF
 }
-printf "mode\tround\tt_on\tt_off\tlaunches0\tlaunches1\tc_on\tc_off\tu_on\tu_off\tcpu_a\tcpu_b\tmsys_a\tmsys_b\tvcs_a\tvcs_b\tnvcs_a\tnvcs_b\tdaemon_cpu\tisys_a\tisys_b\tiusr_a\tiusr_b\tsteal_a\tsteal_b\n" > "$R/windows.tsv"
+printf "mode\tround\tt_on\tt_off\tlaunches0\tlaunches1\tc_on\tc_off\tu_on\tu_off\tcpu_a\tcpu_b\tmsys_a\tmsys_b\tvcs_a\tvcs_b\tnvcs_a\tnvcs_b\tdaemon_cpu\tisys_a\tisys_b\tiusr_a\tiusr_b\tsteal_a\tsteal_b\tcalls_on\tcalls_off\n" > "$R/windows.tsv"
 n=0
 for r in $(seq 0 $((ROUNDS - 1))); do
   modes=$MODES; [ $r = 0 ] && modes="$MODES exact"
   for m in $modes; do
-    n=$((n + 1)); L0=- L1=- c_on=- c_off=- u_on=- u_off=- dcpu=-
+    n=$((n + 1)); L0=- L1=- c_on=- c_off=- u_on=- u_off=- dcpu=- x_on=- x_off=-
     if [ $m = untraced ]; then
       read ca ma va na ia ua sa < <(procstat); t_on=$(now); sleep ${UNTRACED:-20}; t_off=$(now); read cb mb vb nb ib ub sb < <(procstat)
     else
@@ -101,17 +106,17 @@ for r in $(seq 0 $((ROUNDS - 1))); do
       esac
       "${cmd[@]}" --listen 127.0.0.1:$PORT > "$W/win$n.out" 2> "$W/win$n.err" & TP=$!
       # Counts from when the first sampled period is settled (exact: once both pids show).
-      for i in $(seq 400); do read a b w u < <(launches_metrics); [ "$a" != - ] && [ "$b" != - ] && { [ $m = exact ] || [[ "$u" != *-* ]]; } && break; sleep 0.1; done
-      read a0 b0 c_on u_on < <(launches_metrics); read ca ma va na ia ua sa < <(procstat)
+      for i in $(seq 400); do read a b w u x < <(launches_metrics); [ "$a" != - ] && [ "$b" != - ] && { [ $m = exact ] || [[ "$u" != *-* ]]; } && break; sleep 0.1; done
+      read a0 b0 c_on u_on x_on < <(launches_metrics); read ca ma va na ia ua sa < <(procstat)
       d0=$(awk '{print $14+$15}' /proc/$TP/stat 2>/dev/null || echo 0)
       t_on=$(now); sleep $WINDOW; t_off=$(now)
-      read a1 b1 c_off u_off < <(launches_metrics); read cb mb vb nb ib ub sb < <(procstat)
+      read a1 b1 c_off u_off x_off < <(launches_metrics); read cb mb vb nb ib ub sb < <(procstat)
       d1=$(awk '{print $14+$15}' /proc/$TP/stat 2>/dev/null || echo 0); dcpu=$((d1 - d0))
       kill -TERM $TP; wait $TP; TP=""
       { echo "== window $n $m"; cat "$W/win$n.err"; } >> "$R/daemon.stderr"
       if [ "$a0" != - ] && [ "$a1" != - ]; then L0=$((a1 - a0)) L1=$((b1 - b0)); fi
     fi
-    printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" $m $r $t_on $t_off $L0 $L1 $c_on $c_off $u_on $u_off $ca $cb $ma $mb $va $vb $na $nb $dcpu $ia $ib $ua $ub $sa $sb >> "$R/windows.tsv"
+    printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" $m $r $t_on $t_off $L0 $L1 $c_on $c_off $u_on $u_off $ca $cb $ma $mb $va $vb $na $nb $dcpu $ia $ib $ua $ub $sa $sb $x_on $x_off >> "$R/windows.tsv"
     echo "$(date +%T) round $r $m done"
   done
 done

@@ -23,6 +23,9 @@ pub struct SamplingReport {
     pub budget_percent: f64,
     /// What a probe hit costs on this machine.
     pub hit_cost: crate::probes::hitcost::HitCost,
+    /// How many times `hit_cost` the probes were read to cost in place
+    /// (1 until enough was read; the budget charges hits at it).
+    pub cost_ratio: f64,
 }
 
 impl SamplingReport {

@@ -163,6 +163,58 @@ pub struct Period {
     pub on: Vec<(u64, u64)>,
     /// Return probes were attached whenever the entries were.
     pub returns: bool,
+    /// The watched processes' kernel time while the hot probes were fully
+    /// attached, and while they were detached (`Sampler::watch`).
+    pub kernel: KernelTime,
+}
+
+/// Kernel time of the watched processes (`/proc/PID/stat` stime, clock
+/// ticks) over the time it was read across, with the hot probes on and off.
+/// Their difference per second is what the hot probes cost those
+/// processes in place, against which the model's figure is checked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelTime {
+    pub on_ticks: u64,
+    pub on_ns: u64,
+    pub off_ticks: u64,
+    pub off_ns: u64,
+}
+
+/// Each process's kernel time so far, in clock ticks (processes that are
+/// gone are left out).
+fn kernel_ticks(pids: &[u32]) -> HashMap<u32, u64> {
+    pids.iter()
+        .filter_map(|&pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // Fields after the command's closing parenthesis: state is
+            // field 3, stime field 15.
+            let stime = stat.rsplit_once(')')?.1.split_whitespace().nth(12)?;
+            Some((pid, stime.parse().ok()?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[test]
+fn a_processs_kernel_time_is_read_and_a_gone_one_left_out() {
+    let me = std::process::id();
+    let before = kernel_ticks(&[me, u32::MAX])[&me];
+    // Kernel work: a few thousand system calls.
+    for _ in 0..20_000 {
+        let _ = std::fs::metadata("/proc/self/stat");
+    }
+    let t = kernel_ticks(&[me, u32::MAX]);
+    assert_eq!(t.len(), 1);
+    assert!(t[&me] >= before);
+}
+
+/// A reading of the watched processes' kernel time: when, with the hot
+/// probes on or off, and each one's ticks.
+#[derive(Debug)]
+struct Mark {
+    on: bool,
+    at_ns: u64,
+    ticks: HashMap<u32, u64>,
 }
 
 /// What the sampler has done so far (for `--verbose`).
@@ -234,6 +286,12 @@ struct State {
     /// What was attached and detached so far, and how long it takes (the
     /// probes fire meanwhile).
     activity: Activity,
+    /// The processes whose kernel time is read as the probes go on and off.
+    watch: Vec<u32>,
+    /// The last reading, taken once the probes were attached or detached.
+    mark: Option<Mark>,
+    /// Kernel time read so far in the period under way.
+    kernel: KernelTime,
 }
 
 impl State {
@@ -274,12 +332,44 @@ impl State {
                 on_ns: self.on_acc,
                 on,
                 returns: self.returns,
+                kernel: std::mem::take(&mut self.kernel),
             });
         }
         self.periods += 1;
         self.period_start = now;
         self.on_acc = 0;
         self.returns = self.applied != Some(true);
+    }
+
+    /// Ends the reading under way (as the probes are about to change).
+    fn read_kernel(&mut self, now: u64) {
+        let Some(m) = self.mark.take() else {
+            return;
+        };
+        let ticks = kernel_ticks(&self.watch);
+        let spent: u64 = ticks
+            .iter()
+            .filter_map(|(pid, t)| Some(t.saturating_sub(*m.ticks.get(pid)?)))
+            .sum();
+        let ns = now.saturating_sub(m.at_ns);
+        if m.on {
+            self.kernel.on_ticks += spent;
+            self.kernel.on_ns += ns;
+        } else {
+            self.kernel.off_ticks += spent;
+            self.kernel.off_ns += ns;
+        }
+    }
+
+    /// Starts a reading, the probes now fully on or off (duty slices only:
+    /// other modes have no off time to set against).
+    fn mark_kernel(&mut self, now: u64, on: bool) {
+        self.mark =
+            (matches!(self.wanted, Mode::Duty(_)) && !self.watch.is_empty()).then(|| Mark {
+                on,
+                at_ns: now,
+                ticks: kernel_ticks(&self.watch),
+            });
     }
 
     fn set_off(&mut self, now: u64) {
@@ -344,6 +434,9 @@ impl Sampler {
                 called: HashSet::new(),
                 discovering: true,
                 activity: Activity::default(),
+                watch: Vec::new(),
+                mark: None,
+                kernel: KernelTime::default(),
             }),
             Condvar::new(),
         ));
@@ -400,6 +493,16 @@ impl Sampler {
 
     pub fn mode(&self) -> Mode {
         lock(&self.shared).wanted
+    }
+
+    /// The processes whose kernel time to read as the probes go on and
+    /// off (`Period::kernel`).
+    pub fn watch(&self, pids: Vec<u32>) {
+        let mut st = lock(&self.shared);
+        if st.watch != pids {
+            st.watch = pids;
+            st.mark = None;
+        }
     }
 
     /// APIs seen called: `Duty` attaches them in every on slice.
@@ -516,6 +619,7 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
             // Off first (outside the lock: detaching waits for the kernel),
             // then on: never both sets of links at once.
             let t_off = monotonic_ns();
+            st.read_kernel(t_off);
             st.set_off(t_off);
             st.activity.changes += st.groups.values().map(|g| g.probes() as u64).sum::<u64>();
             let links: Vec<_> = st
@@ -531,6 +635,9 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
             if had {
                 let took = monotonic_ns().saturating_sub(t_off);
                 st.activity.detach_ns = smoothed(st.activity.detach_ns, took);
+            }
+            if want.is_none() {
+                st.mark_kernel(monotonic_ns(), false);
             }
             let t_attach = monotonic_ns();
             if let Some(entry_only) = want {
@@ -569,7 +676,9 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
                     st.activity.attach_ns = smoothed(st.activity.attach_ns, took);
                 }
                 if ok || !st.groups.is_empty() {
-                    st.on_since = Some(monotonic_ns());
+                    let now = monotonic_ns();
+                    st.on_since = Some(now);
+                    st.mark_kernel(now, true);
                 }
                 if entry_only {
                     st.returns = false;

@@ -50,7 +50,7 @@ use crate::events::enrich::Clock;
 use crate::events::sampling::{ApiEstimate, ProcessSampling, SamplingReport};
 use crate::probes::catalogue::Api;
 use crate::probes::hitcost::HitCost;
-use crate::probes::sampler::{Mode, Period, Sampler, MIN_RATIO};
+use crate::probes::sampler::{KernelTime, Mode, Period, Sampler, MIN_RATIO};
 use crate::probes::symbols::{Prologue, Prologues};
 
 /// A process's rare calls seen in sampled periods before its progress is
@@ -171,6 +171,51 @@ pub(super) struct Budget {
     periods: u64,
     last: Option<Period>,
     verbose: bool,
+    /// The hot probes' cost as read in place, against the model's.
+    in_place: InPlace,
+}
+
+/// What the hot probes cost the processes in place: their kernel time
+/// while the probes were on, beyond what the same time off shows, set
+/// against what the model makes of the calls seen on, over every duty
+/// period so far. The hit cost is measured on gputrace's own loop; in a
+/// real program a hit can cost more (on the GPU host, a PyTorch DDP step's
+/// hits 1.2–1.3× the measured figure).
+#[derive(Clone, Copy, Debug, Default)]
+struct InPlace {
+    kernel: KernelTime,
+    /// The model's cost of the calls seen on, over the time read on.
+    modeled_s: f64,
+}
+
+/// Kernel time read on before a ratio is taken (clock ticks: 0.3 s at
+/// 100 Hz, a minute or so of a busy process sampled at 1%; the ticks are
+/// counts of a sampled clock, and a ratio of a few is noise).
+const MIN_IN_PLACE_TICKS: u64 = 30;
+
+impl InPlace {
+    /// How many times the model's cost the probes cost in place, at least
+    /// 1 (the model is never lowered below its measured figure) and at
+    /// most 4; 1 until enough has been read.
+    fn ratio(&self, ticks_per_s: f64) -> f64 {
+        let k = &self.kernel;
+        if k.on_ticks < MIN_IN_PLACE_TICKS || k.off_ns == 0 || self.modeled_s <= 0.0 {
+            return 1.0;
+        }
+        let on_s = k.on_ticks as f64 / ticks_per_s;
+        let off_s = k.off_ticks as f64 / ticks_per_s * (k.on_ns as f64 / k.off_ns as f64);
+        ((on_s - off_s) / self.modeled_s).clamp(1.0, 4.0)
+    }
+}
+
+fn ticks_per_s() -> f64 {
+    // SAFETY: sysconf only reads.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 {
+        hz as f64
+    } else {
+        100.0
+    }
 }
 
 fn mode_name(m: Mode) -> &'static str {
@@ -204,6 +249,7 @@ impl Budget {
             periods: 0,
             last: None,
             verbose,
+            in_place: InPlace::default(),
         }
     }
 
@@ -318,6 +364,21 @@ impl Budget {
             t.1 += n as f64 * e;
             t.2 += n as f64 * er;
         }
+        // The kernel time read while the probes were on and off, and what
+        // the model makes of the calls seen on.
+        let k = &p.kernel;
+        if !exact && k.on_ns > 0 && k.off_ns > 0 && on_s > 0.0 {
+            let modeled: f64 = per_thread
+                .values()
+                .map(|&(_, e, er)| if p.returns { er } else { e })
+                .sum();
+            let m = &mut self.in_place;
+            m.modeled_s += modeled / on_s * (k.on_ns as f64 / 1e9);
+            m.kernel.on_ticks += k.on_ticks;
+            m.kernel.on_ns += k.on_ns;
+            m.kernel.off_ticks += k.off_ticks;
+            m.kernel.off_ns += k.off_ns;
+        }
         let by_time = (on_s + off_s) / on_s.max(1e-9);
         for ((pid, tid, api), n) in hot {
             // The thread's rare calls of this period over those made while
@@ -391,7 +452,14 @@ impl Budget {
 
     fn decide(&mut self) {
         let now = self.sampler.mode();
-        let next = choose(now, &self.rates, self.fraction);
+        // The processes whose kernel time the sampler reads.
+        let mut pids: Vec<u32> = self.rates.keys().map(|k| k.0).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        self.sampler.watch(pids);
+        // Costs × the ratio read in place: the budget ÷ it.
+        let ratio = self.cost_ratio();
+        let next = choose(now, &self.rates, self.fraction / ratio);
         if next != now {
             if self.verbose {
                 // The process the probes cost most.
@@ -404,13 +472,14 @@ impl Budget {
                     .unwrap_or_default();
                 let c = busiest.costs();
                 eprintln!(
-                    "gputrace: overhead budget {:.2}%: costliest process {:.0} sampled calls/s and {:.0} other calls/s, {:.2}% with return probes, {:.2}% entry only ({:.2}% the other calls): {} ",
+                    "gputrace: overhead budget {:.2}%: costliest process {:.0} sampled calls/s and {:.0} other calls/s, {:.2}% with return probes, {:.2}% entry only ({:.2}% the other calls; hits cost {:.2}× the measured figure in place): {} ",
                     self.fraction * 100.0,
                     busiest.hot,
                     busiest.rare,
-                    c.exact * 100.0,
-                    c.entry_only * 100.0,
-                    c.rare * 100.0,
+                    c.exact * 100.0 * ratio,
+                    c.entry_only * 100.0 * ratio,
+                    c.rare * 100.0 * ratio,
+                    ratio,
                     match next {
                         Mode::Exact => "exact".to_string(),
                         Mode::EntryOnly => "entry probes only".to_string(),
@@ -450,6 +519,7 @@ impl Budget {
                 .collect(),
             budget_percent: self.fraction * 100.0,
             hit_cost: self.cost,
+            cost_ratio: self.cost_ratio(),
         }
     }
 
@@ -472,6 +542,7 @@ impl Budget {
             on_ns: 0,
             on: Vec::new(),
             returns: true,
+            kernel: Default::default(),
         });
         out.pop_if(|r| r.start_ns == self.clock.to_unix_ns(last.start_ns));
         out.push(self.report(&last));
@@ -486,6 +557,16 @@ impl Budget {
                 a.slices,
                 a.slice_probes as f64 / a.slices.max(1) as f64,
                 a.symbols
+            );
+            let k = &self.in_place.kernel;
+            eprintln!(
+                "gputrace: overhead budget: in place, the traced processes spent {} clock ticks in the kernel over {:.1} s with the sampled probes on and {} over {:.1} s off; the model makes {:.3} s of the calls seen on: hits cost {:.2}× the measured figure",
+                k.on_ticks,
+                k.on_ns as f64 / 1e9,
+                k.off_ticks,
+                k.off_ns as f64 / 1e9,
+                self.in_place.modeled_s,
+                self.cost_ratio()
             );
             eprintln!("gputrace: overhead budget: {}", self.prologue_line());
         }
@@ -518,6 +599,12 @@ impl Budget {
             s * 1e9,
             if stepped.is_empty() { "none".to_string() } else { stepped.join(" ") },
         )
+    }
+
+    /// How many times the measured hit cost the probes cost in place (1
+    /// until enough was read).
+    pub(super) fn cost_ratio(&self) -> f64 {
+        self.in_place.ratio(ticks_per_s())
     }
 
     /// The cost model's figures, for `--verbose` and the summary.
@@ -729,6 +816,28 @@ mod tests {
         let young = Progress { on: 19, ..g };
         assert_eq!(scale(None, None, Some(&young), 40.0), 40.0);
         assert_eq!(scale(None, None, None, 40.0), 40.0);
+    }
+
+    #[test]
+    fn the_in_place_ratio_sets_kernel_time_on_against_off_and_the_model() {
+        let read = |on_ticks, off_ticks, modeled_s| InPlace {
+            kernel: KernelTime {
+                on_ticks,
+                on_ns: 10_000_000_000,
+                off_ticks,
+                off_ns: 40_000_000_000,
+            },
+            modeled_s,
+        };
+        // 10 s on: 1.2 s of kernel time; 40 s off: 0.8 s, so 0.2 s in 10 s
+        // of it is not the sampled probes'. The model made 0.5 s of them.
+        assert!((read(120, 80, 0.5).ratio(100.0) - 2.0).abs() < 1e-12);
+        // Never below the measured figure, nor above 4×.
+        assert_eq!(read(120, 80, 5.0).ratio(100.0), 1.0);
+        assert_eq!(read(120, 80, 0.1).ratio(100.0), 4.0);
+        // Too little read on: 1.
+        assert_eq!(read(MIN_IN_PLACE_TICKS - 1, 0, 0.1).ratio(100.0), 1.0);
+        assert_eq!(InPlace::default().ratio(100.0), 1.0);
     }
 
     #[test]

@@ -183,6 +183,15 @@ impl Metrics {
                 }
             }
         }
+        if let Some(k) = self.cost_ratio {
+            header(
+                o,
+                "gputrace_probe_cost_ratio",
+                "gauge",
+                "How many times gputrace_probe_hit_cost_seconds the sampled probes cost the traced processes in place, read from their kernel time while the probes were on and off (1 until enough was read; at least 1, at most 4): --overhead-budget charges each hit at the measured cost times this.",
+            );
+            let _ = writeln!(o, "gputrace_probe_cost_ratio {k}");
+        }
         for (name, help, value) in [
             (
                 "gputrace_traced_processes",

@@ -142,6 +142,8 @@ pub struct Metrics {
     nccl: nccl::NcclMetrics,
     /// `--overhead-budget`: what a probe hit costs here.
     pub hit_cost: Option<crate::probes::hitcost::HitCost>,
+    /// The budget's in-place ratio (`SamplingReport::cost_ratio`).
+    pub cost_ratio: Option<f64>,
 }
 
 impl Metrics {
@@ -155,6 +157,7 @@ impl Metrics {
             keep_exited,
             nccl: nccl::NcclMetrics::default(),
             hit_cost: None,
+            cost_ratio: None,
         }
     }
 
@@ -163,6 +166,7 @@ impl Metrics {
     /// ratios are the period's.
     pub fn sampling(&mut self, r: &crate::events::sampling::SamplingReport) {
         self.hit_cost = Some(r.hit_cost);
+        self.cost_ratio = Some(r.cost_ratio);
         for p in &r.processes {
             let Some(series) = self.procs.get_mut(&p.pid) else {
                 continue;
