@@ -31,9 +31,11 @@ const CALLS: u32 = 2_500;
 /// first caches. Measured hot, in a loop of calls alone, a hit cost about
 /// two thirds of what it cost in a PyTorch training step (issue 13).
 const POLLUTE_BYTES: usize = 1 << 20;
-/// Runs per mode (the fastest is kept: other work on the machine only
-/// ever adds to a run, so the fastest is the closest to the cost itself).
-const ROUNDS: usize = 7;
+/// Rounds of three runs (unprobed, entry probe, entry and return probes):
+/// each round's differences are taken, and their median kept. The memory
+/// read between calls takes far longer than a hit, and its pace drifts
+/// with the machine's load: runs side by side drift least.
+const ROUNDS: usize = 9;
 
 /// Nanoseconds one traced call costs its thread, on a function whose
 /// first instruction the kernel single-steps (`entry_ns`,
@@ -174,8 +176,9 @@ fn timed_run(target: Target, memory: &[u8]) -> f64 {
     t.elapsed().as_nanos() as f64 / f64::from(CALLS)
 }
 
-fn fastest(v: Vec<f64>) -> f64 {
-    v.into_iter().fold(f64::INFINITY, f64::min)
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Measures the cost: runs of the loop unprobed, with the entry probe, and
@@ -194,25 +197,23 @@ pub fn measure(config: &Config) -> anyhow::Result<HitCost> {
     let memory = vec![1u8; POLLUTE_BYTES];
     let mut one = |target: Target| -> anyhow::Result<(f64, f64)> {
         let (exe, offset) = own_offset(target as *const () as u64)?;
-        let mut bare = Vec::new();
         let mut entry = Vec::new();
         let mut both = Vec::new();
         for _ in 0..ROUNDS {
-            bare.push(timed_run(target, &memory));
+            let bare = timed_run(target, &memory);
             for with_ret in [false, true] {
                 let att = attach_raw(&mut probes, &exe, offset, cookie.0, pid, with_ret)?;
                 let ns = timed_run(target, &memory);
                 detach_many(vec![att]);
                 while ring.next().is_some() {}
                 if with_ret {
-                    both.push(ns);
+                    both.push(ns - bare);
                 } else {
-                    entry.push(ns);
+                    entry.push(ns - bare);
                 }
             }
         }
-        let b = fastest(bare);
-        Ok(((fastest(entry) - b).max(1.0), (fastest(both) - b).max(1.0)))
+        Ok((median(entry).max(1.0), median(both).max(1.0)))
     };
     let (entry_ns, entry_return_ns) = one(gputrace_hit_cost_target)?;
     let (emulated_entry_ns, emulated_entry_return_ns) = one(PUSH_TARGET)?;
