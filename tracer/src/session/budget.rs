@@ -180,7 +180,7 @@ pub(super) struct Budget {
 /// against what the model makes of the calls seen on, over every duty
 /// period so far. The hit cost is measured on gputrace's own loop; in a
 /// real program a hit can cost more (on the GPU host, a PyTorch DDP step's
-/// hits 1.2–1.3× the measured figure).
+/// hits cost 1.1–1.7× the figure measured cold).
 #[derive(Clone, Copy, Debug, Default)]
 struct InPlace {
     kernel: KernelTime,
