@@ -256,7 +256,8 @@ fn bad_budgets_are_usage_errors() {
 }
 
 /// The daemon's default budget: a busy process is sampled, its gauge says
-/// so, and the hit cost of both prologue classes is exported.
+/// so, and the hit cost of both prologue classes and the in-place ratio
+/// are exported.
 #[test]
 fn the_daemon_samples_a_busy_process_and_exports_its_costs() {
     use gputrace_tests::node::*;
@@ -298,4 +299,7 @@ fn the_daemon_samples_a_busy_process_and_exports_its_costs() {
             );
         }
     }
+    // The in-place ratio the hits are charged at: 1× to 4×.
+    let k = sample(&m, "gputrace_probe_cost_ratio", &[]);
+    assert!(k.is_some_and(|k| (1.0..=4.0).contains(&k)), "{k:?}");
 }
