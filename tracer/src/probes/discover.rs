@@ -137,6 +137,8 @@ pub struct ProcStat {
     /// `R`, `S`, `D`, `Z` (zombie), `X` (dead), ...
     pub state: char,
     pub ppid: u32,
+    /// Time its threads spent in the kernel so far, in clock ticks.
+    pub stime_ticks: u64,
     /// When it started, in clock ticks since boot: with the PID, what
     /// tells a process from a later one given the same PID.
     pub start_ticks: u64,
@@ -150,12 +152,14 @@ impl ProcStat {
         let (head, rest) = line.rsplit_once(')')?;
         // Another user chose it: no escape sequence for a terminal.
         let comm = printable(head.get(open + 1..)?).into_owned();
-        // Fields from the 3rd on: state, ppid, ..., starttime is the 22nd.
+        // Fields from the 3rd on: state, ppid, ..., stime is the 15th,
+        // starttime the 22nd.
         let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
         Some(Self {
             comm,
             state: fields.first()?.chars().next()?,
             ppid: fields.get(1)?.parse().ok()?,
+            stime_ticks: fields.get(12)?.parse().ok()?,
             start_ticks: fields.get(19)?.parse().ok()?,
         })
     }
@@ -414,6 +418,7 @@ garbage
         let s = ProcStat::parse(line).unwrap();
         assert_eq!(s.comm, "my (odd) name");
         assert_eq!((s.state, s.ppid, s.start_ticks), ('S', 1, 987654));
+        assert_eq!(s.stime_ticks, 3);
         assert!(!s.exited());
         assert!(ProcStat::parse("12 (x) Z 1").is_none());
         let me = stat(std::process::id()).unwrap();

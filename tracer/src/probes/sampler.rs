@@ -180,35 +180,26 @@ pub struct KernelTime {
     pub off_ns: u64,
 }
 
+impl std::ops::AddAssign for KernelTime {
+    fn add_assign(&mut self, o: Self) {
+        self.on_ticks += o.on_ticks;
+        self.on_ns += o.on_ns;
+        self.off_ticks += o.off_ticks;
+        self.off_ns += o.off_ns;
+    }
+}
+
 /// Each process's kernel time so far, in clock ticks (processes that are
 /// gone are left out).
 fn kernel_ticks(pids: &[u32]) -> HashMap<u32, u64> {
     pids.iter()
-        .filter_map(|&pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            Some((pid, stime(&stat)?))
-        })
+        .filter_map(|&pid| Some((pid, super::discover::stat(pid)?.stime_ticks)))
         .collect()
-}
-
-/// Field 15 of a `/proc/PID/stat` line (the command, field 2, may hold
-/// spaces and parentheses: fields are counted after its last `)`, where
-/// field 3 begins).
-fn stime(stat: &str) -> Option<u64> {
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(12)?
-        .parse()
-        .ok()
 }
 
 #[cfg(test)]
 #[test]
 fn a_processs_kernel_time_is_read_and_a_gone_one_left_out() {
-    let line = "42 (a) (b c) S 1 42 42 0 -1 4194560 100 0 0 0 11 22 0 0 20 0 1 0 5 0 0";
-    assert_eq!(stime(line), Some(22));
-    assert_eq!(stime("42 (x) S 1"), None);
     let me = std::process::id();
     let before = kernel_ticks(&[me, u32::MAX])[&me];
     // Kernel work (system calls) until a tick is charged to it, 10 s at most.

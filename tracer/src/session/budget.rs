@@ -372,12 +372,8 @@ impl Budget {
                 .values()
                 .map(|&(_, e, er)| if p.returns { er } else { e })
                 .sum();
-            let m = &mut self.in_place;
-            m.modeled_s += modeled / on_s * (k.on_ns as f64 / 1e9);
-            m.kernel.on_ticks += k.on_ticks;
-            m.kernel.on_ns += k.on_ns;
-            m.kernel.off_ticks += k.off_ticks;
-            m.kernel.off_ns += k.off_ns;
+            self.in_place.modeled_s += modeled / on_s * (k.on_ns as f64 / 1e9);
+            self.in_place.kernel += *k;
         }
         let by_time = (on_s + off_s) / on_s.max(1e-9);
         for ((pid, tid, api), n) in hot {

@@ -179,6 +179,7 @@ mod tests {
             comm: format!("p{pid}"),
             state: if p.2 { 'Z' } else { 'S' },
             ppid: 1,
+            stime_ticks: 0,
             start_ticks: p.1,
         })
     }
