@@ -55,13 +55,12 @@ def stat(p, t):
     return open(f"/proc/{p}/task/{t}/stat").read().rsplit(")", 1)[1].split()
 for p in sys.argv[1:]:
     f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
-    t = stat(p, p)
+    issuing = {k: stat(p, k) for k in os.listdir(f"/proc/{p}/task")
+               if k == p or open(f"/proc/{p}/task/{k}/comm").read().startswith("pt_autograd")}
     s = dict(l.split(":", 1) for l in open(f"/proc/{p}/task/{p}/status") if ":" in l)
-    out[0].append(str(int(f[11]) + int(f[12]))); out[1].append(t[12])
+    out[0].append(str(int(f[11]) + int(f[12]))); out[1].append(issuing[p][12])
     out[2].append(s["voluntary_ctxt_switches"].strip()); out[3].append(s["nonvoluntary_ctxt_switches"].strip())
-    issuing = [stat(p, k) for k in os.listdir(f"/proc/{p}/task")
-               if k == p or open(f"/proc/{p}/task/{k}/comm").read().startswith("pt_autograd")]
-    out[4].append(str(sum(int(x[12]) for x in issuing))); out[5].append(str(sum(int(x[11]) for x in issuing)))
+    out[4].append(str(sum(int(x[12]) for x in issuing.values()))); out[5].append(str(sum(int(x[11]) for x in issuing.values())))
 steal = open("/proc/stat").readline().split()[8]
 print(" ".join(",".join(x) for x in out), steal)
 PYEOF
