@@ -158,3 +158,26 @@ if base:
             extra_s = (int(b) - int(a)) / hz - st.median(base) / 100 * dt
             per.append(f"{extra_s / max(1, int(c1) - int(c0)) * 1e9:.0f} ns ({(int(c1) - int(c0)) / dt:.0f} calls/s)")
         print(f"exact round {w['round']}: the issuing threads' added kernel time per call traced: " + ", ".join(per))
+
+# Each traced window's calls a second of every API, per rank (from the
+# daemon's counters at the window's start and end; estimates where
+# sampled): which APIs a job calls most, and so which always-traced ones
+# set the budget's floor.
+import re
+pat = re.compile(r'^gputrace_api_calls_total\{api="([^"]*)",pid="(\d+)"[^}]*\} (\S+)', re.M)
+for n, w in enumerate(rows, 1):
+    on, off = f"{res}/apis.win{n}.on", f"{res}/apis.win{n}.off"
+    if not (os.path.exists(on) and os.path.exists(off)):
+        continue
+    def read(path):
+        return {(m.group(1), m.group(2)): float(m.group(3)) for m in pat.finditer(open(path).read())}
+    a, b = read(on), read(off)
+    dt = float(w["t_off"]) - float(w["t_on"])
+    pids = sorted({p for (_, p) in b})
+    rates = {}
+    for (api, pid), v in b.items():
+        rates.setdefault(api, {})[pid] = (v - a.get((api, pid), 0.0)) / dt
+    top = sorted(rates.items(), key=lambda kv: -sum(kv[1].values()))
+    print(f"window {n} ({w['mode']}, round {w['round']}, {dt:.0f} s): calls a second per rank (pids {' '.join(pids)})")
+    for api, r in top[:25]:
+        print(f"  {api:<32}" + "".join(f"{r.get(p, 0.0):>10.0f}" for p in pids))

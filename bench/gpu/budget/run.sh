@@ -8,7 +8,9 @@
 # gputrace_sampling_estimated_until_seconds (steps up to that time).
 # Kind nvidia-h200-x2, from the repository root:
 #   NEW=path/to/gputrace WINDOW=30 UNTRACED=20 ROUNDS=5 bash bench/gpu/budget/run.sh
-# (about 6.5 minutes). BENCH_ARGS="--tiny 2000 --idle-ms 40": each step
+# (about 6.5 minutes). EXACT_WINDOW: the exact window's length (WINDOW
+# unless given). Each traced window's calls of every API at its start and
+# end: apis.winN.on / .off. BENCH_ARGS="--tiny 2000 --idle-ms 40": each step
 # launches 2,000 tiny kernels and sleeps 40 ms instead of training.
 # Results in $OUT/perf5 (report.txt, windows.tsv, daemon.stderr, the ranks'
 # step files). DRY=1: two simulated-libcuda
@@ -89,6 +91,17 @@ print(" ".join(str(int(n[p])) if n[p] else "-" for p in pids), f"{time.time():.6
       ",".join(str(int(every[p])) for p in pids))
 PYEOF
 }
+api_dump() { # FILE: each pid's calls of every API (gputrace_api_calls_total)
+  $PY - "$PORT" "$1" <<'PYEOF'
+import sys, urllib.request
+port, path = sys.argv[1:]
+try:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+except Exception:
+    body = ""
+open(path, "w").write("".join(l + "\n" for l in body.splitlines() if l.startswith("gputrace_api_calls_total{")))
+PYEOF
+}
 printf "mode\tround\tt_on\tt_off\tlaunches0\tlaunches1\tc_on\tc_off\tu_on\tu_off\tcpu_a\tcpu_b\tmsys_a\tmsys_b\tvcs_a\tvcs_b\tnvcs_a\tnvcs_b\tdaemon_cpu\tisys_a\tisys_b\tiusr_a\tiusr_b\tsteal_a\tsteal_b\tcalls_on\tcalls_off\n" > "$R/windows.tsv"
 n=0
 for r in $(seq 0 $((ROUNDS - 1))); do
@@ -108,8 +121,10 @@ for r in $(seq 0 $((ROUNDS - 1))); do
       for i in $(seq 400); do read a b w u x < <(launches_metrics); [ "$a" != - ] && [ "$b" != - ] && { [ $m = exact ] || [[ "$u" != *-* ]]; } && break; sleep 0.1; done
       read a0 b0 c_on u_on x_on < <(launches_metrics); read ca ma va na ia ua sa < <(procstat)
       d0=$(awk '{print $14+$15}' /proc/$TP/stat 2>/dev/null || echo 0)
-      t_on=$(now); sleep $WINDOW; t_off=$(now)
+      api_dump "$R/apis.win$n.on"
+      t_on=$(now); sleep $([ $m = exact ] && echo ${EXACT_WINDOW:-$WINDOW} || echo $WINDOW); t_off=$(now)
       read a1 b1 c_off u_off x_off < <(launches_metrics); read cb mb vb nb ib ub sb < <(procstat)
+      api_dump "$R/apis.win$n.off"
       d1=$(awk '{print $14+$15}' /proc/$TP/stat 2>/dev/null || echo 0); dcpu=$((d1 - d0))
       kill -TERM $TP; wait $TP; TP=""
       { echo "== window $n $m"; cat "$W/win$n.err"; } >> "$R/daemon.stderr"

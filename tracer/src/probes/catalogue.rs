@@ -191,8 +191,9 @@ impl Api {
 
     /// Whether `--overhead-budget` may sample this API: what a busy process
     /// calls tens of thousands of times a second (launches, copies and sets
-    /// on a stream, event records, stream waits). Allocations, frees,
-    /// synchronisations, NCCL, graph construction and names stay exact.
+    /// on a stream, event records, stream waits) and thousands (capture
+    /// status queries). Allocations, frees, synchronisations, NCCL, graph
+    /// construction and names stay exact.
     pub fn samplable(&self) -> bool {
         match self.shape {
             Shape::Launch
@@ -206,6 +207,10 @@ impl Api {
                 stream: Some(_),
                 event: Some(_),
             } => true,
+            // Queries of a stream's capture status: libraries ask before
+            // their work on a stream (cuBLAS, PyTorch's allocator and
+            // random numbers), thousands of times a second.
+            Shape::Graph(GraphOp::IsCapturing | GraphOp::CaptureInfo) => true,
             _ => false,
         }
     }
@@ -458,6 +463,45 @@ mod tests {
         }
         assert!(api_by_name("cuMemcpyHtoDAsync_v2_ptsz").is_some());
         assert!(api_by_name("cuLaunchKernel_ptsz").is_some());
+    }
+
+    /// What `--overhead-budget` may sample: the busy calls on a stream
+    /// and the capture status queries; never what state is built from
+    /// (allocations, names, graphs, NCCL) nor a wait.
+    #[test]
+    fn the_samplable_apis() {
+        let mut bases: Vec<&str> = catalogue()
+            .iter()
+            .filter(|a| a.samplable())
+            .map(|a| a.name.trim_end_matches("_ptsz"))
+            .collect();
+        bases.dedup();
+        assert_eq!(
+            bases,
+            [
+                "cuLaunchKernel",
+                "cuLaunchKernelEx",
+                "cuLaunchCooperativeKernel",
+                "cuGraphLaunch",
+                "cuMemcpyAsync",
+                "cuMemcpyHtoDAsync_v2",
+                "cuMemcpyDtoHAsync_v2",
+                "cuMemcpyDtoDAsync_v2",
+                "cuMemcpyPeerAsync",
+                "cuMemsetD8Async",
+                "cuMemsetD16Async",
+                "cuMemsetD32Async",
+                "cuStreamWaitEvent",
+                "cuEventRecord",
+                "cuEventRecordWithFlags",
+                "cudaLaunchKernel",
+                "cudaLaunchKernelExC",
+                "cuStreamIsCapturing",
+                "cuStreamGetCaptureInfo",
+                "cuStreamGetCaptureInfo_v2",
+                "cuStreamGetCaptureInfo_v3",
+            ]
+        );
     }
 
     #[test]

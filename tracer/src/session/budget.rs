@@ -169,6 +169,8 @@ pub(super) struct Budget {
     sampled: bool,
     /// Periods settled.
     periods: u64,
+    /// When the first period began (CLOCK_MONOTONIC ns).
+    first_ns: Option<u64>,
     last: Option<Period>,
     verbose: bool,
     /// The hot probes' cost as read in place, against the model's.
@@ -247,6 +249,7 @@ impl Budget {
             rates: HashMap::new(),
             sampled: false,
             periods: 0,
+            first_ns: None,
             last: None,
             verbose,
             in_place: InPlace::default(),
@@ -278,6 +281,7 @@ impl Budget {
         let (done, _) = self.sampler.take_periods();
         for p in done {
             self.periods += 1;
+            self.first_ns.get_or_insert(p.start_ns);
             self.settle(&p);
             self.decide();
             if self.sampled {
@@ -565,7 +569,50 @@ impl Budget {
                 self.cost_ratio()
             );
             eprintln!("gputrace: overhead budget: {}", self.prologue_line());
+            if let Some(line) = self.rare_line(&last) {
+                eprintln!("gputrace: overhead budget: {line}");
+            }
         }
+    }
+
+    /// The always-traced APIs of the process they cost most over the
+    /// session, costliest first (what sets the floor the budget cannot go
+    /// under), for `--verbose`.
+    fn rare_line(&self, last: &Period) -> Option<String> {
+        let span_s = last.end_ns.saturating_sub(self.first_ns?) as f64 / 1e9;
+        if span_s <= 0.0 {
+            return None;
+        }
+        let ratio = self.cost_ratio();
+        // pid → (API, calls a second, share of one CPU)
+        let mut by_pid: BTreeMap<u32, Vec<(&'static str, f64, f64)>> = BTreeMap::new();
+        for (&(pid, id), c) in &self.counts {
+            let Some(api) = crate::probes::catalogue::api(u32::from(id)) else {
+                continue;
+            };
+            if api.samplable() {
+                continue;
+            }
+            let rate = (c.exact + c.sampled) as f64 / span_s;
+            let share = rate * self.seconds(id).1 * ratio;
+            by_pid.entry(pid).or_default().push((api.name, rate, share));
+        }
+        let (pid, mut apis) = by_pid.into_iter().max_by(|a, b| {
+            let sum = |v: &[(&str, f64, f64)]| v.iter().map(|x| x.2).sum::<f64>();
+            sum(&a.1).total_cmp(&sum(&b.1))
+        })?;
+        apis.sort_by(|a, b| b.2.total_cmp(&a.2));
+        let total: f64 = apis.iter().map(|x| x.2).sum();
+        let shown: Vec<String> = apis
+            .iter()
+            .take(8)
+            .map(|(name, rate, share)| format!("{name} {rate:.0}/s ({:.2}%)", share * 100.0))
+            .collect();
+        Some(format!(
+            "always-traced calls of pid {pid} over {span_s:.0} s, {:.2}% of one CPU by the model: {}",
+            total * 100.0,
+            shown.join(", ")
+        ))
     }
 
     /// Which probed functions' hits are emulated and which single-stepped
