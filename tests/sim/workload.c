@@ -202,7 +202,7 @@ static struct timespec g_start;      /* written before g_go, read after */
 
 static const char *usage_text =
     "usage: gputrace-workload [--threads T] [--launches N] [--launch-ex N] [--coop N] [--graphs N] "
-    "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--fail N] [--nccl N] [--nccl-config] "
+    "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--capture-checks N] [--fail N] [--nccl N] [--nccl-config] "
     "[--ranks N --rank R [--id-file PATH] [--nccl-init-early] [--nccl-allreduce-only] [--nccl-scalable] "
     "[--split-color C] [--late-ms D [--late-every K]] [--stop-after N] [--nccl-timeout-ms MS] [--cuda-dev N]] [--ptsz] "
     "[--graph-replays R] [--graph-update] [--graphs-before-wait] [--graph-linger-ms N] "
@@ -544,6 +544,25 @@ static void run_pass(struct worker *w)
         CC(cuCtxSynchronize());
     }
 
+    /* --capture-checks: 2 calls per iteration, as a library asks before
+       its work on a stream (the stream is not capturing) */
+    for (uint64_t i = 0; i < opt.capture_checks; i++) {
+        CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        cuuint64_t id = 0;
+        CUgraph g = NULL;
+        const CUgraphNode *deps = NULL;
+        const CUgraphEdgeData *edges = NULL;
+        size_t n = 0;
+        if (pt) {
+            CC(cuStreamIsCapturing_ptsz(s, &st));
+            CC(cuStreamGetCaptureInfo_v3_ptsz(s, &st, &id, &g, &deps, &edges, &n));
+        } else {
+            CC(cuStreamIsCapturing(s, &st));
+            CC(cuStreamGetCaptureInfo_v3(s, &st, &id, &g, &deps, &edges, &n));
+        }
+        if (st != CU_STREAM_CAPTURE_STATUS_NONE) die_msg((int)w->idx, "a capture check found the stream capturing");
+    }
+
     /* --fail: each call must return CUDA_ERROR_OUT_OF_MEMORY and leave *dptr alone */
     for (uint64_t i = 0; i < opt.fail; i++) {
         CUdeviceptr d = (CUdeviceptr)FAIL_SENTINEL;
@@ -805,6 +824,7 @@ static void parse_args(int argc, char **argv)
         else if (!strcmp(a, "--allocs")) { opt.allocs = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--copies")) { opt.copies = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--syncs")) { opt.syncs = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--capture-checks")) { opt.capture_checks = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--fail")) { opt.fail = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--nccl")) { nopt.iters = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--graph-replays")) { opt.graph_replays = parse_u64(a, TAKE_VALUE()); counted_flags++; }

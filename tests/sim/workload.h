@@ -16,7 +16,7 @@
 #define MiB (1ULL << 20)
 
 struct options {
-    uint64_t launches, launch_ex, coop, graphs, runtime, allocs, copies, syncs, fail; /* --nccl: workload_nccl.h */
+    uint64_t launches, launch_ex, coop, graphs, runtime, allocs, copies, syncs, fail, capture_checks; /* --nccl: workload_nccl.h */
     uint64_t graph_replays; /* --graph-replays: the graph section, each executable graph R times */
     int graph_update;       /* --graph-update */
     int graphs_before_wait; /* --graphs-before-wait */

@@ -8,11 +8,22 @@ use std::collections::BTreeMap;
 use gputrace_tests::*;
 use serde_json::Value;
 
-/// One pass of the workload: 200 launches (with 2 event records and 2
-/// stream waits: samplable), one allocation of each kind and its free, and
-/// synchronisations (rare: never sampled).
-const PASS: &[&str] = &["--launches", "200", "--allocs", "1", "--syncs", "2"];
+/// One pass of the workload: 200 launches and 20 capture checks (a
+/// `cuStreamIsCapturing` and a `cuStreamGetCaptureInfo_v3` each), with 2
+/// event records and 2 stream waits (samplable), one allocation of each
+/// kind and its free, and synchronisations (rare: never sampled).
+const PASS: &[&str] = &[
+    "--launches",
+    "200",
+    "--capture-checks",
+    "20",
+    "--allocs",
+    "1",
+    "--syncs",
+    "2",
+];
 const LAUNCHES_PER_PASS: u64 = 200;
+const CAPTURE_CHECKS_PER_PASS: u64 = 20;
 
 /// Counts per API of the summary's process `pid`: (shown, seen, estimated).
 fn api_rows(summary: &Value, pid: u32) -> BTreeMap<String, (u64, u64, bool)> {
@@ -127,6 +138,31 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
         "{line}"
     );
 
+    // --verbose names the always-traced APIs that set the budget's floor,
+    // at their rate: "... over S s, P% of one CPU by the model: API N/s (x%), ...".
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("always-traced calls of pid"))
+        .unwrap_or_else(|| panic!("no always-traced line: {stderr}"));
+    let span: f64 = line
+        .split(" over ")
+        .nth(1)
+        .and_then(|t| t.split(" s,").next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    let rate: f64 = line
+        .split("cuStreamSynchronize ")
+        .nth(1)
+        .and_then(|t| t.split("/s").next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    let syncs = seen["cuStreamSynchronize"] as f64;
+    assert!(
+        (rate * span / syncs - 1.0).abs() < 0.05,
+        "{syncs} stream synchronisations seen: {line}"
+    );
+    assert!(!line.contains("cuLaunchKernel"), "{line}");
+
     // Launches: fewer seen, the estimate near the known count.
     let rows = api_rows(&run.summary, run.pid);
     let (shown, seen_launches, estimated) = rows["cuLaunchKernel"];
@@ -143,6 +179,15 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
         "{seen_launches} of {known} seen"
     );
     assert!(error.abs() < 0.10, "estimate {shown} vs {known}");
+    // Capture status queries are sampled and estimated like launches.
+    for api in ["cuStreamIsCapturing", "cuStreamGetCaptureInfo_v3"] {
+        let (shown, seen, estimated) = rows[api];
+        let known = passes * CAPTURE_CHECKS_PER_PASS;
+        assert!(estimated, "{api} not estimated");
+        assert!(seen < known * 9 / 10, "{api}: {seen} of {known} seen");
+        let error = shown as f64 / known as f64 - 1.0;
+        assert!(error.abs() < 0.10, "{api}: estimate {shown} vs {known}");
+    }
     // Rare APIs are never estimates.
     for (api, (_, _, est)) in &rows {
         if per_pass_rare(api) {

@@ -84,6 +84,16 @@ struct Progress {
     by_time: f64,
 }
 
+/// One process's always-traced calls over the session, for `--verbose`
+/// (kept after it exits, when its counts are dropped).
+#[derive(Clone, Debug, Default)]
+struct RareTally {
+    first_ns: u64,
+    last_ns: u64,
+    /// API id → calls.
+    calls: BTreeMap<u16, u64>,
+}
+
 /// Calls of the period under way.
 #[derive(Default)]
 struct Pending {
@@ -169,8 +179,8 @@ pub(super) struct Budget {
     sampled: bool,
     /// Periods settled.
     periods: u64,
-    /// When the first period began (CLOCK_MONOTONIC ns).
-    first_ns: Option<u64>,
+    /// With `--verbose`: each process's always-traced calls.
+    rare_tally: HashMap<u32, RareTally>,
     last: Option<Period>,
     verbose: bool,
     /// The hot probes' cost as read in place, against the model's.
@@ -249,7 +259,7 @@ impl Budget {
             rates: HashMap::new(),
             sampled: false,
             periods: 0,
-            first_ns: None,
+            rare_tally: HashMap::new(),
             last: None,
             verbose,
             in_place: InPlace::default(),
@@ -272,6 +282,15 @@ impl Budget {
                 .entry((pid, tid))
                 .or_default()
                 .push((start_ns, api.id));
+            if self.verbose {
+                let t = self.rare_tally.entry(pid).or_insert_with(|| RareTally {
+                    first_ns: start_ns,
+                    ..RareTally::default()
+                });
+                t.first_ns = t.first_ns.min(start_ns);
+                t.last_ns = t.last_ns.max(start_ns);
+                *t.calls.entry(api.id).or_default() += 1;
+            }
         }
     }
 
@@ -281,7 +300,6 @@ impl Budget {
         let (done, _) = self.sampler.take_periods();
         for p in done {
             self.periods += 1;
-            self.first_ns.get_or_insert(p.start_ns);
             self.settle(&p);
             self.decide();
             if self.sampled {
@@ -569,48 +587,44 @@ impl Budget {
                 self.cost_ratio()
             );
             eprintln!("gputrace: overhead budget: {}", self.prologue_line());
-            if let Some(line) = self.rare_line(&last) {
+            if let Some(line) = self.rare_line() {
                 eprintln!("gputrace: overhead budget: {line}");
             }
         }
     }
 
-    /// The always-traced APIs of the process they cost most over the
-    /// session, costliest first (what sets the floor the budget cannot go
-    /// under), for `--verbose`.
-    fn rare_line(&self, last: &Period) -> Option<String> {
-        let span_s = last.end_ns.saturating_sub(self.first_ns?) as f64 / 1e9;
-        if span_s <= 0.0 {
-            return None;
-        }
+    /// The always-traced APIs of the process they cost most, costliest
+    /// first, at their rate between its first and last such call (what
+    /// sets the floor the budget cannot go under), for `--verbose`.
+    fn rare_line(&self) -> Option<String> {
         let ratio = self.cost_ratio();
-        // pid → (API, calls a second, share of one CPU)
-        let mut by_pid: BTreeMap<u32, Vec<(&'static str, f64, f64)>> = BTreeMap::new();
-        for (&(pid, id), c) in &self.counts {
-            let Some(api) = crate::probes::catalogue::api(u32::from(id)) else {
-                continue;
-            };
-            if api.samplable() {
-                continue;
-            }
-            let rate = (c.exact + c.sampled) as f64 / span_s;
-            let share = rate * self.seconds(id).1 * ratio;
-            by_pid.entry(pid).or_default().push((api.name, rate, share));
-        }
-        let (pid, mut apis) = by_pid.into_iter().max_by(|a, b| {
-            let sum = |v: &[(&str, f64, f64)]| v.iter().map(|x| x.2).sum::<f64>();
-            sum(&a.1).total_cmp(&sum(&b.1))
-        })?;
+        // (pid, span, [(API, calls a second, share of one CPU)])
+        let costed = self.rare_tally.iter().filter_map(|(&pid, t)| {
+            let span_s = t.last_ns.saturating_sub(t.first_ns) as f64 / 1e9;
+            (span_s >= 0.5).then(|| {
+                let apis: Vec<(&'static str, f64, f64)> = t
+                    .calls
+                    .iter()
+                    .filter_map(|(&id, &n)| {
+                        let api = crate::probes::catalogue::api(u32::from(id))?;
+                        let rate = n as f64 / span_s;
+                        Some((api.name, rate, rate * self.seconds(id).1 * ratio))
+                    })
+                    .collect();
+                (pid, span_s, apis)
+            })
+        });
+        let total = |v: &[(&str, f64, f64)]| v.iter().map(|x| x.2).sum::<f64>();
+        let (pid, span_s, mut apis) = costed.max_by(|a, b| total(&a.2).total_cmp(&total(&b.2)))?;
         apis.sort_by(|a, b| b.2.total_cmp(&a.2));
-        let total: f64 = apis.iter().map(|x| x.2).sum();
         let shown: Vec<String> = apis
             .iter()
             .take(8)
             .map(|(name, rate, share)| format!("{name} {rate:.0}/s ({:.2}%)", share * 100.0))
             .collect();
         Some(format!(
-            "always-traced calls of pid {pid} over {span_s:.0} s, {:.2}% of one CPU by the model: {}",
-            total * 100.0,
+            "always-traced calls of pid {pid} over {span_s:.1} s, {:.2}% of one CPU by the model: {}",
+            total(&apis) * 100.0,
             shown.join(", ")
         ))
     }
