@@ -97,6 +97,8 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
     assert_eq!(sampling["sampled"], true, "{sampling}");
     let share = sampling["traced_share"].as_f64().unwrap();
     assert!(share > 0.0 && share < 0.9, "traced share {share}");
+    let ratio = sampling["probe_cost_ratio"].as_f64().unwrap();
+    assert!((1.0..=4.0).contains(&ratio), "{sampling}");
 
     // Rare calls: all of them, pass for pass.
     assert_eq!(
@@ -214,6 +216,10 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
     assert!(stats.status.success(), "{}", stats.stderr_text());
     let s: Value = serde_json::from_str(&stats.stdout).unwrap();
     assert_eq!(s["sampling"]["sampled"], true);
+    assert_eq!(
+        s["sampling"]["probe_cost_ratio"],
+        sampling["probe_cost_ratio"]
+    );
     let (stats_shown, stats_seen, stats_est) = api_rows(&s, run.pid)["cuLaunchKernel"];
     assert_eq!(stats_seen, seen_launches);
     assert!(stats_est);
@@ -249,6 +255,12 @@ fn stats_of_a_sampled_trace_scales(ext: &str) {
     let s: Value = serde_json::from_str(&stats.stdout).unwrap();
     assert_eq!(live["sampling"]["sampled"], true, "{}", live["sampling"]);
     assert_eq!(s["sampling"]["sampled"], true, "{}", s["sampling"]);
+    let ratio = s["sampling"]["probe_cost_ratio"].as_f64();
+    assert!(
+        ratio.is_some_and(|k| (1.0..=4.0).contains(&k)),
+        "{ext}: {}",
+        s["sampling"]
+    );
     let (live_shown, live_seen, _) = api_rows(&live, run.pid)["cuLaunchKernel"];
     let (shown, seen, estimated) = api_rows(&s, run.pid)["cuLaunchKernel"];
     assert!(estimated);

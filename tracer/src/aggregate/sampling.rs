@@ -13,6 +13,10 @@ pub struct SamplingSummary {
     pub budget_percent: f64,
     /// (entry, entry and return) ns per hit.
     pub hit_cost_ns: (f64, f64),
+    /// How many times that the probes cost in place, as last read (1
+    /// until enough was read; `None` from a timeline written before it
+    /// was recorded).
+    pub cost_ratio: Option<f64>,
     /// Some period was sampled: counts of the sampled APIs are estimates.
     pub sampled: bool,
     /// Some period had the sampled APIs' return probes off.
@@ -30,6 +34,7 @@ impl SamplingSummary {
     pub fn add(&mut self, r: &SamplingReport) {
         self.budget_percent = r.budget_percent;
         self.hit_cost_ns = (r.hit_cost.entry_ns, r.hit_cost.entry_return_ns);
+        self.cost_ratio = Some(r.cost_ratio);
         let len = r.end_ns.saturating_sub(r.start_ns) as f64;
         self.period_ns += len;
         self.traced_ns += len * r.on_fraction;
@@ -53,6 +58,7 @@ impl SamplingSummary {
                 c["entry_return"].as_f64().unwrap_or(0.0),
             );
         }
+        self.cost_ratio = f("cost_ratio").or(self.cost_ratio);
         let on = f("on_fraction").unwrap_or(1.0);
         let returns = v.get("returns").and_then(Value::as_bool).unwrap_or(true);
         self.sampled |= on < 0.9999 || !returns;
@@ -95,7 +101,7 @@ impl SamplingSummary {
             );
         }
         format!(
-            "Overhead budget {}%: launches, copies and sets on a stream, event records and stream waits were traced {:.1}% of the time{}; their counts (marked ~) are estimates (calls seen / share of time traced). Other calls were all traced. A probe hit costs {:.0} ns, {:.0} ns with its return.",
+            "Overhead budget {}%: launches, copies and sets on a stream, event records, stream waits and capture status queries were traced {:.1}% of the time{}; their counts (marked ~) are estimates (calls seen / share of time traced). Other calls were all traced. A probe hit costs {:.0} ns, {:.0} ns with its return{}.",
             self.budget_percent,
             self.traced_share() * 100.0,
             if self.entry_only {
@@ -104,7 +110,11 @@ impl SamplingSummary {
                 ""
             },
             self.hit_cost_ns.0,
-            self.hit_cost_ns.1
+            self.hit_cost_ns.1,
+            match self.cost_ratio {
+                Some(k) if k > 1.0 => format!("; in place {k:.2}× that"),
+                _ => String::new(),
+            }
         )
     }
 
@@ -115,6 +125,7 @@ impl SamplingSummary {
             "entry_only": self.entry_only,
             "traced_share": self.traced_share(),
             "probe_hit_cost_ns": {"entry": self.hit_cost_ns.0, "entry_return": self.hit_cost_ns.1},
+            "probe_cost_ratio": self.cost_ratio,
         })
     }
 }

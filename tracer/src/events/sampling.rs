@@ -99,6 +99,7 @@ impl SamplingReport {
             "hit_cost_ns".into(),
             json!({"entry": self.hit_cost.entry_ns, "entry_return": self.hit_cost.entry_return_ns}),
         );
+        f.insert("cost_ratio".into(), json!(self.cost_ratio));
         let apis: serde_json::Map<String, Value> = p
             .apis
             .iter()
