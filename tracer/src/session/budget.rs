@@ -401,7 +401,7 @@ impl Budget {
         for ((pid, tid, api), n) in hot {
             // The thread's rare calls of this period over those made while
             // on (a training step's launches come with its kernel lookups,
-            // capture checks and collectives, so this tells the share of
+            // synchronisations and collectives, so this tells the share of
             // the period's work seen far better than time does, and takes
             // out the slowdown the probes cause while on); else the
             // process's; else the period's time over its time on,
