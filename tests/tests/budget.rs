@@ -229,6 +229,56 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
     );
 }
 
+/// A loop with few rare calls whose launches come in bursts (1,000
+/// launches, then a synchronisation sequence that waits 30 ms: 3 rare
+/// calls a step): a slice holds a varying share of bursts, so time scales
+/// it badly (single runs erred by −9% to +6%); the calls seen between two
+/// synchronisations of the same kind in one slice are whole steps.
+#[test]
+fn bursty_launches_with_few_rare_calls_are_estimated_from_whole_steps() {
+    const LAUNCHES: u64 = 1_000;
+    let args = [
+        "--launches",
+        "1000",
+        "--syncs",
+        "1",
+        "--sync-us",
+        "10000",
+        "--duration-ms",
+        "8000",
+    ];
+    let run = trace_workload(
+        "budget-bursty",
+        &args,
+        &["--overhead-budget", "1", "--verbose"],
+    );
+    let stderr = run.gputrace.stderr_text();
+    assert_eq!(run.summary["sampling"]["sampled"], true, "{stderr}");
+    // The pass: the launches, then 5 sync calls.
+    assert_eq!(run.done % (LAUNCHES + 5), 0, "{} calls", run.done);
+    let known = run.done / (LAUNCHES + 5) * LAUNCHES;
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("by whole steps seen while on:"))
+        .unwrap_or_else(|| panic!("no estimates line: {stderr}"));
+    let by_steps: u64 = line
+        .split("by whole steps seen while on: ")
+        .nth(1)
+        .and_then(|t| t.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(by_steps >= 1, "{line}");
+    let (shown, seen, estimated) = api_rows(&run.summary, run.pid)["cuLaunchKernel"];
+    assert!(estimated);
+    assert!(seen < known / 2, "{seen} of {known} seen");
+    let error = shown as f64 / known as f64 - 1.0;
+    eprintln!(
+        "{line}\nlaunches: {known} made, {seen} seen, {shown} estimated ({:+.1}%)",
+        error * 100.0
+    );
+    assert!(error.abs() < 0.05, "estimate {shown} vs {known}: {line}");
+}
+
 /// A Perfetto or Chrome trace made under a budget carries its sampling records:
 /// `stats` of it marks the launches estimated and scales them as the live
 /// summary does.

@@ -119,6 +119,66 @@ impl Rare {
     }
 }
 
+/// Whole steps of a thread seen while on: from one of its rare calls of an
+/// API to its last call of the same API within the same on slice. A loop
+/// that makes that call once a step (a synchronisation) made `gaps` whole
+/// steps in between, and about `period` in the period: the busy calls seen
+/// in between, × `period / gaps`, estimate the period's. For a job with
+/// few rare calls, whose busy calls come in bursts (a burst of launches,
+/// then a wait), this takes out how many bursts a slice happened to hold,
+/// which scaling by time cannot.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Steps {
+    from: u64,
+    to: u64,
+    gaps: u64,
+    period: u64,
+}
+
+impl Steps {
+    /// The span of a thread's rare calls of one period (`calls`: entry
+    /// times and API ids) that holds the most steps (then the longest), if
+    /// one holds a step.
+    fn find(calls: &[(u64, u16)], on: &[(u64, u64)], start: u64, end: u64) -> Option<Self> {
+        let mut by_api: BTreeMap<u16, Vec<u64>> = BTreeMap::new();
+        for &(t, api) in calls {
+            if t >= start && t < end {
+                by_api.entry(api).or_default().push(t);
+            }
+        }
+        let mut best: Option<Steps> = None;
+        for times in by_api.values_mut() {
+            times.sort_unstable();
+            for &(a, b) in on {
+                let inside: Vec<u64> = times
+                    .iter()
+                    .copied()
+                    .filter(|t| *t >= a && *t < b)
+                    .collect();
+                let (Some(&from), Some(&to)) = (inside.first(), inside.last()) else {
+                    continue;
+                };
+                let gaps = inside.len() as u64 - 1;
+                if gaps == 0 || best.is_some_and(|s| (s.gaps, s.to - s.from) >= (gaps, to - from)) {
+                    continue;
+                }
+                best = Some(Steps {
+                    from,
+                    to,
+                    gaps,
+                    period: times.len() as u64,
+                });
+            }
+        }
+        best
+    }
+
+    /// The period's calls, from those seen in the span.
+    fn estimate(&self, between: u64) -> f64 {
+        between as f64 * self.period as f64 / self.gaps as f64
+    }
+}
+
 /// A thread's smoothed rates: calls per second, and what they cost per
 /// second (each call at the hit cost of its function's prologue class).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -181,6 +241,9 @@ pub(super) struct Budget {
     periods: u64,
     /// With `--verbose`: each process's always-traced calls.
     rare_tally: HashMap<u32, RareTally>,
+    /// Estimates made (per thread, API and sampled period) by each
+    /// [`Rule`].
+    rules: [u64; 3],
     last: Option<Period>,
     verbose: bool,
     /// The hot probes' cost as read in place, against the model's.
@@ -260,6 +323,7 @@ impl Budget {
             sampled: false,
             periods: 0,
             rare_tally: HashMap::new(),
+            rules: [0; 3],
             last: None,
             verbose,
             in_place: InPlace::default(),
@@ -327,7 +391,14 @@ impl Budget {
         let mut rare_procs: HashMap<u32, Rare> = HashMap::new();
         // (pid, tid) → the period's rare calls' cost, in seconds.
         let mut rare_cost: HashMap<(u32, u32), f64> = HashMap::new();
+        // (pid, tid) → whole steps seen while on.
+        let mut steps: HashMap<(u32, u32), Steps> = HashMap::new();
         for (k, calls) in pending.rare {
+            if !exact {
+                if let Some(s) = Steps::find(&calls, &p.on, p.start_ns, p.end_ns) {
+                    steps.insert(k, s);
+                }
+            }
             let mut r = Rare::default();
             let mut later = Vec::new();
             for (t, api) in calls {
@@ -362,24 +433,28 @@ impl Budget {
         // detach can take a few hundred ms), outside the time counted on:
         // such calls are seen, not counted into the estimate. Calls drained
         // after the period's end count into the next one.
-        let mut hot: HashMap<(u32, u32, u16), u64> = HashMap::new();
+        // (pid, tid, API) → calls seen while on, and within the thread's
+        // whole steps.
+        let mut hot: HashMap<(u32, u32, u16), (u64, u64)> = HashMap::new();
         for (k, times) in pending.hot {
-            let (mut n, mut later) = (0, Vec::new());
+            let span = steps.get(&(k.0, k.1));
+            let (mut n, mut between, mut later) = (0, 0, Vec::new());
             for t in times {
                 if t >= p.end_ns {
                     later.push(t);
                 } else if exact || is_on(t) {
                     n += 1;
+                    between += u64::from(span.is_some_and(|s| t >= s.from && t < s.to));
                 }
             }
             if !later.is_empty() {
                 self.pending.hot.insert(k, later);
             }
-            hot.insert(k, n);
+            hot.insert(k, (n, between));
         }
         // (pid, tid) → calls, their cost with entry probes, with returns.
         let mut per_thread: HashMap<(u32, u32), (u64, f64, f64)> = HashMap::new();
-        for (&(pid, tid, api), &n) in &hot {
+        for (&(pid, tid, api), &(n, _)) in &hot {
             let (e, er) = self.seconds(api);
             let t = per_thread.entry((pid, tid)).or_default();
             t.0 += n;
@@ -398,7 +473,7 @@ impl Budget {
             self.in_place.kernel += *k;
         }
         let by_time = (on_s + off_s) / on_s.max(1e-9);
-        for ((pid, tid, api), n) in hot {
+        for ((pid, tid, api), (n, between)) in hot {
             // The thread's rare calls of this period over those made while
             // on (a training step's launches come with its kernel lookups,
             // synchronisations and collectives, so this tells the share of
@@ -410,9 +485,11 @@ impl Budget {
             // Periods differ in length (the schedule stretches them, the
             // last one is cut short): so ratios of this period, or the
             // correction, not a ratio of calls, carry over.
-            let scale = scale(
+            let (estimate, rule) = estimate_by(
+                n,
                 rare_threads.get(&(pid, tid)),
                 rare_procs.get(&pid),
+                steps.get(&(pid, tid)).map(|s| (s, between)),
                 self.progress.get(&pid),
                 by_time,
             );
@@ -422,7 +499,10 @@ impl Budget {
                 continue;
             }
             c.sampled += n;
-            c.estimated += n as f64 * scale;
+            c.estimated += estimate;
+            if n > 0 {
+                self.rules[rule as usize] += 1;
+            }
         }
         // Rates (`smooth`): rare calls are always traced, their rate is
         // over the whole period. Periods with almost no time on say little
@@ -576,6 +656,12 @@ impl Budget {
                 a.slice_probes as f64 / a.slices.max(1) as f64,
                 a.symbols
             );
+            eprintln!(
+                "gputrace: overhead budget: estimates (per thread, API and sampled period) scaled by the thread's or process's rare calls: {}, by whole steps seen while on: {}, by time: {}",
+                self.rules[Rule::RareCalls as usize],
+                self.rules[Rule::Steps as usize],
+                self.rules[Rule::Time as usize]
+            );
             let k = &self.in_place.kernel;
             eprintln!(
                 "gputrace: overhead budget: in place, the traced processes spent {} clock ticks in the kernel over {:.1} s with the sampled probes on and {} over {:.1} s off; the model makes {:.3} s of the calls seen on: hits cost {:.2}× the measured figure",
@@ -687,27 +773,51 @@ fn smooth(old: f64, new: f64) -> f64 {
 /// thread's rare calls of the period over those while on, else the
 /// process's, else `by_time` (the period over its time on) × the process's
 /// progress correction.
-fn scale(
+/// Which rule made an estimate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rule {
+    RareCalls,
+    Steps,
+    Time,
+}
+
+/// A thread's calls of one API in a period, from the `n` seen while on:
+/// scaled by the thread's rare calls of the period over those while on,
+/// else the process's; else, where the thread's rare calls hold whole
+/// steps, the calls seen in them × the period's steps over theirs; else by
+/// the period's time over its time on, × the process's progress correction.
+/// Also says which rule made it.
+fn estimate_by(
+    n: u64,
     thread: Option<&Rare>,
     process: Option<&Rare>,
+    steps: Option<(&Steps, u64)>,
     progress: Option<&Progress>,
     by_time: f64,
-) -> f64 {
+) -> (f64, Rule) {
     // Rare calls that do not keep pace with the sampled ones (a burst of
     // allocations while off, a thread that only synchronises while on) say
     // nothing of them: a ratio more than twice or less than half of time's
     // is not taken.
     let paced = |r: f64| (by_time / 2.0..=by_time * 2.0).contains(&r);
-    thread
+    let ratio = thread
         .and_then(Rare::ratio)
         .filter(|r| paced(*r))
-        .or_else(|| process.and_then(Rare::ratio).filter(|r| paced(*r)))
-        .unwrap_or_else(|| match progress {
-            Some(g) if g.on >= MIN_RARE_ON && g.by_time > 0.0 => {
-                by_time * g.total as f64 / g.by_time
-            }
-            _ => by_time,
-        })
+        .or_else(|| process.and_then(Rare::ratio).filter(|r| paced(*r)));
+    if let Some(r) = ratio {
+        return (n as f64 * r, Rule::RareCalls);
+    }
+    if let Some((s, between)) = steps {
+        let e = s.estimate(between);
+        if n > 0 && between > 0 && paced(e / n as f64) {
+            return (e, Rule::Steps);
+        }
+    }
+    let scale = match progress {
+        Some(g) if g.on >= MIN_RARE_ON && g.by_time > 0.0 => by_time * g.total as f64 / g.by_time,
+        _ => by_time,
+    };
+    (n as f64 * scale, Rule::Time)
 }
 
 /// Each process's rates: the sums of its threads'. A process's probes cost
@@ -757,6 +867,17 @@ fn choose(now: Mode, threads: &HashMap<(u32, u32), Rates>, budget: f64) -> Mode 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn estimate(
+        n: u64,
+        thread: Option<&Rare>,
+        process: Option<&Rare>,
+        steps: Option<(&Steps, u64)>,
+        progress: Option<&Progress>,
+        by_time: f64,
+    ) -> f64 {
+        estimate_by(n, thread, process, steps, progress, by_time).0
+    }
 
     /// Processes of one thread each, calling functions whose first
     /// instruction is single-stepped: an entry probe costs 4 µs, with its
@@ -839,6 +960,10 @@ mod tests {
     #[test]
     fn a_period_is_scaled_by_the_threads_rare_calls_else_the_processs_else_time() {
         let r = |all, on| Rare { all, on };
+        // One call seen: the estimate is the scale.
+        fn scale(t: Option<&Rare>, p: Option<&Rare>, g: Option<&Progress>, by_time: f64) -> f64 {
+            estimate(1, t, p, None, g, by_time)
+        }
         let g = Progress {
             total: 1_000,
             on: 100,
@@ -873,6 +998,63 @@ mod tests {
         let young = Progress { on: 19, ..g };
         assert_eq!(scale(None, None, Some(&young), 40.0), 40.0);
         assert_eq!(scale(None, None, None, 40.0), 40.0);
+    }
+
+    #[test]
+    fn whole_steps_seen_while_on_scale_a_bursty_thread() {
+        const SYNC: u16 = 40;
+        const FREE: u16 = 41;
+        // A period of 0..1,000 (ms, as ns here), on 100..400: a
+        // synchronisation every 100 (at 50, 150, ...), a free at 120 and
+        // 380 (a longer span, of one gap: fewer steps).
+        let mut calls: Vec<(u64, u16)> = (0..10).map(|i| (50 + i * 100, SYNC)).collect();
+        calls.extend([(120, FREE), (380, FREE), (1_050, SYNC)]);
+        let s = Steps::find(&calls, &[(100, 400)], 0, 1_000).unwrap();
+        // 150, 250, 350: two whole steps; ten in the period (1,050 is the
+        // next period's).
+        assert_eq!(
+            s,
+            Steps {
+                from: 150,
+                to: 350,
+                gaps: 2,
+                period: 10
+            }
+        );
+        // Bursts of 500 launches a step: 1,000 seen between 150 and 350 →
+        // 5,000 in the period, whatever else the slice held (1,200 seen).
+        assert_eq!(
+            estimate(1_200, None, None, Some((&s, 1_000)), None, 3.33),
+            5_000.0
+        );
+        // Rare calls enough for their ratio: that first.
+        let many = Rare { all: 900, on: 300 };
+        assert_eq!(
+            estimate(1_200, Some(&many), None, Some((&s, 1_000)), None, 3.33),
+            3_600.0
+        );
+        // A span that does not keep pace (none seen in it, or an estimate
+        // under half or over twice time's): time.
+        assert_eq!(
+            estimate(1_200, None, None, Some((&s, 0)), None, 3.0),
+            3_600.0
+        );
+        assert_eq!(estimate(100, None, None, Some((&s, 20)), None, 3.0), 300.0);
+        // One call of each API while on: no span.
+        assert_eq!(
+            Steps::find(&[(150, SYNC), (120, FREE)], &[(100, 400)], 0, 1_000),
+            None
+        );
+        // Two of one API in different slices: no span either.
+        assert_eq!(
+            Steps::find(
+                &[(150, SYNC), (650, SYNC)],
+                &[(100, 400), (600, 700)],
+                0,
+                1_000
+            ),
+            None
+        );
     }
 
     #[test]
