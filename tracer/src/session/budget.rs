@@ -119,11 +119,12 @@ impl Rare {
     }
 }
 
-/// Whole steps of a thread seen while on: from one of its rare calls of an
-/// API to its last call of the same API within the same on slice. A loop
-/// that makes that call once a step (a synchronisation) made `gaps` whole
-/// steps in between, and about `period` in the period: the busy calls seen
-/// in between, × `period / gaps`, estimate the period's. For a job with
+/// Whole steps of a thread seen while on: from where a step's rare calls
+/// of one API begin to where a later step's begin, within one on slice.
+/// A loop that makes that call at one point of each step (a
+/// synchronisation, once or a few times together) made `calls` of them in
+/// whole steps in between, and `period` in the period: the busy calls seen
+/// in between, × `period / calls`, estimate the period's. For a job with
 /// few rare calls, whose busy calls come in bursts (a burst of launches,
 /// then a wait), this takes out how many bursts a slice happened to hold,
 /// which scaling by time cannot.
@@ -131,15 +132,26 @@ impl Rare {
 struct Steps {
     from: u64,
     to: u64,
-    gaps: u64,
+    /// Steps in between.
+    steps: u64,
+    /// The API's calls in between (`to` not included).
+    calls: u64,
+    /// The API's calls in the period.
     period: u64,
 }
 
 impl Steps {
     /// The span of a thread's rare calls of one period (`calls`: entry
     /// times and API ids) that holds the most steps (then the longest), if
-    /// one holds a step.
-    fn find(calls: &[(u64, u16)], on: &[(u64, u64)], start: u64, end: u64) -> Option<Self> {
+    /// one holds a step. `before`: the thread's last call of an API before
+    /// the period, if any.
+    fn find(
+        calls: &[(u64, u16)],
+        on: &[(u64, u64)],
+        start: u64,
+        end: u64,
+        before: impl Fn(u16) -> Option<u64>,
+    ) -> Option<Self> {
         let mut by_api: BTreeMap<u16, Vec<u64>> = BTreeMap::new();
         for &(t, api) in calls {
             if t >= start && t < end {
@@ -147,26 +159,43 @@ impl Steps {
             }
         }
         let mut best: Option<Steps> = None;
-        for times in by_api.values_mut() {
+        for (&api, times) in &mut by_api {
             times.sort_unstable();
+            let period = times.len() as u64;
+            if let Some(t) = before(api).filter(|t| *t < start) {
+                times.insert(0, t);
+            }
+            // A step's calls begin after a gap of at least half the
+            // longest between two calls: every call of one made once a
+            // step, the first of each group of a few made together.
+            let longest = times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+            let begins: Vec<usize> = (1..times.len())
+                .filter(|&i| {
+                    times[i] >= start && times[i] - times[i - 1] >= longest.div_ceil(2).max(1)
+                })
+                .collect();
             for &(a, b) in on {
-                let inside: Vec<u64> = times
+                let inside: Vec<usize> = begins
                     .iter()
                     .copied()
-                    .filter(|t| *t >= a && *t < b)
+                    .filter(|&i| times[i] >= a && times[i] < b)
                     .collect();
-                let (Some(&from), Some(&to)) = (inside.first(), inside.last()) else {
+                let (Some(&i), Some(&j)) = (inside.first(), inside.last()) else {
                     continue;
                 };
-                let gaps = inside.len() as u64 - 1;
-                if gaps == 0 || best.is_some_and(|s| (s.gaps, s.to - s.from) >= (gaps, to - from)) {
+                let steps = inside.len() as u64 - 1;
+                let (from, to) = (times[i], times[j]);
+                if steps == 0
+                    || best.is_some_and(|s| (s.steps, s.to - s.from) >= (steps, to - from))
+                {
                     continue;
                 }
                 best = Some(Steps {
                     from,
                     to,
-                    gaps,
-                    period: times.len() as u64,
+                    steps,
+                    calls: (j - i) as u64,
+                    period,
                 });
             }
         }
@@ -175,7 +204,7 @@ impl Steps {
 
     /// The period's calls, from those seen in the span.
     fn estimate(&self, between: u64) -> f64 {
-        between as f64 * self.period as f64 / self.gaps as f64
+        between as f64 * self.period as f64 / self.calls as f64
     }
 }
 
@@ -241,6 +270,9 @@ pub(super) struct Budget {
     periods: u64,
     /// With `--verbose`: each process's always-traced calls.
     rare_tally: HashMap<u32, RareTally>,
+    /// (pid, tid, API) → the thread's last rare call of the API in a
+    /// settled period (where its steps begin, `Steps`).
+    last_rare: HashMap<(u32, u32, u16), u64>,
     /// Estimates made (per thread, API and sampled period) by each
     /// [`Rule`].
     rules: [u64; 3],
@@ -323,6 +355,7 @@ impl Budget {
             sampled: false,
             periods: 0,
             rare_tally: HashMap::new(),
+            last_rare: HashMap::new(),
             rules: [0; 3],
             last: None,
             verbose,
@@ -395,8 +428,15 @@ impl Budget {
         let mut steps: HashMap<(u32, u32), Steps> = HashMap::new();
         for (k, calls) in pending.rare {
             if !exact {
-                if let Some(s) = Steps::find(&calls, &p.on, p.start_ns, p.end_ns) {
+                let before = |api| self.last_rare.get(&(k.0, k.1, api)).copied();
+                if let Some(s) = Steps::find(&calls, &p.on, p.start_ns, p.end_ns, before) {
                     steps.insert(k, s);
+                }
+            }
+            for &(t, api) in &calls {
+                if t >= p.start_ns && t < p.end_ns {
+                    let last = self.last_rare.entry((k.0, k.1, api)).or_default();
+                    *last = (*last).max(t);
                 }
             }
             let mut r = Rare::default();
@@ -625,6 +665,7 @@ impl Budget {
     pub(super) fn forget(&mut self, pid: u32) {
         self.counts.retain(|k, _| k.0 != pid);
         self.rates.retain(|k, _| k.0 != pid);
+        self.last_rare.retain(|k, _| k.0 != pid);
         self.progress.remove(&pid);
     }
 
@@ -1004,25 +1045,28 @@ mod tests {
     fn whole_steps_seen_while_on_scale_a_bursty_thread() {
         const SYNC: u16 = 40;
         const FREE: u16 = 41;
-        // A period of 0..1,000 (ms, as ns here), on 100..400: a
-        // synchronisation every 100 (at 50, 150, ...), a free at 120 and
-        // 380 (a longer span, of one gap: fewer steps).
-        let mut calls: Vec<(u64, u16)> = (0..10).map(|i| (50 + i * 100, SYNC)).collect();
-        calls.extend([(120, FREE), (380, FREE), (1_050, SYNC)]);
-        let s = Steps::find(&calls, &[(100, 400)], 0, 1_000).unwrap();
-        // 150, 250, 350: two whole steps; ten in the period (1,050 is the
-        // next period's).
+        let none = |_| None;
+        // A period of 1,000..2,000 (ms, as ns here), on 1,100..1,400: a
+        // synchronisation every 100 (at 1,050, 1,150, ...), a free at
+        // 1,120 and 1,380 (one step: fewer).
+        let mut calls: Vec<(u64, u16)> = (0..10).map(|i| (1_050 + i * 100, SYNC)).collect();
+        calls.extend([(1_120, FREE), (1_380, FREE), (2_050, SYNC)]);
+        let on = [(1_100, 1_400)];
+        let s = Steps::find(&calls, &on, 1_000, 2_000, none).unwrap();
+        // 1,150, 1,250, 1,350: two whole steps, two calls in them; ten in
+        // the period (2,050 is the next period's).
         assert_eq!(
             s,
             Steps {
-                from: 150,
-                to: 350,
-                gaps: 2,
-                period: 10
+                from: 1_150,
+                to: 1_350,
+                steps: 2,
+                calls: 2,
+                period: 10,
             }
         );
-        // Bursts of 500 launches a step: 1,000 seen between 150 and 350 →
-        // 5,000 in the period, whatever else the slice held (1,200 seen).
+        // Bursts of 500 launches a step: 1,000 seen between them → 5,000
+        // in the period, whatever else the slice held (1,200 seen).
         assert_eq!(
             estimate(1_200, None, None, Some((&s, 1_000)), None, 3.33),
             5_000.0
@@ -1041,20 +1085,36 @@ mod tests {
         );
         assert_eq!(estimate(100, None, None, Some((&s, 20)), None, 3.0), 300.0);
         // One call of each API while on: no span.
-        assert_eq!(
-            Steps::find(&[(150, SYNC), (120, FREE)], &[(100, 400)], 0, 1_000),
-            None
-        );
+        let one = [(1_150, SYNC), (1_120, FREE)];
+        assert_eq!(Steps::find(&one, &on, 1_000, 2_000, none), None);
         // Two of one API in different slices: no span either.
+        let apart = [(1_150, SYNC), (1_650, SYNC)];
+        let slices = [(1_100, 1_400), (1_600, 1_700)];
+        assert_eq!(Steps::find(&apart, &slices, 1_000, 2_000, none), None);
+        // Three together at the end of each step (1,090, 1,091, 1,092,
+        // 1,190, ...): a step is from one group's first call to the
+        // next's, three calls.
+        let grouped: Vec<(u64, u16)> = (0..10)
+            .flat_map(|i| (0..3).map(move |k| (1_090 + i * 100 + k, SYNC)))
+            .collect();
+        let early = [(1_000, 1_300)];
+        let s = Steps::find(&grouped, &early, 1_000, 2_000, none).unwrap();
         assert_eq!(
-            Steps::find(
-                &[(150, SYNC), (650, SYNC)],
-                &[(100, 400), (600, 700)],
-                0,
-                1_000
-            ),
-            None
+            s,
+            Steps {
+                from: 1_190,
+                to: 1_290,
+                steps: 1,
+                calls: 3,
+                period: 30
+            }
         );
+        assert_eq!(s.estimate(500), 5_000.0);
+        // Where the thread's last call before the period is known (the
+        // previous period's group at 992), the period's first group
+        // begins a step too.
+        let s = Steps::find(&grouped, &early, 1_000, 2_000, |_| Some(992)).unwrap();
+        assert_eq!((s.from, s.steps, s.calls), (1_090, 2, 6));
     }
 
     #[test]
