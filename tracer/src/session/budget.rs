@@ -519,9 +519,10 @@ impl Budget {
             // synchronisations and collectives, so this tells the share of
             // the period's work seen far better than time does, and takes
             // out the slowdown the probes cause while on); else the
-            // process's; else the period's time over its time on,
-            // corrected by the process's progress so far (its rare calls
-            // in sampled periods over what time alone tells of them).
+            // process's; else the whole steps the slice held (`Steps`);
+            // else the period's time over its time on, corrected by the
+            // process's progress so far (its rare calls in sampled
+            // periods over what time alone tells of them).
             // Periods differ in length (the schedule stretches them, the
             // last one is cut short): so ratios of this period, or the
             // correction, not a ratio of calls, carry over.
@@ -810,10 +811,6 @@ fn smooth(old: f64, new: f64) -> f64 {
     }
 }
 
-/// What one call seen while on in a sampled period stands for: the
-/// thread's rare calls of the period over those while on, else the
-/// process's, else `by_time` (the period over its time on) × the process's
-/// progress correction.
 /// Which rule made an estimate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Rule {
