@@ -35,7 +35,9 @@
 //! calls seen while the probes were surely on × the thread's rare calls in
 //! the period / those of them made while on (50 at least, and within half
 //! to twice the period / its time on; else the process's), or, for a
-//! thread and process with too few rare calls, × the period / its time on
+//! thread and process with too few rare calls, from the whole steps a
+//! slice held (`Steps`: a bursty loop's launches between two of its
+//! synchronisations), else × the period / its time on
 //! × the process's progress correction (its rare
 //! calls in sampled periods over what time alone tells of them, once 20
 //! came while on). Rare calls keep pace with a training step's work, so
