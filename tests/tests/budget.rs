@@ -50,6 +50,23 @@ fn api_rows(summary: &Value, pid: u32) -> BTreeMap<String, (u64, u64, bool)> {
         .collect()
 }
 
+/// The line of gputrace's stderr that contains `marker`.
+fn line_with<'a>(stderr: &'a str, marker: &str) -> &'a str {
+    stderr
+        .lines()
+        .find(|l| l.contains(marker))
+        .unwrap_or_else(|| panic!("no line with {marker:?}: {stderr}"))
+}
+
+/// The number in `line` between `after` and the next `until`.
+fn figure(line: &str, after: &str, until: &str) -> f64 {
+    line.split(after)
+        .nth(1)
+        .and_then(|t| t.split(until).next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no figure after {after:?} in {line}"))
+}
+
 /// Rare calls made once per pass: allocations, frees, synchronous copies
 /// and synchronisations (names, graphs and teardown are made once).
 fn per_pass_rare(api: &str) -> bool {
@@ -78,10 +95,7 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
     eprintln!("{stderr}");
     // Both classes of prologue were measured (what a hit costs depends on
     // whether the kernel emulates the function's first instruction).
-    let line = stderr
-        .lines()
-        .find(|l| l.contains("a probe hit costs"))
-        .unwrap_or_else(|| panic!("no hit cost line: {stderr}"));
+    let line = line_with(&stderr, "a probe hit costs");
     let ns: Vec<f64> = line
         .split_whitespace()
         .zip(line.split_whitespace().skip(1))
@@ -124,10 +138,7 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
     // Between discoveries an on slice attaches only the APIs called (here
     // launches, event records and stream waits), not every samplable
     // symbol: each attach and detach writes to the process's code.
-    let line = stderr
-        .lines()
-        .find(|l| l.contains("samplable probes on average"))
-        .unwrap_or_else(|| panic!("no count of probe changes: {stderr}"));
+    let line = line_with(&stderr, "samplable probes on average");
     // "...; N on slices attached A of S samplable probes on average"
     let tail = line.rsplit_once(';').unwrap().1;
     let n: Vec<f64> = tail
@@ -142,22 +153,9 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
 
     // --verbose names the always-traced APIs that set the budget's floor,
     // at their rate: "... over S s, P% of one CPU by the model: API N/s (x%), ...".
-    let line = stderr
-        .lines()
-        .find(|l| l.contains("always-traced calls of pid"))
-        .unwrap_or_else(|| panic!("no always-traced line: {stderr}"));
-    let span: f64 = line
-        .split(" over ")
-        .nth(1)
-        .and_then(|t| t.split(" s,").next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{line}"));
-    let rate: f64 = line
-        .split("cuStreamSynchronize ")
-        .nth(1)
-        .and_then(|t| t.split("/s").next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{line}"));
+    let line = line_with(&stderr, "always-traced calls of pid");
+    let span = figure(line, " over ", " s,");
+    let rate = figure(line, "cuStreamSynchronize ", "/s");
     let syncs = seen["cuStreamSynchronize"] as f64;
     assert!(
         (rate * span / syncs - 1.0).abs() < 0.05,
@@ -257,17 +255,9 @@ fn bursty_launches_with_few_rare_calls_are_estimated_from_whole_steps() {
     // The pass: the launches, then 5 sync calls.
     assert_eq!(run.done % (LAUNCHES + 5), 0, "{} calls", run.done);
     let known = run.done / (LAUNCHES + 5) * LAUNCHES;
-    let line = stderr
-        .lines()
-        .find(|l| l.contains("by whole steps seen while on:"))
-        .unwrap_or_else(|| panic!("no estimates line: {stderr}"));
-    let by_steps: u64 = line
-        .split("by whole steps seen while on: ")
-        .nth(1)
-        .and_then(|t| t.split(',').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{line}"));
-    assert!(by_steps >= 1, "{line}");
+    let line = line_with(&stderr, "by whole steps seen while on:");
+    let by_steps = figure(line, "by whole steps seen while on: ", ",");
+    assert!(by_steps >= 1.0, "{line}");
     let (shown, seen, estimated) = api_rows(&run.summary, run.pid)["cuLaunchKernel"];
     assert!(estimated);
     assert!(seen < known / 2, "{seen} of {known} seen");
