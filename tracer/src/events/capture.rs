@@ -64,6 +64,11 @@ impl CaptureBook {
         seq
     }
 
+    /// Whether a live capture records into `graph` (a `GraphBook` id).
+    pub fn records_into(&self, graph: u64) -> bool {
+        self.captures.values().any(|c| c.graph == graph)
+    }
+
     /// `cuEventRecord*(event, stream)` that succeeded.
     pub fn record(&mut self, event: u64, stream: u64) {
         match self.streams.get(&stream) {

@@ -124,6 +124,8 @@ pub struct ProcessState {
 /// What the graph book asks of the rest of the tracer, for one process.
 struct Env<'a> {
     pid: u32,
+    /// When the call began (CLOCK_MONOTONIC ns).
+    start_ns: u64,
     names: &'a HashMap<u64, (Arc<str>, u64)>,
     namer: &'a mut KernelNamer,
 }
@@ -134,6 +136,10 @@ impl GraphEnv for Env<'_> {
             Some((name, _)) => Some(name.clone()),
             None => self.namer.from_handle(self.pid, handle),
         }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.start_ns
     }
 
     fn read_exec(&mut self, exec: u64) -> Option<Vec<Node>> {
@@ -345,6 +351,7 @@ impl Enricher {
         let news = {
             let mut env = Env {
                 pid: e.pid,
+                start_ns: e.start_ns,
                 names: &state.names,
                 namer: &mut self.namer,
             };

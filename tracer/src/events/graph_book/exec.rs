@@ -238,7 +238,7 @@ impl GraphBook {
     /// one of them is known.
     pub(super) fn items(&self, graph: u64) -> Option<Vec<Item>> {
         let def = self.graphs.get(&graph)?;
-        if !def.complete {
+        if !def.complete || def.tainted_ns.is_some_and(|t| t <= self.now_ns) {
             return None;
         }
         def.nodes

@@ -43,6 +43,11 @@ pub trait GraphEnv {
     /// The nodes of an executable graph read from the process's memory,
     /// `None` where that cannot be done.
     fn read_exec(&mut self, exec: u64) -> Option<Vec<Node>>;
+    /// When the call observed began (CLOCK_MONOTONIC ns; 0 where not
+    /// known): calls of different threads can come out of their order.
+    fn now_ns(&self) -> u64 {
+        0
+    }
 }
 
 /// Something the user should be told once.
@@ -71,6 +76,10 @@ struct GraphDef {
     nodes: Vec<Entry>,
     /// Every node of it is known.
     complete: bool,
+    /// A call that began then named a node the trace never saw, which may
+    /// be one of its nodes held without a handle: what is made of it
+    /// from then on is not known (`GraphBook::taint_anonymous`).
+    tainted_ns: Option<u64>,
 }
 
 /// A launch's executable graph became known (or changed): the record to
@@ -95,6 +104,8 @@ pub struct GraphBook {
     /// Graphs, executable graphs and nodes not followed for the bounds.
     pub overflowed: u64,
     notes: Vec<GraphNote>,
+    /// When the call being observed began (`GraphEnv::now_ns`).
+    now_ns: u64,
 }
 
 /// `CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD`: the capture goes on.
@@ -113,6 +124,7 @@ impl GraphBook {
         env: &mut dyn GraphEnv,
     ) -> Option<ExecNews> {
         let ok = ret.is_none_or(|r| r == 0);
+        self.now_ns = env.now_ns();
         match args {
             Args::Launch(l) if ok => {
                 let c = self.captures.of_stream(l.stream)?;
@@ -328,6 +340,7 @@ impl GraphBook {
             GraphDef {
                 nodes: Vec::new(),
                 complete,
+                tainted_ns: None,
             },
         );
         id
@@ -383,6 +396,9 @@ impl GraphBook {
     fn copy_graph(&mut self, graph: u64) -> Option<u64> {
         let def = self.graphs.get(&graph)?.clone();
         let id = self.new_graph(None, def.complete);
+        if let Some(copy) = self.graphs.get_mut(&id) {
+            copy.tainted_ns = def.tainted_ns;
+        }
         for e in def.nodes {
             let child = e.child.map(|c| {
                 self.copy_graph(c)
@@ -443,11 +459,17 @@ impl GraphBook {
     }
 
     /// A call named a node the trace never saw: it may be one of the nodes
-    /// held without a handle, so no graph holding such nodes is known anymore.
+    /// held without a handle, so no graph holding such nodes is known from
+    /// the time of that call on (an executable graph instantiated earlier
+    /// by another thread, whose call came out of the ring later, is), but
+    /// for a graph a capture is still recording into (the driver lets no
+    /// call change it until the capture ends: another thread's call names
+    /// a node of another graph).
     fn taint_anonymous(&mut self) {
-        for def in self.graphs.values_mut() {
-            if def.nodes.iter().any(|e| e.handle.is_none()) {
-                def.complete = false;
+        let now = self.now_ns;
+        for (id, def) in &mut self.graphs {
+            if !self.captures.records_into(*id) && def.nodes.iter().any(|e| e.handle.is_none()) {
+                def.tainted_ns = Some(def.tainted_ns.map_or(now, |t| t.min(now)));
             }
         }
     }

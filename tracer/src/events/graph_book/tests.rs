@@ -11,9 +11,14 @@ const S2: u64 = 0x5200;
 struct Env {
     memory: HashMap<u64, Vec<Node>>,
     reads: usize,
+    /// When the call observed began.
+    now: u64,
 }
 
 impl GraphEnv for Env {
+    fn now_ns(&self) -> u64 {
+        self.now
+    }
     fn kernel_name(&mut self, handle: u64) -> Option<Arc<str>> {
         (handle >> 8 == 0xf).then(|| Arc::from(format!("k{}", handle & 0xff)))
     }
@@ -356,6 +361,86 @@ fn executable_graph_updates() {
         graph: 0x71,
     });
     assert_eq!(t.run(0xeb), (None, true));
+    assert_eq!(t.env.reads, 1);
+}
+
+/// Two threads: one captures while the other destroys a node of its own
+/// clone that the trace has no handle of. The capture's graph cannot hold
+/// that node (no call may change a graph while a capture records into
+/// it), so it stays known (seen on the simulator: the second thread's
+/// capture read back from memory, its copies and memsets lost).
+#[test]
+fn an_unseen_node_named_during_a_capture_is_not_the_captures() {
+    let mut t = T::new();
+    t.g(GraphCall::BeginCapture {
+        stream: S,
+        mode: Some(1),
+        graph: None,
+    });
+    assert_eq!(t.captured("cuLaunchKernel", launch(0xf00, 64, S)), Some(1));
+    t.g(GraphCall::DestroyNode { node: 0x999 });
+    assert_eq!(
+        t.captured("cuMemsetD32Async", copy(1024, Direction::Memset, S, true)),
+        Some(1)
+    );
+    t.g(GraphCall::EndCapture {
+        stream: S,
+        graph: Some(0x6a),
+    });
+    t.g(GraphCall::Instantiate {
+        graph: 0x6a,
+        exec: Some(0xea),
+    });
+    let want = vec![named(0xf00, 64), Node::Memset { bytes: 1024 }];
+    assert_eq!(t.run(0xea), (Some(want), true));
+    assert_eq!(t.env.reads, 0);
+    // Once the capture is over, its graph is held like any other: a node
+    // named unseen then may be one of its anonymous ones.
+    t.g(GraphCall::BeginCapture {
+        stream: S,
+        mode: Some(1),
+        graph: None,
+    });
+    t.captured("cuLaunchKernel", launch(0xf00, 64, S));
+    t.g(GraphCall::EndCapture {
+        stream: S,
+        graph: Some(0x6c),
+    });
+    t.g(GraphCall::DestroyNode { node: 0x998 });
+    t.g(GraphCall::Instantiate {
+        graph: 0x6c,
+        exec: Some(0xec),
+    });
+    assert_eq!(t.run(0xec).0, None);
+}
+
+/// Calls of different threads come out of the ring out of their order: a
+/// node named unseen by one thread's call does not change what another
+/// thread's instantiation that began before it copied.
+#[test]
+fn an_unseen_node_taints_instantiations_after_it() {
+    let mut t = T::new();
+    build_nodes(&mut t);
+    t.g(GraphCall::Clone {
+        original: 0x6b,
+        clone: Some(0x6f),
+    });
+    t.env.now = 200;
+    t.g(GraphCall::DestroyNode { node: 0x999 });
+    // Began at 100, drained after the call of 200.
+    t.env.now = 100;
+    t.g(GraphCall::Instantiate {
+        graph: 0x6f,
+        exec: Some(0xef),
+    });
+    assert_eq!(t.run(0xef).0.unwrap().len(), 6);
+    // Began after it: not known.
+    t.env.now = 300;
+    t.g(GraphCall::Instantiate {
+        graph: 0x6f,
+        exec: Some(0xf0),
+    });
+    assert_eq!(t.run(0xf0).0, None);
     assert_eq!(t.env.reads, 1);
 }
 
