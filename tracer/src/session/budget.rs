@@ -1098,16 +1098,8 @@ mod tests {
             .collect();
         let early = [(1_000, 1_300)];
         let s = Steps::find(&grouped, &early, 1_000, 2_000, none).unwrap();
-        assert_eq!(
-            s,
-            Steps {
-                from: 1_190,
-                to: 1_290,
-                steps: 1,
-                calls: 3,
-                period: 30
-            }
-        );
+        let all = |s: &Steps| (s.from, s.to, s.steps, s.calls, s.period);
+        assert_eq!(all(&s), (1_190, 1_290, 1, 3, 30));
         assert_eq!(s.estimate(500), 5_000.0);
         // Where the thread's last call before the period is known (the
         // previous period's group at 992), the period's first group

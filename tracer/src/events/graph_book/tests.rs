@@ -129,6 +129,25 @@ impl T {
             spec,
         });
     }
+    fn begin_capture(&mut self, stream: u64) {
+        self.g(GraphCall::BeginCapture {
+            stream,
+            mode: Some(1),
+            graph: None,
+        });
+    }
+    fn end_capture(&mut self, stream: u64, graph: u64) {
+        self.g(GraphCall::EndCapture {
+            stream,
+            graph: Some(graph),
+        });
+    }
+    fn instantiate(&mut self, graph: u64, exec: u64) {
+        self.g(GraphCall::Instantiate {
+            graph,
+            exec: Some(exec),
+        });
+    }
     fn captured(&mut self, api: &str, args: Args) -> Option<u64> {
         match self.call(api, args).0 {
             Args::Launch(l) => l.captured,
@@ -372,45 +391,25 @@ fn executable_graph_updates() {
 #[test]
 fn an_unseen_node_named_during_a_capture_is_not_the_captures() {
     let mut t = T::new();
-    t.g(GraphCall::BeginCapture {
-        stream: S,
-        mode: Some(1),
-        graph: None,
-    });
+    t.begin_capture(S);
     assert_eq!(t.captured("cuLaunchKernel", launch(0xf00, 64, S)), Some(1));
     t.g(GraphCall::DestroyNode { node: 0x999 });
     assert_eq!(
         t.captured("cuMemsetD32Async", copy(1024, Direction::Memset, S, true)),
         Some(1)
     );
-    t.g(GraphCall::EndCapture {
-        stream: S,
-        graph: Some(0x6a),
-    });
-    t.g(GraphCall::Instantiate {
-        graph: 0x6a,
-        exec: Some(0xea),
-    });
+    t.end_capture(S, 0x6a);
+    t.instantiate(0x6a, 0xea);
     let want = vec![named(0xf00, 64), Node::Memset { bytes: 1024 }];
     assert_eq!(t.run(0xea), (Some(want), true));
     assert_eq!(t.env.reads, 0);
     // Once the capture is over, its graph is held like any other: a node
     // named unseen then may be one of its anonymous ones.
-    t.g(GraphCall::BeginCapture {
-        stream: S,
-        mode: Some(1),
-        graph: None,
-    });
+    t.begin_capture(S);
     t.captured("cuLaunchKernel", launch(0xf00, 64, S));
-    t.g(GraphCall::EndCapture {
-        stream: S,
-        graph: Some(0x6c),
-    });
+    t.end_capture(S, 0x6c);
     t.g(GraphCall::DestroyNode { node: 0x998 });
-    t.g(GraphCall::Instantiate {
-        graph: 0x6c,
-        exec: Some(0xec),
-    });
+    t.instantiate(0x6c, 0xec);
     assert_eq!(t.run(0xec).0, None);
 }
 
@@ -429,17 +428,11 @@ fn an_unseen_node_taints_instantiations_after_it() {
     t.g(GraphCall::DestroyNode { node: 0x999 });
     // Began at 100, drained after the call of 200.
     t.env.now = 100;
-    t.g(GraphCall::Instantiate {
-        graph: 0x6f,
-        exec: Some(0xef),
-    });
+    t.instantiate(0x6f, 0xef);
     assert_eq!(t.run(0xef).0.unwrap().len(), 6);
     // Began after it: not known.
     t.env.now = 300;
-    t.g(GraphCall::Instantiate {
-        graph: 0x6f,
-        exec: Some(0xf0),
-    });
+    t.instantiate(0x6f, 0xf0);
     assert_eq!(t.run(0xf0).0, None);
     assert_eq!(t.env.reads, 1);
 }
