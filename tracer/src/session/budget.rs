@@ -908,17 +908,6 @@ fn choose(now: Mode, threads: &HashMap<(u32, u32), Rates>, budget: f64) -> Mode 
 mod tests {
     use super::*;
 
-    fn estimate(
-        n: u64,
-        thread: Option<&Rare>,
-        process: Option<&Rare>,
-        steps: Option<(&Steps, u64)>,
-        progress: Option<&Progress>,
-        by_time: f64,
-    ) -> f64 {
-        estimate_by(n, thread, process, steps, progress, by_time).0
-    }
-
     /// Processes of one thread each, calling functions whose first
     /// instruction is single-stepped: an entry probe costs 4 µs, with its
     /// return probe 5 µs.
@@ -1002,7 +991,7 @@ mod tests {
         let r = |all, on| Rare { all, on };
         // One call seen: the estimate is the scale.
         fn scale(t: Option<&Rare>, p: Option<&Rare>, g: Option<&Progress>, by_time: f64) -> f64 {
-            estimate(1, t, p, None, g, by_time)
+            estimate_by(1, t, p, None, g, by_time).0
         }
         let g = Progress {
             total: 1_000,
@@ -1067,22 +1056,25 @@ mod tests {
         // Bursts of 500 launches a step: 1,000 seen between them → 5,000
         // in the period, whatever else the slice held (1,200 seen).
         assert_eq!(
-            estimate(1_200, None, None, Some((&s, 1_000)), None, 3.33),
-            5_000.0
+            estimate_by(1_200, None, None, Some((&s, 1_000)), None, 3.33),
+            (5_000.0, Rule::Steps)
         );
         // Rare calls enough for their ratio: that first.
         let many = Rare { all: 900, on: 300 };
         assert_eq!(
-            estimate(1_200, Some(&many), None, Some((&s, 1_000)), None, 3.33),
-            3_600.0
+            estimate_by(1_200, Some(&many), None, Some((&s, 1_000)), None, 3.33),
+            (3_600.0, Rule::RareCalls)
         );
         // A span that does not keep pace (none seen in it, or an estimate
         // under half or over twice time's): time.
         assert_eq!(
-            estimate(1_200, None, None, Some((&s, 0)), None, 3.0),
-            3_600.0
+            estimate_by(1_200, None, None, Some((&s, 0)), None, 3.0),
+            (3_600.0, Rule::Time)
         );
-        assert_eq!(estimate(100, None, None, Some((&s, 20)), None, 3.0), 300.0);
+        assert_eq!(
+            estimate_by(100, None, None, Some((&s, 20)), None, 3.0),
+            (300.0, Rule::Time)
+        );
         // One call of each API while on: no span.
         let one = [(1_150, SYNC), (1_120, FREE)];
         assert_eq!(Steps::find(&one, &on, 1_000, 2_000, none), None);
