@@ -205,7 +205,7 @@ static const char *usage_text =
     "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--capture-checks N] [--fail N] [--nccl N] [--nccl-config] "
     "[--ranks N --rank R [--id-file PATH] [--nccl-init-early] [--nccl-allreduce-only] [--nccl-scalable] "
     "[--split-color C] [--late-ms D [--late-every K]] [--stop-after N] [--nccl-timeout-ms MS] [--cuda-dev N]] [--ptsz] "
-    "[--graph-replays R] [--graph-update] [--graphs-before-wait] [--graph-linger-ms N] "
+    "[--graph-replays R] [--graph-update] [--graphs-before-wait] [--graph-linger-ms N] [--capture-sleep-ms N] "
     "[--per-thread-stream] [--wait-stdin] [--delay-ms N] [--names-after-wait] [--loop] "
     "[--duration-ms N] [--sync-us US] [--print-handles] "
     "[--bench launch|launch-ex|memcpy|nccl|alloc [--calls N]]";
@@ -831,6 +831,7 @@ static void parse_args(int argc, char **argv)
         else if (!strcmp(a, "--graph-update")) { NO_VALUE(); opt.graph_update = 1; }
         else if (!strcmp(a, "--graphs-before-wait")) { NO_VALUE(); opt.graphs_before_wait = 1; }
         else if (!strcmp(a, "--graph-linger-ms")) { opt.graph_linger_ms = parse_u64(a, TAKE_VALUE()); }
+        else if (!strcmp(a, "--capture-sleep-ms")) { opt.capture_sleep_ms = parse_u64(a, TAKE_VALUE()); }
         else if (!strcmp(a, "--nccl-config")) { NO_VALUE(); nopt.config = 1; }
         else if (parse_nccl_flag(a, val, argc, argv, &i)) { ranks_flags++; }
         else if (!strcmp(a, "--ptsz")) { NO_VALUE(); opt.ptsz = 1; }

@@ -21,6 +21,7 @@ struct options {
     int graph_update;       /* --graph-update */
     int graphs_before_wait; /* --graphs-before-wait */
     uint64_t graph_linger_ms; /* --graph-linger-ms */
+    uint64_t capture_sleep_ms; /* --capture-sleep-ms */
     int ptsz;            /* --ptsz: cuLaunchKernel_ptsz instead of cuLaunchKernel */
     int per_thread;      /* --per-thread-stream: every per-thread variant */
     unsigned threads;

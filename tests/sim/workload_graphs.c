@@ -91,6 +91,7 @@ static CUgraph capture(struct worker *w, int counted, unsigned first_grid_x)
     else GC(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
     if (lpt) GC(cuLaunchKernel_ptsz(g_funcs[0], first_grid_x, 2, 1, 256, 1, 1, 4096, s, params, NULL));
     else GC(cuLaunchKernel(g_funcs[0], first_grid_x, 2, 1, 256, 1, 1, 4096, s, params, NULL));
+    if (opt.capture_sleep_ms) sleep_ms(opt.capture_sleep_ms);
     if (pt) {
         GC(cuEventRecord_ptsz(gs->ev_fork, s));
         GC(cuStreamWaitEvent_ptsz(s2, gs->ev_fork, 0));

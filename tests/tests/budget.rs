@@ -400,3 +400,76 @@ fn the_daemon_samples_a_busy_process_and_exports_its_costs() {
     let k = sample(&m, "gputrace_probe_cost_ratio", &[]);
     assert!(k.is_some_and(|k| (1.0..=4.0).contains(&k)), "{k:?}");
 }
+
+/// Kernel nodes of each graph record: exec handle → (source, count).
+fn graph_records(events: &[Value]) -> Vec<(String, String, usize)> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "graph")
+        .map(|e| {
+            let kernels = e["nodes"]
+                .as_array()
+                .map_or(0, |n| n.iter().filter(|k| k["kind"] == "kernel").count());
+            (
+                e["exec"].as_str().unwrap_or("").to_string(),
+                e["source"].as_str().unwrap_or("").to_string(),
+                kernels,
+            )
+        })
+        .collect()
+}
+
+/// Stream captures made while the budget has the launch probes off record
+/// launches gputrace never sees: such a graph is not followed short from
+/// the calls seen; its executable graph is read from the workload's memory
+/// (the four kernels of the simulated capture), and that is said once.
+/// Each capture sleeps 40 ms after its first launch, so that the probes go
+/// off or on during many of them.
+#[test]
+fn graphs_captured_while_sampling_are_read_from_memory() {
+    let mut args = PASS.to_vec();
+    args.extend([
+        "--graph-replays",
+        "1",
+        "--capture-sleep-ms",
+        "40",
+        "--graph-linger-ms",
+        "60",
+        "--sync-us",
+        "2000",
+        "--duration-ms",
+        "6000",
+    ]);
+    let run = trace_workload(
+        "budget-graphs",
+        &args,
+        &["--overhead-budget", "1", "--verbose"],
+    );
+    let stderr = run.gputrace.stderr_text();
+    assert_eq!(run.summary["sampling"]["sampled"], true, "{stderr}");
+    let records = graph_records(&run.events);
+    let mut by: BTreeMap<(String, usize), usize> = BTreeMap::new();
+    for (_, source, k) in &records {
+        *by.entry((source.clone(), *k)).or_default() += 1;
+    }
+    eprintln!("graph records (source, kernel nodes) -> count: {by:?}");
+    // The workload's three executable graphs have 4 (captured) and 5
+    // kernels (built node by node, and its clone).
+    for ((source, k), n) in &by {
+        assert!(
+            *k >= 4 && (source == "traced" || source == "memory"),
+            "{n} records from {source:?} with {k} kernels: {by:?}\n{stderr}"
+        );
+    }
+    assert!(
+        by.get(&("memory".to_string(), 4)).is_some_and(|n| *n > 0),
+        "no captured graph read from memory: {by:?}"
+    );
+    assert_eq!(
+        stderr
+            .matches("while the overhead budget had the launch probes off")
+            .count(),
+        1,
+        "{stderr}"
+    );
+}

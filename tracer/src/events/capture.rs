@@ -19,6 +19,9 @@ pub struct Capture {
     /// Begun before gputrace attached: the work recorded before that is
     /// not known, and neither is what ran or not on its streams until then.
     pub joined_late: bool,
+    /// When the call that began it began (CLOCK_MONOTONIC ns; 0 where not
+    /// known).
+    pub begin_ns: u64,
 }
 
 /// What a call tells about the captures of a process.
@@ -45,7 +48,7 @@ impl CaptureBook {
     }
 
     /// A capture begins on `stream`, recording into `graph`.
-    pub fn begin(&mut self, stream: u64, graph: u64, joined_late: bool) -> u64 {
+    pub fn begin(&mut self, stream: u64, graph: u64, joined_late: bool, begin_ns: u64) -> u64 {
         self.next += 1;
         let seq = self.next;
         self.captures.insert(
@@ -54,6 +57,7 @@ impl CaptureBook {
                 seq,
                 graph,
                 joined_late,
+                begin_ns,
             },
         );
         if let Some(old) = self.streams.insert(stream, seq) {
@@ -133,7 +137,7 @@ mod tests {
     #[test]
     fn fork_join_and_end() {
         let mut b = CaptureBook::default();
-        let seq = b.begin(S, 77, false);
+        let seq = b.begin(S, 77, false, 0);
         assert_eq!(seq, 1);
         assert_eq!(b.of_stream(S).map(|c| c.graph), Some(77));
         assert!(b.of_stream(S2).is_none());
@@ -155,16 +159,16 @@ mod tests {
         assert!(b.of_stream(S3).is_none());
         assert_eq!(b.live(), 0);
         assert!(b.end(S).is_none());
-        assert_eq!(b.begin(S2, 78, false), 2);
+        assert_eq!(b.begin(S2, 78, false, 0), 2);
     }
 
     #[test]
     fn re_recorded_event_leaves_the_capture() {
         let mut b = CaptureBook::default();
-        b.begin(S, 1, false);
+        b.begin(S, 1, false, 0);
         b.record(0xe1, S);
         b.end(S);
-        b.begin(S, 2, false);
+        b.begin(S, 2, false, 0);
         b.record(0xe1, S3);
         b.wait(S2, 0xe1);
         assert!(b.of_stream(S2).is_none());
@@ -173,7 +177,7 @@ mod tests {
     #[test]
     fn driver_says_not_capturing() {
         let mut b = CaptureBook::default();
-        b.begin(S, 1, false);
+        b.begin(S, 1, false, 0);
         b.record(0xe1, S);
         b.wait(S2, 0xe1);
         b.not_capturing(S);

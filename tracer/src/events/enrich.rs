@@ -18,6 +18,7 @@ use crate::names::namer::KernelNamer;
 use crate::nccl::libs::NcclLibraries;
 use crate::probes::catalogue;
 use crate::probes::discover;
+use crate::probes::sampler::Sampler;
 
 /// Converts `CLOCK_MONOTONIC` (what `bpf_ktime_get_ns` reads) to Unix time.
 #[derive(Clone, Copy, Debug)]
@@ -119,6 +120,7 @@ pub struct ProcessState {
     /// under way at attach).
     said_opaque: bool,
     said_mid_capture: bool,
+    said_sampled_capture: bool,
 }
 
 /// What the graph book asks of the rest of the tracer, for one process.
@@ -128,9 +130,15 @@ struct Env<'a> {
     start_ns: u64,
     names: &'a HashMap<u64, (Arc<str>, u64)>,
     namer: &'a mut KernelNamer,
+    /// What an overhead budget traced of the busy APIs, when one is on.
+    sampler: Option<&'a Sampler>,
 }
 
 impl GraphEnv for Env<'_> {
+    fn busy_traced(&self, from_ns: u64, to_ns: u64) -> bool {
+        self.sampler.is_none_or(|s| s.busy_traced(from_ns, to_ns))
+    }
+
     fn kernel_name(&mut self, handle: u64) -> Option<Arc<str>> {
         match self.names.get(&handle) {
             Some((name, _)) => Some(name.clone()),
@@ -172,6 +180,7 @@ impl ProcessState {
             graphs: GraphBook::default(),
             said_opaque: false,
             said_mid_capture: false,
+            said_sampled_capture: false,
         }
     }
 
@@ -247,6 +256,9 @@ pub struct Enricher {
     pub namer: KernelNamer,
     /// The libnccl builds probed (their releases and layouts, by slot).
     pub nccl_libs: NcclLibraries,
+    /// The overhead budget's sampler, when one is on: a stream capture
+    /// made while it had the busy probes off is read from memory.
+    pub sampler: Option<Arc<Sampler>>,
 }
 
 /// A call, and device memory in use after it when that changed.
@@ -265,6 +277,7 @@ impl Enricher {
             procs: HashMap::default(),
             namer,
             nccl_libs: NcclLibraries::default(),
+            sampler: None,
         }
     }
 
@@ -354,6 +367,7 @@ impl Enricher {
                 start_ns: e.start_ns,
                 names: &state.names,
                 namer: &mut self.namer,
+                sampler: self.sampler.as_deref(),
             };
             state.graphs.observe(api.name, &mut args, ret, &mut env)
         };
@@ -371,6 +385,14 @@ impl Enricher {
                     state.said_mid_capture = true;
                     eprintln!(
                         "gputrace: process {} ({}) was capturing stream {stream:#x} into a CUDA graph when gputrace attached: work issued to it before that was seen may have been counted as run",
+                        e.pid,
+                        discover::printable(&state.comm)
+                    );
+                }
+                GraphNote::SampledCapture { graph } if !state.said_sampled_capture => {
+                    state.said_sampled_capture = true;
+                    eprintln!(
+                        "gputrace: process {} ({}) captured CUDA graph {graph:#x} while the overhead budget had the launch probes off: its kernels are read from the process's memory where the layout allows, else its launches are counted without them (\"nodes\":null)",
                         e.pid,
                         discover::printable(&state.comm)
                     );

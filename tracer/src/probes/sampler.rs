@@ -299,6 +299,53 @@ struct State {
     mark: Option<Mark>,
     /// Kernel time read so far in the period under way.
     kernel: KernelTime,
+    /// When the busy APIs were not all traced.
+    untraced: Untraced,
+}
+
+/// How many of the times the hot probes were off are kept, for
+/// [`Sampler::busy_traced`] (a second's worth of periods many times over).
+const OFF_HISTORY: usize = 1024;
+
+/// When the samplable APIs' calls were not all traced: their probes off,
+/// or on for the APIs called so far only.
+#[derive(Debug, Default)]
+struct Untraced {
+    /// Since when, if they are not now.
+    since: Option<u64>,
+    /// The last [`OFF_HISTORY`] such times, and where the history kept
+    /// begins (what came before is not known).
+    past: std::collections::VecDeque<(u64, u64)>,
+    known_from: u64,
+}
+
+impl Untraced {
+    /// The probes are about to change.
+    fn off(&mut self, now: u64) {
+        self.since.get_or_insert(now);
+    }
+
+    /// They are on again; `whole`: every samplable API's.
+    fn on(&mut self, now: u64, whole: bool) {
+        if !whole {
+            return;
+        }
+        if let Some(from) = self.since.take() {
+            if self.past.len() == OFF_HISTORY {
+                if let Some((_, to)) = self.past.pop_front() {
+                    self.known_from = to;
+                }
+            }
+            self.past.push_back((from, now));
+        }
+    }
+
+    /// Whether every call from `from` to `to` was traced.
+    fn traced(&self, from: u64, to: u64) -> bool {
+        from >= self.known_from
+            && self.since.is_none_or(|s| s > to)
+            && !self.past.iter().any(|&(a, b)| a <= to && b > from)
+    }
 }
 
 impl State {
@@ -384,6 +431,7 @@ impl State {
             self.on_acc += now.saturating_sub(s);
             self.on.push((s, now));
         }
+        self.untraced.off(now);
     }
 }
 
@@ -444,6 +492,7 @@ impl Sampler {
                 watch: Vec::new(),
                 mark: None,
                 kernel: KernelTime::default(),
+                untraced: Untraced::default(),
             }),
             Condvar::new(),
         ));
@@ -516,6 +565,13 @@ impl Sampler {
     pub fn mark_called(&self, apis: impl IntoIterator<Item = u32>) {
         let mut st = lock(&self.shared);
         st.called.extend(apis);
+    }
+
+    /// Whether every call of the samplable APIs made from `from_ns` to
+    /// `to_ns` (CLOCK_MONOTONIC) was traced: their probes were surely on
+    /// throughout (false where that is not known any more).
+    pub fn busy_traced(&self, from_ns: u64, to_ns: u64) -> bool {
+        lock(&self.shared).untraced.traced(from_ns, to_ns)
     }
 
     /// The periods completed since the last call, and the start of the
@@ -685,6 +741,8 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
                 if ok || !st.groups.is_empty() {
                     let now = monotonic_ns();
                     st.on_since = Some(now);
+                    let whole = ok && st.discovering;
+                    st.untraced.on(now, whole);
                     st.mark_kernel(now, true);
                 }
                 if entry_only {
@@ -699,5 +757,47 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
             .wait_timeout(st, wait)
             .map(|(g, _)| g)
             .unwrap_or_else(|p| p.into_inner().0);
+    }
+}
+
+#[cfg(test)]
+mod untraced_tests {
+    use super::*;
+
+    /// Off, on for the APIs called so far only, then on for all: untraced
+    /// from the first change to the whole attach; before and after, traced.
+    #[test]
+    fn untraced_from_the_first_change_to_every_api_on() {
+        let mut u = Untraced::default();
+        assert!(u.traced(0, 1000));
+        u.off(100);
+        assert!(u.traced(0, 99));
+        assert!(!u.traced(0, 100));
+        assert!(!u.traced(500, 600), "off now");
+        u.on(150, false);
+        u.off(200);
+        assert!(!u.traced(160, 190), "on for some APIs only");
+        u.on(250, true);
+        assert!(u.traced(250, 1000));
+        assert!(!u.traced(240, 1000));
+        assert!(u.traced(10, 99));
+        assert!(!u.traced(10, 100));
+    }
+
+    /// Past the history kept, what came before is not known.
+    #[test]
+    fn what_the_history_lost_is_not_known() {
+        let mut u = Untraced::default();
+        for k in 1..=OFF_HISTORY as u64 {
+            u.off(k * 100);
+            u.on(k * 100 + 5, true);
+        }
+        assert!(u.traced(10, 50));
+        assert!(u.traced(110, 150));
+        u.off(1_000_000);
+        u.on(1_000_005, true);
+        assert!(!u.traced(10, 50), "forgotten");
+        assert!(u.traced(110, 150));
+        assert!(!u.traced(150, 200));
     }
 }

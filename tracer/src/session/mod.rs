@@ -117,6 +117,7 @@ impl Session {
         let cache = CalibrationCache::open(&config.cache_dir);
         let mut enricher = Enricher::new(clock, KernelNamer::new(cache, config.calibration));
         enricher.nccl_libs = attacher.nccl_libraries();
+        enricher.sampler = budget.as_ref().map(|b| b.sampler.clone());
         let check_every = if spec.all {
             node::SCAN_EVERY
         } else {

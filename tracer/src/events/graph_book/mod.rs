@@ -48,6 +48,12 @@ pub trait GraphEnv {
     fn now_ns(&self) -> u64 {
         0
     }
+    /// Whether every call of the samplable APIs (launches, stream copies,
+    /// event records and waits) made from `from_ns` to `to_ns` was traced:
+    /// false where an overhead budget had their probes off meanwhile.
+    fn busy_traced(&self, _from_ns: u64, _to_ns: u64) -> bool {
+        true
+    }
 }
 
 /// Something the user should be told once.
@@ -58,6 +64,9 @@ pub enum GraphNote {
     MidCapture { stream: u64 },
     /// An executable graph whose contents are not known (`"nodes":null`).
     Opaque { exec: u64 },
+    /// A capture into `graph` ran while an overhead budget had the busy
+    /// probes off: what it recorded is not all known.
+    SampledCapture { graph: u64 },
 }
 
 /// A node of a graph.
@@ -182,7 +191,7 @@ impl GraphBook {
                 news
             }
             Args::GraphApi(call) => {
-                self.apply(call, ret);
+                self.apply(call, ret, env);
                 None
             }
             _ => None,
@@ -199,7 +208,7 @@ impl GraphBook {
         (self.graphs.len(), self.execs.len(), self.held)
     }
 
-    fn apply(&mut self, call: &GraphCall, ret: Option<i64>) {
+    fn apply(&mut self, call: &GraphCall, ret: Option<i64>, env: &dyn GraphEnv) {
         let ok = ret.is_none_or(|r| r == 0);
         match call {
             GraphCall::EndCapture { stream, .. } if !ok => {
@@ -215,14 +224,30 @@ impl GraphBook {
                     Some(g) => self.graph_or_unknown(*g),
                     None => self.new_graph(None, true),
                 };
-                self.captures.begin(*stream, id, false);
+                self.captures.begin(*stream, id, false, self.now_ns);
             }
             GraphCall::EndCapture { stream, graph } => match self.captures.end(*stream) {
-                Some(c) => match graph {
-                    Some(g) if *g != c.graph => self.rename(c.graph, *g),
-                    Some(_) => {}
-                    None => self.drop_synthetic(c.graph),
-                },
+                Some(c) => {
+                    let id = match graph {
+                        Some(g) if *g != c.graph => {
+                            self.rename(c.graph, *g);
+                            *g
+                        }
+                        Some(_) => c.graph,
+                        None => {
+                            self.drop_synthetic(c.graph);
+                            return;
+                        }
+                    };
+                    if !env.busy_traced(c.begin_ns, self.now_ns) {
+                        // Work recorded while the probes were off was not
+                        // seen: its executable graphs are read from memory.
+                        if let Some(def) = self.graphs.get_mut(&id) {
+                            def.complete = false;
+                        }
+                        self.notes.push(GraphNote::SampledCapture { graph: id });
+                    }
+                }
                 None => {
                     // Begun before gputrace attached: what it recorded is not known.
                     if let Some(g) = graph {
@@ -235,7 +260,7 @@ impl GraphBook {
             GraphCall::CaptureStatus { stream, status, .. } => match status {
                 Some(1) if self.captures.of_stream(*stream).is_none() => {
                     let id = self.new_graph(None, false);
-                    self.captures.begin(*stream, id, true);
+                    self.captures.begin(*stream, id, true, self.now_ns);
                     self.notes.push(GraphNote::MidCapture { stream: *stream });
                 }
                 Some(0) => self.captures.not_capturing(*stream),

@@ -13,11 +13,16 @@ struct Env {
     reads: usize,
     /// When the call observed began.
     now: u64,
+    /// When the busy probes were off (an overhead budget sampling).
+    off: Vec<(u64, u64)>,
 }
 
 impl GraphEnv for Env {
     fn now_ns(&self) -> u64 {
         self.now
+    }
+    fn busy_traced(&self, from_ns: u64, to_ns: u64) -> bool {
+        !self.off.iter().any(|&(a, b)| a <= to_ns && b > from_ns)
     }
     fn kernel_name(&mut self, handle: u64) -> Option<Arc<str>> {
         (handle >> 8 == 0xf).then(|| Arc::from(format!("k{}", handle & 0xff)))
@@ -677,4 +682,40 @@ fn nodes_found_in_a_clone() {
     });
     assert_eq!(t.run(0xe0).0.unwrap().len(), 2);
     assert_eq!(t.env.reads, 0);
+}
+
+/// A capture made while an overhead budget had the launch probes off for a
+/// while recorded work the trace never saw: its executable graph is read
+/// from memory, and the user told once. One made while they were on
+/// throughout is followed from its calls.
+#[test]
+fn a_capture_made_while_the_busy_probes_were_off_is_read_from_memory() {
+    let mut t = T::new();
+    t.env.off = vec![(150, 160)];
+    t.env
+        .memory
+        .insert(0xea, vec![named(0xf00, 64), named(0xf01, 8)]);
+    t.env.now = 100;
+    t.begin_capture(S);
+    t.captured("cuLaunchKernel", launch(0xf00, 64, S));
+    // 0xf01 launched at 155, unseen.
+    t.env.now = 200;
+    t.end_capture(S, 0x6a);
+    assert_eq!(
+        t.book.take_notes(),
+        vec![GraphNote::SampledCapture { graph: 0x6a }]
+    );
+    t.instantiate(0x6a, 0xea);
+    assert_eq!(t.run(0xea).0, Some(vec![named(0xf00, 64), named(0xf01, 8)]));
+    assert_eq!(t.env.reads, 1);
+    // On throughout: followed.
+    t.env.now = 300;
+    t.begin_capture(S);
+    t.captured("cuLaunchKernel", launch(0xf02, 16, S));
+    t.env.now = 400;
+    t.end_capture(S, 0x6b);
+    assert!(t.book.take_notes().is_empty());
+    t.instantiate(0x6b, 0xeb);
+    assert_eq!(t.run(0xeb).0, Some(vec![named(0xf02, 16)]));
+    assert_eq!(t.env.reads, 1);
 }
