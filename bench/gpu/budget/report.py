@@ -7,7 +7,8 @@ steps = []
 # Per step: rank, end time, then the metrics of METRICS (older files have
 # the step time only).
 METRICS = ["step ms", "issue ms", "CPU ms", "cycles", "instructions"]
-for r in (0, 1):
+RANKS = [r for r in range(64) if os.path.exists(f"{res}/rank{r}.steps") or os.path.exists(f"{res}/rank{r}.steps.gz")]
+for r in RANKS:
     path = f"{res}/rank{r}.steps"
     for line in (open(path) if os.path.exists(path) else gzip.open(path + ".gz", "rt")):
         f = line.split()
@@ -16,17 +17,25 @@ for r in (0, 1):
 rows = list(csv.DictReader(open(f"{res}/windows.tsv"), delimiter="\t"))
 def q(v, p):
     v = sorted(v); return v[min(len(v) - 1, int(p * len(v)))]
+def launches(w):
+    """Each rank's launches in the window (older files: launches0, launches1)."""
+    if "launches" in w:
+        return None if "-" in w["launches"] or not w["launches"] else [int(x) for x in w["launches"].split(",")]
+    return None if w["launches0"] in ("-", "") else [int(w["launches0"]), int(w["launches1"])]
+
+
 def per_step(w):
-    if w["launches0"] in ("-", ""):
+    ls = launches(w)
+    if ls is None:
         return None
     out = []
-    for k in (0, 1):
+    for k in RANKS:
         if w["u_on"] not in ("-", "") and "-" not in w["u_on"]:
             a, b = float(w["u_on"].split(",")[k]), float(w["u_off"].split(",")[k])
         else:
             a, b = float(w["c_on"]), float(w["c_off"])
         n = sum(1 for (r, t, _, _) in steps if r == k and a < t <= b)
-        out.append(int(w[f"launches{k}"]) / n if n else float("nan"))
+        out.append(ls[k] / n if n else float("nan"))
     return out
 win = []
 extra = []  # per window, per metric: the steps' values
@@ -35,7 +44,7 @@ for w in rows:
     ms = [m for (_, t, m, _) in steps if on <= t <= off]
     win.append((w, ms, per_step(w)))
     extra.append([[v[i] for (_, t, _, v) in steps if on <= t <= off and v[i] is not None and v[i] == v[i]] for i in range(len(METRICS))])
-print("DDP step time per window (both ranks; budget windows from the first settled sampled period on)")
+print(f"DDP step time per window ({len(RANKS)} ranks; budget windows from the first settled sampled period on)")
 print(f"{'mode':<9}{'round':>6}{'steps':>7}{'median':>9}{'mean':>9}{'p10':>8}{'p90':>8}  launches/step")
 for (w, ms, lps) in win:
     print(f"{w['mode']:<9}{w['round']:>6}{len(ms):>7}{st.median(ms):>9.2f}{st.mean(ms):>9.2f}{q(ms,.1):>8.2f}{q(ms,.9):>8.2f}  " + (" ".join(f"{v:.1f}" for v in lps) if lps else "-"))
