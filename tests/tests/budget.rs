@@ -473,3 +473,77 @@ fn graphs_captured_while_sampling_are_read_from_memory() {
         "{stderr}"
     );
 }
+
+/// The workload under a 1% budget, gputrace keeping its calibrations in
+/// `cache`: gputrace's stderr.
+fn budget_run_with_cache(cache: &std::path::Path, args: &[&str]) -> String {
+    let dir = scratch("budget-cache-run");
+    let out = dir.join("t.jsonl");
+    let mut w = Workload::start(args);
+    let pid = w.pid.to_string();
+    let mut t = Tracer::spawn_with_env(
+        &[
+            "--pid",
+            &pid,
+            "--output",
+            out.to_str().unwrap(),
+            "--overhead-budget",
+            "1",
+            "--verbose",
+        ],
+        &[("GPUTRACE_CACHE_DIR", cache.to_str().unwrap())],
+    );
+    t.stderr
+        .wait_for("gputrace: attached", std::time::Duration::from_secs(60));
+    w.go();
+    let (status, _) = w.finish();
+    assert!(status.success(), "the workload failed: {status}");
+    let g = t.finish(std::time::Duration::from_secs(120));
+    assert!(g.status.success(), "gputrace failed: {}", g.stderr_text());
+    g.stderr_text()
+}
+
+/// A budget starts from the in-place cost ratio a budget before read on
+/// this machine (kept in the cache directory beside the hit cost), until
+/// it has read enough itself; the ratio is shown as such.
+#[test]
+fn a_budget_starts_from_the_ratio_read_before_on_this_machine() {
+    use std::os::unix::fs::PermissionsExt;
+    let cache = scratch("budget-cache").join("cache");
+    std::fs::create_dir(&cache).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut args = PASS.to_vec();
+    args.extend(["--sync-us", "2000", "--duration-ms", "3000"]);
+    // The first run measures the hit cost and keeps it under this
+    // machine's key.
+    let first = budget_run_with_cache(&cache, &args);
+    let costs: Value =
+        serde_json::from_slice(&std::fs::read(cache.join("probe-hit-cost-v1.json")).unwrap())
+            .unwrap();
+    let key = costs.as_object().unwrap().keys().next().unwrap().clone();
+    let line = line_with(&first, "costliest process");
+    assert!(
+        !line.contains("as last read in place on this machine"),
+        "{line}"
+    );
+    // A ratio a budget before read on this machine.
+    let kept = cache.join("probe-cost-in-place-v1.json");
+    std::fs::write(&kept, serde_json::json!({ key: 2.5 }).to_string()).unwrap();
+    std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let second = budget_run_with_cache(&cache, &args);
+    let line = line_with(&second, "costliest process");
+    assert!(
+        line.contains("hits cost 2.50× the measured figure as last read in place on this machine"),
+        "{line}"
+    );
+    // Each always-traced call is charged 2.5× what the first run's were
+    // (the same calls of the same workload: a share of one CPU a second,
+    // over their rate).
+    let charge =
+        |l: &str| figure(l, "entry only (", "%") / figure(l, "sampled calls/s and", "other");
+    let (a, b) = (charge(line_with(&first, "costliest process")), charge(line));
+    assert!(
+        (b / a / 2.5 - 1.0).abs() < 0.15,
+        "{a} then {b} per call: {line}"
+    );
+}

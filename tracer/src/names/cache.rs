@@ -34,6 +34,9 @@ const EXEC_FILE: &str = "exec-layouts-v2.json";
 /// The cost of a probe hit on this machine (`probes::hitcost`), by a key of
 /// the kernel, the CPU and the eBPF programs.
 const HIT_COST_FILE: &str = "probe-hit-cost-v1.json";
+/// The hit cost in place over the measured figure, as an overhead budget
+/// last read it on this machine (`session::budget`).
+const IN_PLACE_FILE: &str = "probe-cost-in-place-v1.json";
 /// A cache file larger than this is not read (an entry is ~80 bytes).
 const MAX_BYTES: u64 = 1 << 20;
 /// Libraries larger than this are not hashed (libcuda is about 100 MB).
@@ -323,6 +326,24 @@ impl CalibrationCache {
         .remove(key)
     }
 
+    /// The in-place cost ratio a budget last read under `key`.
+    pub fn get_in_place_ratio(&self, key: &str) -> Option<f64> {
+        let Place::Dir(fd) = &self.place else {
+            return None;
+        };
+        read_map(fd, &self.shown, IN_PLACE_FILE, plausible_ratio)
+            .ok()?
+            .remove(key)
+    }
+
+    /// Keeps an in-place cost ratio read now (best effort).
+    pub fn insert_in_place_ratio(&self, key: &str, ratio: f64) {
+        if let Place::Dir(fd) = &self.place {
+            let mut one = BTreeMap::from([(key.to_string(), ratio)]);
+            let _ = write_map(fd, &self.shown, IN_PLACE_FILE, &mut one, plausible_ratio);
+        }
+    }
+
     /// Keeps a measured probe hit cost (best effort: a cache that cannot
     /// be written only costs a measurement next time).
     pub fn insert_hit_cost(&self, key: &str, cost: crate::probes::hitcost::HitCost) {
@@ -337,6 +358,11 @@ impl CalibrationCache {
             );
         }
     }
+}
+
+/// What `InPlace::ratio` can give: at least 1, at most 4.
+fn plausible_ratio(r: &f64) -> bool {
+    (1.0..=4.0).contains(r)
 }
 
 /// Writes `known` as file `name` (merged with what another gputrace wrote
@@ -441,6 +467,35 @@ mod tests {
             .unwrap()
             .file_type()
             .is_symlink());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The in-place cost ratio: kept per key, merged with what another
+    /// gputrace wrote, and only a plausible one read back.
+    #[test]
+    fn in_place_ratios_round_trip() {
+        let dir = std::env::temp_dir().join(format!("gputrace-ratio-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let c = CalibrationCache::open(&dir);
+        assert_eq!(c.get_in_place_ratio(&key('a')), None);
+        c.insert_in_place_ratio(&key('a'), 1.5);
+        CalibrationCache::open(&dir).insert_in_place_ratio(&key('b'), 2.0);
+        let c = CalibrationCache::open(&dir);
+        assert_eq!(c.get_in_place_ratio(&key('a')), Some(1.5));
+        assert_eq!(c.get_in_place_ratio(&key('b')), Some(2.0));
+        c.insert_in_place_ratio(&key('a'), 1.7);
+        assert_eq!(c.get_in_place_ratio(&key('a')), Some(1.7));
+        let f = std::fs::metadata(dir.join(IN_PLACE_FILE)).unwrap();
+        assert_eq!(f.mode() & 0o777, 0o600);
+        std::fs::write(
+            dir.join(IN_PLACE_FILE),
+            serde_json::json!({ key('c'): 9.0, key('d'): 0.5, key('e'): 3.0 }).to_string(),
+        )
+        .unwrap();
+        let c = CalibrationCache::open(&dir);
+        assert_eq!(c.get_in_place_ratio(&key('c')), None);
+        assert_eq!(c.get_in_place_ratio(&key('d')), None);
+        assert_eq!(c.get_in_place_ratio(&key('e')), Some(3.0));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -129,6 +129,33 @@ fn key() -> String {
     format!("sha256:{hex}")
 }
 
+/// Where the in-place cost ratio of this machine is kept: a budget starts
+/// from the last one read (a real program's hits cost more than the
+/// figure measured on gputrace's own loop, and reading how much more in
+/// place takes a minute or more of sampling), and keeps what it reads.
+pub struct InPlaceStore {
+    cache_dir: std::path::PathBuf,
+    key: String,
+}
+
+impl InPlaceStore {
+    pub fn new(config: &Config) -> Self {
+        Self {
+            cache_dir: config.cache_dir.clone(),
+            key: key(),
+        }
+    }
+
+    /// The ratio last read on this machine, if any.
+    pub fn load(&self) -> Option<f64> {
+        CalibrationCache::open(&self.cache_dir).get_in_place_ratio(&self.key)
+    }
+
+    pub fn save(&self, ratio: f64) {
+        CalibrationCache::open(&self.cache_dir).insert_in_place_ratio(&self.key, ratio);
+    }
+}
+
 /// The cost from the cache, else measured now (and cached). `fresh`: the
 /// second value says whether it was measured by this call.
 pub fn get(config: &Config) -> anyhow::Result<(HitCost, bool)> {

@@ -51,7 +51,7 @@ use std::sync::Arc;
 use crate::events::enrich::Clock;
 use crate::events::sampling::{ApiEstimate, ProcessSampling, SamplingReport};
 use crate::probes::catalogue::Api;
-use crate::probes::hitcost::HitCost;
+use crate::probes::hitcost::{HitCost, InPlaceStore};
 use crate::probes::sampler::{KernelTime, Mode, Period, Sampler, MIN_RATIO};
 use crate::probes::symbols::{Prologue, Prologues};
 
@@ -282,7 +282,12 @@ pub(super) struct Budget {
     verbose: bool,
     /// The hot probes' cost as read in place, against the model's.
     in_place: InPlace,
+    /// Where the ratio read in place is kept for the next budget.
+    store: Option<InPlaceStore>,
 }
+
+/// How often (in periods) a ratio read in place is kept.
+const KEEP_EVERY: u64 = 20;
 
 /// What the hot probes cost the processes in place: their kernel time
 /// while the probes were on, beyond what the same time off shows, set
@@ -295,6 +300,9 @@ struct InPlace {
     kernel: KernelTime,
     /// The model's cost of the calls seen on, over the time read on.
     modeled_s: f64,
+    /// The ratio last read on this machine (a budget before this one):
+    /// in force until enough is read here.
+    prior: Option<f64>,
 }
 
 /// Kernel time read on before a ratio is taken (clock ticks: 0.3 s at
@@ -305,15 +313,21 @@ const MIN_IN_PLACE_TICKS: u64 = 30;
 impl InPlace {
     /// How many times the model's cost the probes cost in place, at least
     /// 1 (the model is never lowered below its measured figure) and at
-    /// most 4; 1 until enough has been read.
+    /// most 4; until enough has been read, the ratio a budget before read
+    /// on this machine, else 1.
     fn ratio(&self, ticks_per_s: f64) -> f64 {
+        self.read(ticks_per_s).or(self.prior).unwrap_or(1.0)
+    }
+
+    /// The ratio read here, once enough has been.
+    fn read(&self, ticks_per_s: f64) -> Option<f64> {
         let k = &self.kernel;
         if k.on_ticks < MIN_IN_PLACE_TICKS || k.off_ns == 0 || self.modeled_s <= 0.0 {
-            return 1.0;
+            return None;
         }
         let on_s = k.on_ticks as f64 / ticks_per_s;
         let off_s = k.off_ticks as f64 / ticks_per_s * (k.on_ns as f64 / k.off_ns as f64);
-        ((on_s - off_s) / self.modeled_s).clamp(1.0, 4.0)
+        Some(((on_s - off_s) / self.modeled_s).clamp(1.0, 4.0))
     }
 }
 
@@ -343,6 +357,7 @@ impl Budget {
         sampler: std::sync::Arc<Sampler>,
         clock: Clock,
         verbose: bool,
+        store: Option<InPlaceStore>,
     ) -> Self {
         Self {
             fraction: percent / 100.0,
@@ -361,7 +376,18 @@ impl Budget {
             rules: [0; 3],
             last: None,
             verbose,
-            in_place: InPlace::default(),
+            in_place: InPlace {
+                prior: store.as_ref().and_then(InPlaceStore::load),
+                ..InPlace::default()
+            },
+            store,
+        }
+    }
+
+    /// Keeps the ratio read in place so far, if enough was.
+    fn keep_ratio(&self) {
+        if let (Some(store), Some(r)) = (&self.store, self.in_place.read(ticks_per_s())) {
+            store.save(r);
         }
     }
 
@@ -405,6 +431,9 @@ impl Budget {
                 out.push(self.report(&p));
             }
             self.last = Some(p);
+            if self.periods.is_multiple_of(KEEP_EVERY) {
+                self.keep_ratio();
+            }
         }
     }
 
@@ -613,7 +642,7 @@ impl Budget {
                     .unwrap_or_default();
                 let c = busiest.costs();
                 eprintln!(
-                    "gputrace: overhead budget {:.2}%: costliest process {:.0} sampled calls/s and {:.0} other calls/s, {:.2}% with return probes, {:.2}% entry only ({:.2}% the other calls; hits cost {:.2}× the measured figure in place): {} ",
+                    "gputrace: overhead budget {:.2}%: costliest process {:.0} sampled calls/s and {:.0} other calls/s, {:.2}% with return probes, {:.2}% entry only ({:.2}% the other calls; hits cost {:.2}× the measured figure {}): {} ",
                     self.fraction * 100.0,
                     busiest.hot,
                     busiest.rare,
@@ -621,6 +650,7 @@ impl Budget {
                     c.entry_only * 100.0 * ratio,
                     c.rare * 100.0 * ratio,
                     ratio,
+                    self.ratio_source(),
                     match next {
                         Mode::Exact => "exact".to_string(),
                         Mode::EntryOnly => "entry probes only".to_string(),
@@ -678,6 +708,7 @@ impl Budget {
     pub(super) fn finish(&mut self, out: &mut Vec<SamplingReport>) {
         self.sampler.close_now();
         self.refresh(out);
+        self.keep_ratio();
         let last = self.last.clone().unwrap_or(Period {
             start_ns: 0,
             end_ns: 0,
@@ -708,13 +739,14 @@ impl Budget {
             );
             let k = &self.in_place.kernel;
             eprintln!(
-                "gputrace: overhead budget: in place, the traced processes spent {} clock ticks in the kernel over {:.1} s with the sampled probes on and {} over {:.1} s off; the model makes {:.3} s of the calls seen on: hits cost {:.2}× the measured figure",
+                "gputrace: overhead budget: in place, the traced processes spent {} clock ticks in the kernel over {:.1} s with the sampled probes on and {} over {:.1} s off; the model makes {:.3} s of the calls seen on: hits cost {:.2}× the measured figure {}",
                 k.on_ticks,
                 k.on_ns as f64 / 1e9,
                 k.off_ticks,
                 k.off_ns as f64 / 1e9,
                 self.in_place.modeled_s,
-                self.cost_ratio()
+                self.cost_ratio(),
+                self.ratio_source()
             );
             eprintln!("gputrace: overhead budget: {}", self.prologue_line());
             if let Some(line) = self.rare_line() {
@@ -788,8 +820,17 @@ impl Budget {
         )
     }
 
-    /// How many times the measured hit cost the probes cost in place (1
-    /// until enough was read).
+    /// Where [`Self::cost_ratio`] comes from, for `--verbose`.
+    fn ratio_source(&self) -> &'static str {
+        match (self.in_place.read(ticks_per_s()), self.in_place.prior) {
+            (Some(_), _) => "in place",
+            (None, Some(_)) => "as last read in place on this machine (not enough read yet)",
+            (None, None) => "(nothing read in place yet)",
+        }
+    }
+
+    /// How many times the measured hit cost the probes cost in place (as
+    /// read before on this machine, else 1, until enough was read).
     pub(super) fn cost_ratio(&self) -> f64 {
         self.in_place.ratio(ticks_per_s())
     }
@@ -880,8 +921,9 @@ fn per_process(rates: &HashMap<(u32, u32), Rates>) -> HashMap<u32, Rates> {
 /// The mode for the next periods, from the mode `now` and each thread's
 /// rates: the costliest that keeps every process (its threads' costs
 /// added up) within `budget`. Going back to a costlier mode needs 20% of
-/// headroom, and a duty ratio within 10% of the one in force is kept, so a
-/// rate at an edge does not change the schedule every period.
+/// headroom, and a duty ratio in force is kept while it is at most 10%
+/// under the one the rates allow (never over it), so a rate at an edge
+/// does not change the schedule every period.
 fn choose(now: Mode, threads: &HashMap<(u32, u32), Rates>, budget: f64) -> Mode {
     let rates = per_process(threads);
     let worst = |f: fn(&Costs) -> f64| rates.values().map(|r| f(&r.costs())).fold(0.0, f64::max);
@@ -898,8 +940,9 @@ fn choose(now: Mode, threads: &HashMap<(u32, u32), Rates>, budget: f64) -> Mode 
         .fold(1.0, f64::min)
         .clamp(MIN_RATIO, 1.0);
     match now {
-        // Small changes are not worth a change of schedule.
-        Mode::Duty(old) if (old - r).abs() <= 0.1 * old => now,
+        // Small changes are not worth a change of schedule, but a share
+        // over the budget's is never kept.
+        Mode::Duty(old) if old <= r && r - old <= 0.1 * old => now,
         _ => Mode::Duty(r),
     }
 }
@@ -1110,6 +1153,7 @@ mod tests {
                 off_ns: 40_000_000_000,
             },
             modeled_s,
+            prior: None,
         };
         // 10 s on: 1.2 s of kernel time; 40 s off: 0.8 s, so 0.2 s in 10 s
         // of it is not the sampled probes'. The model made 0.5 s of them.
@@ -1117,9 +1161,22 @@ mod tests {
         // Never below the measured figure, nor above 4×.
         assert_eq!(read(120, 80, 5.0).ratio(100.0), 1.0);
         assert_eq!(read(120, 80, 0.1).ratio(100.0), 4.0);
-        // Too little read on: 1.
+        // Too little read on: 1, or the ratio a budget before read here.
         assert_eq!(read(MIN_IN_PLACE_TICKS - 1, 0, 0.1).ratio(100.0), 1.0);
         assert_eq!(InPlace::default().ratio(100.0), 1.0);
+        let before = |r: InPlace| InPlace {
+            prior: Some(1.5),
+            ..r
+        };
+        assert_eq!(
+            before(read(MIN_IN_PLACE_TICKS - 1, 0, 0.1)).ratio(100.0),
+            1.5
+        );
+        assert_eq!(
+            before(read(MIN_IN_PLACE_TICKS - 1, 0, 0.1)).read(100.0),
+            None
+        );
+        assert!((before(read(120, 80, 0.5)).ratio(100.0) - 2.0).abs() < 1e-12);
     }
 
     #[test]
@@ -1136,12 +1193,15 @@ mod tests {
         let r = rates(&[(1000.0, 1000.0)]);
         assert_eq!(choose(Mode::Exact, &r, 0.01), Mode::Exact);
         assert_eq!(choose(Mode::EntryOnly, &r, 0.01), Mode::EntryOnly);
-        // A duty ratio within 10% of the one in force is kept.
+        // A duty ratio up to 10% under the one the rates allow (1/12) is
+        // kept; one over it, or further under, is not.
         let r = rates(&[(30_000.0, 0.0)]);
         assert_eq!(choose(Mode::Duty(0.08), &r, 0.01), Mode::Duty(0.08));
-        match choose(Mode::Duty(0.05), &r, 0.01) {
-            Mode::Duty(d) => assert!((d - 1.0 / 12.0).abs() < 1e-12, "{d}"),
-            m => panic!("{m:?}"),
+        for old in [0.05, 0.085, 0.09] {
+            match choose(Mode::Duty(old), &r, 0.01) {
+                Mode::Duty(d) => assert!((d - 1.0 / 12.0).abs() < 1e-12, "{old}: {d}"),
+                m => panic!("{m:?}"),
+            }
         }
     }
 }

@@ -530,5 +530,6 @@ fn start_budget(
         sampler,
         clock,
         verbose,
+        Some(crate::probes::hitcost::InPlaceStore::new(config)),
     )))
 }
