@@ -115,7 +115,7 @@ for r in $(seq 0 $((ROUNDS - 1))); do
       read ca ma va na ia ua sa < <(procstat); t_on=$(now); sleep ${UNTRACED:-20}; t_off=$(now); read cb mb vb nb ib ub sb < <(procstat)
     else
       case $m in
-        new) cmd=("$NEW" daemon --overhead-budget 1 --verbose);;
+        new|new_again) cmd=("$NEW" daemon --overhead-budget 1 --verbose);;  # new_again: reported apart (a daemon started again, from the ratio the one before read)
         new_p5) cmd=(env GPUTRACE_SAMPLE_PERIOD=5s "$NEW" daemon --overhead-budget 1 --verbose);;
         exact) cmd=("$NEW" daemon --overhead-budget 0);;
       esac

@@ -310,6 +310,10 @@ struct InPlace {
 /// counts of a sampled clock, and a ratio of a few is noise).
 const MIN_IN_PLACE_TICKS: u64 = 30;
 
+/// Standard deviations above its estimate that a one-sided 95% bound
+/// lies (normal).
+const ONE_SIDED_95: f64 = 1.645;
+
 impl InPlace {
     /// How many times the model's cost the probes cost in place, at least
     /// 1 (the model is never lowered below its measured figure) and at
@@ -319,15 +323,22 @@ impl InPlace {
         self.read(ticks_per_s).or(self.prior).unwrap_or(1.0)
     }
 
-    /// The ratio read here, once enough has been.
+    /// The ratio read here, once enough has been: the bound it stays
+    /// under with 95% confidence. Kernel time is read in clock ticks,
+    /// counts of a sampled clock (Poisson: a count `n` is known to about
+    /// `√n`), and the budget is a ceiling: the probes are charged at what
+    /// they may cost, which nears what they cost as ticks add up.
     fn read(&self, ticks_per_s: f64) -> Option<f64> {
         let k = &self.kernel;
         if k.on_ticks < MIN_IN_PLACE_TICKS || k.off_ns == 0 || self.modeled_s <= 0.0 {
             return None;
         }
+        let scale = k.on_ns as f64 / k.off_ns as f64;
         let on_s = k.on_ticks as f64 / ticks_per_s;
-        let off_s = k.off_ticks as f64 / ticks_per_s * (k.on_ns as f64 / k.off_ns as f64);
-        Some(((on_s - off_s) / self.modeled_s).clamp(1.0, 4.0))
+        let off_s = k.off_ticks as f64 / ticks_per_s * scale;
+        let spread_s =
+            (k.on_ticks as f64 + k.off_ticks as f64 * scale * scale).sqrt() / ticks_per_s;
+        Some(((on_s - off_s + ONE_SIDED_95 * spread_s) / self.modeled_s).clamp(1.0, 4.0))
     }
 }
 
@@ -1156,8 +1167,14 @@ mod tests {
             prior: None,
         };
         // 10 s on: 1.2 s of kernel time; 40 s off: 0.8 s, so 0.2 s in 10 s
-        // of it is not the sampled probes'. The model made 0.5 s of them.
-        assert!((read(120, 80, 0.5).ratio(100.0) - 2.0).abs() < 1e-12);
+        // of it is not the sampled probes'. The model made 0.5 s of them:
+        // 2×, read from 120 and 80 ticks, so known to √(120 + 80/16) ticks
+        // (0.11 s); 1.645 of that above: 2.37×.
+        let bound = (1.0 + 1.645 * 125f64.sqrt() / 100.0) / 0.5;
+        assert!((read(120, 80, 0.5).ratio(100.0) - bound).abs() < 1e-12);
+        // Ten times the ticks: nearer 2×.
+        let more = read(1200, 800, 5.0).ratio(100.0);
+        assert!(more > 2.0 && more < 2.13, "{more}");
         // Never below the measured figure, nor above 4×.
         assert_eq!(read(120, 80, 5.0).ratio(100.0), 1.0);
         assert_eq!(read(120, 80, 0.1).ratio(100.0), 4.0);
@@ -1176,7 +1193,7 @@ mod tests {
             before(read(MIN_IN_PLACE_TICKS - 1, 0, 0.1)).read(100.0),
             None
         );
-        assert!((before(read(120, 80, 0.5)).ratio(100.0) - 2.0).abs() < 1e-12);
+        assert!((before(read(120, 80, 0.5)).ratio(100.0) - bound).abs() < 1e-12);
     }
 
     #[test]
