@@ -467,7 +467,7 @@ fn graphs_captured_while_sampling_are_read_from_memory() {
     );
     assert_eq!(
         stderr
-            .matches("while the overhead budget had the launch probes off")
+            .matches("while the overhead budget had the launch probes off or not all attached")
             .count(),
         1,
         "{stderr}"

@@ -392,7 +392,7 @@ impl Enricher {
                 GraphNote::SampledCapture { graph } if !state.said_sampled_capture => {
                     state.said_sampled_capture = true;
                     eprintln!(
-                        "gputrace: process {} ({}) captured CUDA graph {graph:#x} while the overhead budget had the launch probes off: its kernels are read from the process's memory where the layout allows, else its launches are counted without them (\"nodes\":null)",
+                        "gputrace: process {} ({}) captured CUDA graph {graph:#x} while the overhead budget had the launch probes off or not all attached: its kernels are read from the process's memory where the layout allows, else its launches are counted without them (\"nodes\":null)",
                         e.pid,
                         discover::printable(&state.comm)
                     );
