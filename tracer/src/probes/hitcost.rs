@@ -136,37 +136,34 @@ fn key() -> String {
 pub struct InPlaceStore {
     cache_dir: std::path::PathBuf,
     key: String,
+    /// The ratio last read on this machine, if any.
+    pub last: Option<f64>,
 }
 
 impl InPlaceStore {
-    pub fn new(config: &Config) -> Self {
-        Self {
-            cache_dir: config.cache_dir.clone(),
-            key: key(),
-        }
-    }
-
-    /// The ratio last read on this machine, if any.
-    pub fn load(&self) -> Option<f64> {
-        CalibrationCache::open(&self.cache_dir).get_in_place_ratio(&self.key)
-    }
-
     pub fn save(&self, ratio: f64) {
         CalibrationCache::open(&self.cache_dir).insert_in_place_ratio(&self.key, ratio);
     }
 }
 
 /// The cost from the cache, else measured now (and cached). `fresh`: the
-/// second value says whether it was measured by this call.
-pub fn get(config: &Config) -> anyhow::Result<(HitCost, bool)> {
+/// second value says whether it was measured by this call. The third is
+/// where the in-place ratio is kept, under the same key, with the last one
+/// read.
+pub fn get(config: &Config) -> anyhow::Result<(HitCost, bool, InPlaceStore)> {
     let key = key();
     let cache = CalibrationCache::open(&config.cache_dir);
+    let store = InPlaceStore {
+        cache_dir: config.cache_dir.clone(),
+        last: cache.get_in_place_ratio(&key),
+        key: key.clone(),
+    };
     if let Some(c) = cache.get_hit_cost(&key) {
-        return Ok((c, false));
+        return Ok((c, false, store));
     }
     let c = measure(config)?;
     cache.insert_hit_cost(&key, c);
-    Ok((c, true))
+    Ok((c, true, store))
 }
 
 /// Where the function at `addr` lies in the file mapped as our code.

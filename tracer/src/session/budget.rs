@@ -283,7 +283,7 @@ pub(super) struct Budget {
     /// The hot probes' cost as read in place, against the model's.
     in_place: InPlace,
     /// Where the ratio read in place is kept for the next budget.
-    store: Option<InPlaceStore>,
+    store: InPlaceStore,
 }
 
 /// How often (in periods) a ratio read in place is kept.
@@ -368,7 +368,7 @@ impl Budget {
         sampler: std::sync::Arc<Sampler>,
         clock: Clock,
         verbose: bool,
-        store: Option<InPlaceStore>,
+        store: InPlaceStore,
     ) -> Self {
         Self {
             fraction: percent / 100.0,
@@ -388,7 +388,7 @@ impl Budget {
             last: None,
             verbose,
             in_place: InPlace {
-                prior: store.as_ref().and_then(InPlaceStore::load),
+                prior: store.last,
                 ..InPlace::default()
             },
             store,
@@ -397,8 +397,8 @@ impl Budget {
 
     /// Keeps the ratio read in place so far, if enough was.
     fn keep_ratio(&self) {
-        if let (Some(store), Some(r)) = (&self.store, self.in_place.read(ticks_per_s())) {
-            store.save(r);
+        if let Some(r) = self.in_place.read(ticks_per_s()) {
+            self.store.save(r);
         }
     }
 

@@ -502,7 +502,7 @@ fn start_budget(
     clock: Clock,
     verbose: bool,
 ) -> Result<Option<budget::Budget>> {
-    let (cost, fresh) = crate::probes::hitcost::get(config).map_err(|e| {
+    let (cost, fresh, store) = crate::probes::hitcost::get(config).map_err(|e| {
         Failure::runtime(format!(
             "--overhead-budget: measuring the cost of a probe hit: {e:#}"
         ))
@@ -530,6 +530,6 @@ fn start_budget(
         sampler,
         clock,
         verbose,
-        Some(crate::probes::hitcost::InPlaceStore::new(config)),
+        store,
     )))
 }
