@@ -320,7 +320,19 @@ impl InPlace {
     /// most 4; until enough has been read, the ratio a budget before read
     /// on this machine, else 1.
     fn ratio(&self, ticks_per_s: f64) -> f64 {
-        self.read(ticks_per_s).or(self.prior).unwrap_or(1.0)
+        self.current(ticks_per_s).0
+    }
+
+    /// [`Self::ratio`], and where it comes from (for `--verbose`).
+    fn current(&self, ticks_per_s: f64) -> (f64, &'static str) {
+        match (self.read(ticks_per_s), self.prior) {
+            (Some(r), _) => (r, "in place"),
+            (None, Some(r)) => (
+                r,
+                "as last read in place on this machine (not enough read yet)",
+            ),
+            (None, None) => (1.0, "(nothing read in place yet)"),
+        }
     }
 
     /// The ratio read here, once enough has been: the bound it stays
@@ -833,11 +845,7 @@ impl Budget {
 
     /// Where [`Self::cost_ratio`] comes from, for `--verbose`.
     fn ratio_source(&self) -> &'static str {
-        match (self.in_place.read(ticks_per_s()), self.in_place.prior) {
-            (Some(_), _) => "in place",
-            (None, Some(_)) => "as last read in place on this machine (not enough read yet)",
-            (None, None) => "(nothing read in place yet)",
-        }
+        self.in_place.current(ticks_per_s()).1
     }
 
     /// How many times the measured hit cost the probes cost in place (as
