@@ -219,14 +219,28 @@ impl Tracer {
     /// Starts gputrace and waits for its `gputrace: attached` line.
     /// Attaches to workload `w`, writing the timeline to `out`, with `extra` arguments.
     pub fn attach_to(w: &Workload, out: &Path, extra: &[&str]) -> Self {
+        Self::attach_to_with_env(w, out, extra, &[])
+    }
+
+    /// [`Self::attach_to`], with `env` set for gputrace.
+    pub fn attach_to_with_env(
+        w: &Workload,
+        out: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let pid = w.pid.to_string();
         let mut args = vec!["--pid", &pid, "--output", out.to_str().expect("UTF-8 path")];
         args.extend_from_slice(extra);
-        Self::attach(&args)
+        Self::attach_with_env(&args, env)
     }
 
     pub fn attach(args: &[&str]) -> Self {
-        let mut t = Self::spawn(args);
+        Self::attach_with_env(args, &[])
+    }
+
+    fn attach_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut t = Self::spawn_with_env(args, env);
         t.stderr
             .wait_for("gputrace: attached", Duration::from_secs(60));
         t
@@ -405,10 +419,22 @@ pub fn trace_run(name: &str, bin: &Path, args: &[&str], extra: &[&str]) -> Run {
 /// [`trace_run`], writing the timeline to `file` in the test's scratch
 /// directory (`.json` for a Chrome trace, which is not parsed here).
 pub fn trace_run_to(name: &str, file: &str, bin: &Path, args: &[&str], extra: &[&str]) -> Run {
+    trace_run_with_env(name, file, bin, args, extra, &[])
+}
+
+/// [`trace_run_to`], with `env` set for gputrace.
+pub fn trace_run_with_env(
+    name: &str,
+    file: &str,
+    bin: &Path,
+    args: &[&str],
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Run {
     let out = scratch(name).join(file);
     let mut w = Workload::start_bin(bin, args);
     let (pid, tids) = (w.pid, w.tids.clone());
-    let t = Tracer::attach_to(&w, &out, extra);
+    let t = Tracer::attach_to_with_env(&w, &out, extra, env);
     w.go();
     let (status, done) = w.finish();
     assert!(status.success(), "the workload failed: {status}");

@@ -58,6 +58,25 @@ fn line_with<'a>(stderr: &'a str, marker: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no line with {marker:?}: {stderr}"))
 }
 
+/// The workload under a 1% budget (`--verbose`), gputrace keeping its
+/// calibrations in `cache` when given: the run and gputrace's stderr.
+fn budget_run(name: &str, args: &[&str], cache: Option<&std::path::Path>) -> (Run, String) {
+    let env: Vec<(&str, &str)> = cache
+        .map(|c| ("GPUTRACE_CACHE_DIR", c.to_str().unwrap()))
+        .into_iter()
+        .collect();
+    let run = trace_run_with_env(
+        name,
+        "t.jsonl",
+        &workload_bin(),
+        args,
+        &["--overhead-budget", "1", "--verbose"],
+        &env,
+    );
+    let stderr = run.gputrace.stderr_text();
+    (run, stderr)
+}
+
 /// The number in `line` between `after` and the next `until`.
 fn figure(line: &str, after: &str, until: &str) -> f64 {
     line.split(after)
@@ -84,14 +103,9 @@ fn busy_launches_are_sampled_and_rare_calls_stay_exact() {
     // Each pass waits 2 ms in each synchronisation, as a training step
     // waits for its GPU: about 25,000 launches a second.
     args.extend(["--sync-us", "2000", "--duration-ms", "8000"]);
-    let run = trace_workload(
-        "budget-sampled",
-        &args,
-        &["--overhead-budget", "1", "--verbose"],
-    );
+    let (run, stderr) = budget_run("budget-sampled", &args, None);
     let sampling = &run.summary["sampling"];
     eprintln!("sampling: {sampling}");
-    let stderr = run.gputrace.stderr_text();
     eprintln!("{stderr}");
     // Both classes of prologue were measured (what a hit costs depends on
     // whether the kernel emulates the function's first instruction).
@@ -245,12 +259,7 @@ fn bursty_launches_with_few_rare_calls_are_estimated_from_whole_steps() {
         "--duration-ms",
         "8000",
     ];
-    let run = trace_workload(
-        "budget-bursty",
-        &args,
-        &["--overhead-budget", "1", "--verbose"],
-    );
-    let stderr = run.gputrace.stderr_text();
+    let (run, stderr) = budget_run("budget-bursty", &args, None);
     assert_eq!(run.summary["sampling"]["sampled"], true, "{stderr}");
     // The pass: the launches, then 5 sync calls.
     assert_eq!(run.done % (LAUNCHES + 5), 0, "{} calls", run.done);
@@ -440,12 +449,7 @@ fn graphs_captured_while_sampling_are_read_from_memory() {
         "--duration-ms",
         "6000",
     ]);
-    let run = trace_workload(
-        "budget-graphs",
-        &args,
-        &["--overhead-budget", "1", "--verbose"],
-    );
-    let stderr = run.gputrace.stderr_text();
+    let (run, stderr) = budget_run("budget-graphs", &args, None);
     assert_eq!(run.summary["sampling"]["sampled"], true, "{stderr}");
     let records = graph_records(&run.events);
     let mut by: BTreeMap<(String, usize), usize> = BTreeMap::new();
@@ -474,35 +478,6 @@ fn graphs_captured_while_sampling_are_read_from_memory() {
     );
 }
 
-/// The workload under a 1% budget, gputrace keeping its calibrations in
-/// `cache`: gputrace's stderr.
-fn budget_run_with_cache(cache: &std::path::Path, args: &[&str]) -> String {
-    let dir = scratch("budget-cache-run");
-    let out = dir.join("t.jsonl");
-    let mut w = Workload::start(args);
-    let pid = w.pid.to_string();
-    let mut t = Tracer::spawn_with_env(
-        &[
-            "--pid",
-            &pid,
-            "--output",
-            out.to_str().unwrap(),
-            "--overhead-budget",
-            "1",
-            "--verbose",
-        ],
-        &[("GPUTRACE_CACHE_DIR", cache.to_str().unwrap())],
-    );
-    t.stderr
-        .wait_for("gputrace: attached", std::time::Duration::from_secs(60));
-    w.go();
-    let (status, _) = w.finish();
-    assert!(status.success(), "the workload failed: {status}");
-    let g = t.finish(std::time::Duration::from_secs(120));
-    assert!(g.status.success(), "gputrace failed: {}", g.stderr_text());
-    g.stderr_text()
-}
-
 /// A budget starts from the in-place cost ratio a budget before read on
 /// this machine (kept in the cache directory beside the hit cost), until
 /// it has read enough itself; the ratio is shown as such.
@@ -516,7 +491,7 @@ fn a_budget_starts_from_the_ratio_read_before_on_this_machine() {
     args.extend(["--sync-us", "2000", "--duration-ms", "3000"]);
     // The first run measures the hit cost and keeps it under this
     // machine's key.
-    let first = budget_run_with_cache(&cache, &args);
+    let (_, first) = budget_run("budget-cache-first", &args, Some(&cache));
     let costs: Value =
         serde_json::from_slice(&std::fs::read(cache.join("probe-hit-cost-v1.json")).unwrap())
             .unwrap();
@@ -530,7 +505,7 @@ fn a_budget_starts_from_the_ratio_read_before_on_this_machine() {
     let kept = cache.join("probe-cost-in-place-v1.json");
     std::fs::write(&kept, serde_json::json!({ key: 2.5 }).to_string()).unwrap();
     std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let second = budget_run_with_cache(&cache, &args);
+    let (_, second) = budget_run("budget-cache-second", &args, Some(&cache));
     let line = line_with(&second, "costliest process");
     assert!(
         line.contains("hits cost 2.50× the measured figure as last read in place on this machine"),
