@@ -276,6 +276,21 @@ fn bursty_launches_with_few_rare_calls_are_estimated_from_whole_steps() {
         error * 100.0
     );
     assert!(error.abs() < 0.05, "estimate {shown} vs {known}: {line}");
+    // The last sampling record observed every launch the timeline holds,
+    // those seen while a slice's probes were being attached or detached
+    // too: the summary scales the calls it saw by estimated over observed
+    // (counting only those seen while on put up to +4% on the estimate).
+    let last = run
+        .events
+        .iter()
+        .filter(|e| e["type"] == "sampling" && e["pid"] == run.pid)
+        .max_by_key(|e| e["ts_ns"].as_u64())
+        .expect("no sampling record");
+    assert_eq!(
+        last["apis"]["cuLaunchKernel"]["observed"].as_u64(),
+        Some(seen),
+        "{last}"
+    );
 }
 
 /// A Perfetto or Chrome trace made under a budget carries its sampling records:

@@ -160,6 +160,9 @@ impl Steps {
                 by_api.entry(api).or_default().push(t);
             }
         }
+        let changes: Vec<u64> = std::iter::once(start)
+            .chain(on.iter().flat_map(|&(a, b)| [a, b]))
+            .collect();
         let mut best: Option<Steps> = None;
         for (&api, times) in &mut by_api {
             times.sort_unstable();
@@ -169,8 +172,13 @@ impl Steps {
             }
             // A step's calls begin after a gap of at least half the
             // longest between two calls: every call of one made once a
-            // step, the first of each group of a few made together.
-            let longest = times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+            // step, the first of each group of a few made together. A gap
+            // across a change of the probes (the period's start, a slice's
+            // attach or detach) is left out where others are known:
+            // attaching and detaching stall the process (they write its
+            // code under its memory map lock), and such a gap, twice a
+            // step's, hid every step of the slice after it.
+            let longest = longest_gap(times, &changes);
             let begins: Vec<usize> = (1..times.len())
                 .filter(|&i| {
                     times[i] >= start && times[i] - times[i - 1] >= longest.div_ceil(2).max(1)
@@ -208,6 +216,19 @@ impl Steps {
     fn estimate(&self, between: u64) -> f64 {
         between as f64 * self.period as f64 / self.calls as f64
     }
+}
+
+/// The longest gap between two of `times` (sorted) that spans none of
+/// `changes`, else the longest of all.
+fn longest_gap(times: &[u64], changes: &[u64]) -> u64 {
+    let gaps = || times.windows(2).map(|w| (w[0], w[1]));
+    let spans_none = |&(a, b): &(u64, u64)| !changes.iter().any(|&c| c > a && c <= b);
+    gaps()
+        .filter(spans_none)
+        .map(|(a, b)| b - a)
+        .max()
+        .or_else(|| gaps().map(|(a, b)| b - a).max())
+        .unwrap_or(0)
 }
 
 /// A thread's smoothed rates: calls per second, and what they cost per
@@ -527,16 +548,22 @@ impl Budget {
         // detach can take a few hundred ms), outside the time counted on:
         // such calls are seen, not counted into the estimate. Calls drained
         // after the period's end count into the next one.
-        // (pid, tid, API) → calls seen while on, and within the thread's
-        // whole steps.
-        let mut hot: HashMap<(u32, u32, u16), (u64, u64)> = HashMap::new();
+        // The calls seen all count as observed, as the summary counts
+        // them: its rows scale the calls it saw by estimated over
+        // observed, and a slice's attach and detach often see a burst.
+        // (pid, tid, API) → calls seen while on, within the thread's whole
+        // steps, and in all.
+        let mut hot: HashMap<(u32, u32, u16), (u64, u64, u64)> = HashMap::new();
         for (k, times) in pending.hot {
             let span = steps.get(&(k.0, k.1));
-            let (mut n, mut between, mut later) = (0, 0, Vec::new());
+            let (mut n, mut between, mut seen, mut later) = (0, 0, 0, Vec::new());
             for t in times {
                 if t >= p.end_ns {
                     later.push(t);
-                } else if exact || is_on(t) {
+                    continue;
+                }
+                seen += 1;
+                if exact || is_on(t) {
                     n += 1;
                     between += u64::from(span.is_some_and(|s| t >= s.from && t < s.to));
                 }
@@ -544,11 +571,11 @@ impl Budget {
             if !later.is_empty() {
                 self.pending.hot.insert(k, later);
             }
-            hot.insert(k, (n, between));
+            hot.insert(k, (n, between, seen));
         }
         // (pid, tid) → calls, their cost with entry probes, with returns.
         let mut per_thread: HashMap<(u32, u32), (u64, f64, f64)> = HashMap::new();
-        for (&(pid, tid, api), &(n, _)) in &hot {
+        for (&(pid, tid, api), &(n, _, _)) in &hot {
             let (e, er) = self.seconds(api);
             let t = per_thread.entry((pid, tid)).or_default();
             t.0 += n;
@@ -567,7 +594,7 @@ impl Budget {
             self.in_place.kernel += *k;
         }
         let by_time = (on_s + off_s) / on_s.max(1e-9);
-        for ((pid, tid, api), (n, between)) in hot {
+        for ((pid, tid, api), (n, between, seen)) in hot {
             // The thread's rare calls of this period over those made while
             // on (a training step's launches come with its kernel lookups,
             // synchronisations and collectives, so this tells the share of
@@ -590,10 +617,10 @@ impl Budget {
             );
             let c = self.counts.entry((pid, api)).or_default();
             if exact {
-                c.exact += n;
+                c.exact += seen;
                 continue;
             }
-            c.sampled += n;
+            c.sampled += seen;
             c.estimated += estimate;
             if n > 0 {
                 self.rules[rule as usize] += 1;
@@ -1160,6 +1187,18 @@ mod tests {
         // begins a step too.
         let s = Steps::find(&grouped, &early, 1_000, 2_000, |_| Some(992)).unwrap();
         assert_eq!((s.from, s.steps, s.calls), (1_090, 2, 6));
+        // The probes' change at the period's start stalled the process:
+        // the last call before it came 62 before the start and the
+        // period's first at 1,010, a gap of 72, more than twice a step's
+        // 30. Gaps across a change are not taken for the longest, so the
+        // slice's steps are found.
+        let stalled: Vec<(u64, u16)> = (0..33).map(|i| (1_010 + i * 30, SYNC)).collect();
+        let late = [(1_112, 1_250)];
+        let s = Steps::find(&stalled, &late, 1_000, 2_000, |_| Some(938)).unwrap();
+        assert_eq!(all(&s), (1_130, 1_220, 3, 3, 33));
+        // Where every gap spans a change, the longest of all is taken.
+        assert_eq!(longest_gap(&[0, 10, 40], &[5, 20]), 30);
+        assert_eq!(longest_gap(&[0, 10, 40], &[20]), 10);
     }
 
     #[test]
