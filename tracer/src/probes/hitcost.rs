@@ -134,7 +134,9 @@ fn key() -> String {
 /// figure measured on gputrace's own loop, and reading how much more in
 /// place takes a minute or more of sampling), and keeps what it reads.
 pub struct InPlaceStore {
-    cache_dir: std::path::PathBuf,
+    /// The cache opened at start (saving writes through its directory,
+    /// without reading the calibration files again).
+    cache: CalibrationCache,
     key: String,
     /// The ratio last read on this machine, if any.
     pub last: Option<f64>,
@@ -142,7 +144,7 @@ pub struct InPlaceStore {
 
 impl InPlaceStore {
     pub fn save(&self, ratio: f64) {
-        CalibrationCache::open(&self.cache_dir).insert_in_place_ratio(&self.key, ratio);
+        self.cache.insert_in_place_ratio(&self.key, ratio);
     }
 }
 
@@ -153,17 +155,16 @@ impl InPlaceStore {
 pub fn get(config: &Config) -> anyhow::Result<(HitCost, bool, InPlaceStore)> {
     let key = key();
     let cache = CalibrationCache::open(&config.cache_dir);
-    let store = InPlaceStore {
-        cache_dir: config.cache_dir.clone(),
-        last: cache.get_in_place_ratio(&key),
-        key: key.clone(),
+    let last = cache.get_in_place_ratio(&key);
+    let (c, fresh) = match cache.get_hit_cost(&key) {
+        Some(c) => (c, false),
+        None => {
+            let c = measure(config)?;
+            cache.insert_hit_cost(&key, c);
+            (c, true)
+        }
     };
-    if let Some(c) = cache.get_hit_cost(&key) {
-        return Ok((c, false, store));
-    }
-    let c = measure(config)?;
-    cache.insert_hit_cost(&key, c);
-    Ok((c, true, store))
+    Ok((c, fresh, InPlaceStore { cache, key, last }))
 }
 
 /// Where the function at `addr` lies in the file mapped as our code.
