@@ -1,7 +1,7 @@
 # One rank of the DDP benchmark (issue 13): a GPT-2-small-shaped model
 # (transformers GPT2Config/GPT2LMHeadModel, random weights, no download;
 # the same shape from torch.nn alone where transformers is missing),
-# bf16, batch 8x512, trained with DistributedDataParallel under torchrun.
+# bf16, batch 8x512 (--batch), trained with DistributedDataParallel under torchrun.
 # Every step's end time, length, issue time and the issuing threads' CPU
 # time (and cycles, where the machine has hardware counters) go to
 # DIR/rank{R}.steps as they happen, so the driver (budget/run.sh) can cut
@@ -23,6 +23,8 @@ ap.add_argument("--rank", type=int, default=None, help="--dry only")
 ap.add_argument("--tiny", type=int, default=0, metavar="N",
                 help="instead of training: each step launches N tiny kernels and synchronises "
                      "(every probe's cost is on the step's critical path)")
+ap.add_argument("--batch", type=int, default=8,
+                help="sequences of 512 tokens a step (the benchmark's 8; budget/paired.sh runs two jobs on one GPU at 2)")
 ap.add_argument("--idle-ms", type=float, default=0.0,
                 help="with --tiny: then sleep this long (a step's pace without GPU-bound noise)")
 a = ap.parse_args()
@@ -198,7 +200,7 @@ except ImportError:
     print(f"rank {rank}: no transformers here; a GPT-2-shaped torch model", flush=True)
 model = DDP(net.to(device="cuda", dtype=torch.bfloat16))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-x = torch.randint(0, VOCAB, (8, 512), device="cuda")
+x = torch.randint(0, VOCAB, (a.batch, 512), device="cuda")
 
 
 def step():
