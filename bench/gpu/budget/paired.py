@@ -4,7 +4,8 @@
 # (Student's t); the same for the time to issue a step and the issuing
 # threads' CPU time per step; and the traced process's kernel and user
 # time against its twin's in the same window.
-import csv, os, statistics as st, sys
+import csv, gzip, os, statistics as st, sys
+from stats95 import interval
 
 res = sys.argv[1]
 METRICS = ["step ms", "issue ms", "CPU ms"]
@@ -12,7 +13,8 @@ METRICS = ["step ms", "issue ms", "CPU ms"]
 
 def read_steps(job):
     out = []
-    for line in open(f"{res}/{job}.steps"):
+    path = f"{res}/{job}.steps"
+    for line in (open(path) if os.path.exists(path) else gzip.open(path + ".gz", "rt")):
         f = line.split()
         out.append((float(f[0]), [float(x) for x in f[1:4]]))
     return out
@@ -27,14 +29,6 @@ def med(job, w, i):
     on, off = float(w["t_on"]), float(w["t_off"])
     v = [m[i] for (t, m) in steps[job] if on <= t <= off and m[i] == m[i]]
     return st.median(v) if v else None
-
-
-def interval(rs):
-    t95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086}
-    df = len(rs) - 1
-    t = t95.get(df) or t95[max(k for k in t95 if k <= df)]
-    half = t * st.stdev(rs) / len(rs) ** 0.5
-    return st.mean(rs) - half, st.mean(rs) + half
 
 
 def share(w, job, k):

@@ -21,17 +21,9 @@
 # Results in $OUT/paired (report.txt from paired.py, windows.tsv, the
 # jobs' step files, gputrace's stderr). DRY=1: two simulated-libcuda
 # processes (ddp_bench.py --dry), to check the script on a CPU machine.
-set -u
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 D=$(cd "$(dirname "$0")" && pwd)
-R=${OUT:-/tmp/out}/paired
-mkdir -p "$R"
-exec > >(tee "$R/run.log") 2>&1
-NEW=$(readlink -f "${NEW:?NEW=path/to/gputrace}")
-PY=/opt/torch/.venv/bin/python3; [ -x "$PY" ] || PY=python3
+. "$D/prelude.sh" paired ''
 WINDOW=${WINDOW:-20} SETTLE=${SETTLE:-8} LIMIT=${LIMIT:-420} BATCH=${BATCH:-2}
-START=$(date +%s)
-{ date -u; uname -r; nproc; nvidia-smi -L 2>/dev/null; "$NEW" --version; } > "$R/env.txt" 2>&1
 export GPUTRACE_CACHE_DIR=/tmp/gtcache-paired
 W=$(mktemp -d /tmp/paired.XXXXXX)
 JOBS="" TP=""

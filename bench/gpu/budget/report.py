@@ -2,6 +2,7 @@
 # settled sampled period on) against the untraced windows; launch counts
 # per step from the estimated-until gauge against the exact daemon.
 import csv, gzip, os, statistics as st, sys
+from stats95 import interval
 res = sys.argv[1]
 steps = []
 # Per step: rank, end time, then the metrics of METRICS (older files have
@@ -60,15 +61,6 @@ def per_round(mode, values):
         if v:
             by_round.setdefault(w["round"], {})[w["mode"]] = v
     return sorted(st.median(v[mode]) / st.median(v["untraced"]) for v in by_round.values() if mode in v and "untraced" in v)
-
-
-def interval(rs):
-    """The 95% interval of the mean per-round ratio (Student's t)."""
-    t95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086}
-    df = len(rs) - 1
-    t = t95.get(df) or t95[max(k for k in t95 if k <= df)]
-    half = t * st.stdev(rs) / len(rs) ** 0.5
-    return st.mean(rs) - half, st.mean(rs) + half
 
 
 for mode in modes:

@@ -16,20 +16,12 @@
 # Results in $OUT/perf5 (report.txt, windows.tsv, daemon.stderr, the ranks'
 # step files). DRY=1: two simulated-libcuda
 # processes instead of torchrun, to check the script on a CPU machine.
-set -u
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 D=$(cd "$(dirname "$0")" && pwd)
-R=${OUT:-/tmp/out}/perf5
-mkdir -p "$R"
-exec > >(tee "$R/run.log") 2>&1
-NEW=$(readlink -f "${NEW:-.gpu/gputrace-s4}")
-PY=/opt/torch/.venv/bin/python3; [ -x "$PY" ] || PY=python3
+. "$D/prelude.sh" perf5 .gpu/gputrace-s4
 WINDOW=${WINDOW:-25} ROUNDS=${ROUNDS:-6} NRANKS=${NRANKS:-2}
 RANKS=$(seq 0 $((NRANKS - 1)))
 LAST=$((NRANKS - 1))
 MODES=${MODES:-"untraced new"}
-START=$(date +%s)
-{ date -u; uname -r; nproc; nvidia-smi -L; "$NEW" --version; } > "$R/env.txt" 2>&1
 export GPUTRACE_CACHE_DIR=/tmp/gtcache-perf5
 timeout -s TERM 12 "$NEW" daemon --listen 127.0.0.1:0 --overhead-budget 1 --verbose > "$R/hitcost.$(basename "$NEW").txt" 2>&1
 cat "$R"/hitcost.*.txt

@@ -1,0 +1,13 @@
+# The 95% interval of a mean (Student's t), shared by report.py and
+# paired.py.
+import statistics as st
+
+T95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086}
+
+
+def interval(rs):
+    """The 95% interval of the mean of `rs` (at least 2 values)."""
+    df = len(rs) - 1
+    t = T95.get(df) or T95[max(k for k in T95 if k <= df)]
+    half = t * st.stdev(rs) / len(rs) ** 0.5
+    return st.mean(rs) - half, st.mean(rs) + half
