@@ -1,8 +1,9 @@
 #!/bin/bash
 # Step time under a 1% overhead budget, measured against a twin run at the
 # same moment (issue 13). On the GPU machine the untraced windows of
-# run.sh drift by 5-15% from one minute to the next (the host's CPUs slow
-# and speed up together), more than the 1% to be resolved. Here two
+# run.sh drift by 5-15% from one minute to the next (the steps are
+# CPU-bound and the host's CPUs change pace), more than the 1% to be
+# resolved. Here two
 # identical one-rank jobs (A and B: ddp_bench.py, GPT-2 small shape,
 # batch BATCH x 512, DDP over NCCL) run side by side on one GPU, each
 # issuing from its own CPU, and every round has
@@ -11,8 +12,11 @@
 #   - a window with one traced (A in even rounds, B in odd ones) by
 #     `gputrace --pid P --overhead-budget 1`, counted from SETTLE s after
 #     it started: the traced job's step time over the other's.
-# A round's slowdown is the second ratio over the first, so the drift both
+# A round's slowdown is the second ratio over the first, so a drift both
 # jobs share cancels, and so does any difference between the two jobs.
+# On the H200 host (paired16) the twins did not drift together: each
+# issuing thread ran at its own core's pace, ±6% apart from one window to
+# the next, so 8 rounds gave a 95% interval of ±3.5%.
 # BATCH (default 2, the benchmark's 8 over 4) keeps the GPU from being
 # what paces two jobs: each step's work is issued by the CPU as before
 # (the same ~960 launches), the GPU has a quarter as much to do.
