@@ -4,8 +4,8 @@
 # (Student's t); the same for the time to issue a step and the issuing
 # threads' CPU time per step; and the traced process's kernel and user
 # time against its twin's in the same window.
-import csv, gzip, os, statistics as st, sys
-from stats95 import interval
+import csv, os, statistics as st, sys
+from benchlib import interval, step_lines
 
 res = sys.argv[1]
 METRICS = ["step ms", "issue ms", "CPU ms"]
@@ -14,7 +14,7 @@ METRICS = ["step ms", "issue ms", "CPU ms"]
 def read_steps(job):
     out = []
     path = f"{res}/{job}.steps"
-    for line in (open(path) if os.path.exists(path) else gzip.open(path + ".gz", "rt")):
+    for line in step_lines(path):
         f = line.split()
         out.append((float(f[0]), [float(x) for x in f[1:4]]))
     return out

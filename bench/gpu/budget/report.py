@@ -1,8 +1,8 @@
 # perf5 report: step time of the budget daemon's windows (from its first
 # settled sampled period on) against the untraced windows; launch counts
 # per step from the estimated-until gauge against the exact daemon.
-import csv, gzip, os, statistics as st, sys
-from stats95 import interval
+import csv, os, statistics as st, sys
+from benchlib import interval, step_lines
 res = sys.argv[1]
 steps = []
 # Per step: rank, end time, then the metrics of METRICS (older files have
@@ -11,7 +11,7 @@ METRICS = ["step ms", "issue ms", "CPU ms", "cycles", "instructions"]
 RANKS = [r for r in range(64) if os.path.exists(f"{res}/rank{r}.steps") or os.path.exists(f"{res}/rank{r}.steps.gz")]
 for r in RANKS:
     path = f"{res}/rank{r}.steps"
-    for line in (open(path) if os.path.exists(path) else gzip.open(path + ".gz", "rt")):
+    for line in step_lines(path):
         f = line.split()
         vals = [float(x) if x != "-" else None for x in f[1:]]
         steps.append((r, float(f[0]), float(f[1]), vals + [None] * (len(METRICS) - len(vals))))
