@@ -127,7 +127,7 @@ pub fn say_panic() {
 
 #[cfg(test)]
 mod tests {
-    use super::usage_line;
+    use crate::error::usage_line;
 
     #[test]
     fn clap_errors_become_one_line() {

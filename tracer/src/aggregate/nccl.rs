@@ -10,10 +10,13 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use super::render::fmt_ns;
-use crate::events::model::{Args, Call, Unaligned};
+use crate::aggregate::render::fmt_ns;
+use crate::events::model::Args;
+use crate::events::model::Call;
+use crate::events::model::Unaligned;
 use crate::events::nccl::arrival;
-use crate::events::{NcclStall, StallEnded};
+use crate::events::NcclStall;
+use crate::events::StallEnded;
 use crate::nccl::hash::format_comm_id;
 use crate::nccl::ranks::CrossRank;
 

@@ -4,7 +4,9 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use super::summary::{NcclStats, ProcessSummary, Summary};
+use crate::aggregate::summary::NcclStats;
+use crate::aggregate::summary::ProcessSummary;
+use crate::aggregate::summary::Summary;
 use crate::nccl::hash::format_comm_id;
 
 /// "Top call sites" (`--stacks`): the APIs with the most host time, and

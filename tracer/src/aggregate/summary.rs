@@ -8,13 +8,15 @@ use std::collections::BTreeMap;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
-use super::histogram::Histogram;
-use super::nccl::NcclSummary;
+use crate::aggregate::histogram::Histogram;
+use crate::aggregate::nccl::NcclSummary;
 use crate::events::graph::Node;
 use crate::events::memory::MemoryBook;
-use crate::events::model::{Args, Call};
+use crate::events::model::Args;
+use crate::events::model::Call;
+use crate::events::types::Direction;
 use crate::events::types::LostCounts;
-use crate::events::types::{Direction, NcclOp};
+use crate::events::types::NcclOp;
 use crate::stacks::sites::CallSites;
 
 /// Host-side latency statistics of one API.
@@ -399,7 +401,7 @@ pub struct Summary {
     /// Across ranks: communicators, stalls.
     pub nccl: NcclSummary,
     /// `--overhead-budget`: what it did (`None` without one).
-    pub sampling: Option<super::sampling::SamplingSummary>,
+    pub sampling: Option<crate::aggregate::sampling::SamplingSummary>,
 }
 
 impl Summary {

@@ -9,7 +9,8 @@ use aya::programs::UProbe;
 use aya::EbpfLoader;
 
 use crate::cli::BareArgs;
-use crate::error::{Failure, Result};
+use crate::error::Failure;
+use crate::error::Result;
 use crate::probes::catalogue::Lib;
 use crate::probes::discover::classify;
 use crate::probes::multi::MultiPrograms;

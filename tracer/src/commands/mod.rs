@@ -10,7 +10,8 @@ pub mod trace;
 
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command};
+use crate::cli::Cli;
+use crate::cli::Command;
 use crate::config::Config;
 use crate::error::Result;
 

@@ -8,9 +8,12 @@ use std::fs::File;
 use std::path::Path;
 use std::process::ExitCode;
 
-use crate::aggregate::render::{render_json, render_text};
-use crate::cli::{StatsArgs, StatsFormat};
-use crate::error::{Failure, Result};
+use crate::aggregate::render::render_json;
+use crate::aggregate::render::render_text;
+use crate::cli::StatsArgs;
+use crate::cli::StatsFormat;
+use crate::error::Failure;
+use crate::error::Result;
 use crate::sinks::summary::write_stdout;
 use crate::sinks::timeline::read::read_timeline_with;
 

@@ -17,14 +17,23 @@ use tokio::time::MissedTickBehavior;
 
 use crate::cli::TopArgs;
 use crate::config::Config;
-use crate::error::{Failure, Result};
+use crate::error::Failure;
+use crate::error::Result;
 use crate::events::enrich::Clock;
 use crate::probes::discover;
-use crate::session::{preflight, Session, TargetSpec, CHECK_EVERY};
-use crate::tui::app::{App, Scope};
-use crate::tui::gpu::{self, GpuMonitor};
-use crate::tui::terminal::{Screen, StderrCapture};
-use crate::tui::{input, view, ModelSink};
+use crate::session::preflight;
+use crate::session::Session;
+use crate::session::TargetSpec;
+use crate::session::CHECK_EVERY;
+use crate::tui::app::App;
+use crate::tui::app::Scope;
+use crate::tui::gpu;
+use crate::tui::gpu::GpuMonitor;
+use crate::tui::input;
+use crate::tui::terminal::Screen;
+use crate::tui::terminal::StderrCapture;
+use crate::tui::view;
+use crate::tui::ModelSink;
 
 /// Records decoded per bite of the ring buffer (about a millisecond of work).
 const DRAIN_BITE: usize = 1024;

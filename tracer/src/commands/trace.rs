@@ -7,15 +7,23 @@ use std::process::ExitCode;
 use crate::aggregate::render::render_json;
 use crate::cli::TraceArgs;
 use crate::config::Config;
-use crate::error::{Failure, Result};
+use crate::error::Failure;
+use crate::error::Result;
 use crate::events::enrich::Clock;
-use crate::session::{preflight, RunOptions, Session, Stop, TargetSpec};
+use crate::session::preflight;
+use crate::session::RunOptions;
+use crate::session::Session;
+use crate::session::Stop;
+use crate::session::TargetSpec;
 use crate::sinks::fault::FaultSink;
 use crate::sinks::print::PrintSink;
-use crate::sinks::summary::{SummaryOutput, SummarySink};
-use crate::sinks::timeline::writer::{OnError, TimelineSink};
+use crate::sinks::summary::SummaryOutput;
+use crate::sinks::summary::SummarySink;
+use crate::sinks::timeline::writer::OnError;
+use crate::sinks::timeline::writer::TimelineSink;
 use crate::sinks::timeline::Timeline;
-use crate::sinks::{Halt, Sink};
+use crate::sinks::Halt;
+use crate::sinks::Sink;
 
 impl From<&TraceArgs> for TargetSpec {
     fn from(a: &TraceArgs) -> Self {

@@ -5,11 +5,18 @@ use tracer_common::{
     READABLE_SLOT, RUNTIME_SLOT,
 };
 
-use super::graph::{self, GraphLaunch};
-use super::model::{Alloc, Args, HandleKind, Launch, Memcpy, Nccl};
-use super::types::Direction;
+use crate::events::graph;
+use crate::events::graph::GraphLaunch;
+use crate::events::model::Alloc;
+use crate::events::model::Args;
+use crate::events::model::HandleKind;
+use crate::events::model::Launch;
+use crate::events::model::Memcpy;
+use crate::events::model::Nccl;
+use crate::events::types::Direction;
 use crate::nccl::tracker::CommMemory;
-use crate::probes::catalogue::{Api, Shape};
+use crate::probes::catalogue::Api;
+use crate::probes::catalogue::Shape;
 use tracer_common::{
     COMM_DEV_READ, COMM_DEV_SLOT, COMM_HASH_READ, COMM_HASH_SLOT, COMM_NRANKS_READ,
     COMM_RANKS_SLOT, COMM_RANK_READ, COMM_SEQ_READ, COMM_SEQ_SLOT, COMM_SLOT_SHIFT,
@@ -224,7 +231,7 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             Args::Alloc(Alloc {
                 dptr: out(0),
                 bytes: pitch.unwrap_or(a(2)).saturating_mul(a(3)),
-                kind: super::types::AllocKind::Device,
+                kind: crate::events::types::AllocKind::Device,
                 stream: None,
                 pitch,
             })

@@ -4,9 +4,11 @@
 
 use std::sync::Arc;
 
-use super::decode::RawCall;
+use crate::events::decode::RawCall;
 use crate::events::types::Direction;
-use crate::probes::graph_apis::{GraphOp, OpaqueNode, Params};
+use crate::probes::graph_apis::GraphOp;
+use crate::probes::graph_apis::OpaqueNode;
+use crate::probes::graph_apis::Params;
 
 /// `CUgraphNodeType` values (cuda.h).
 pub mod node_type {

@@ -7,11 +7,26 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::graph::{ExecContents, GraphCall, GraphLaunch, GraphRecord, KernelNode, Node};
-use super::json::{
-    dims, field, get_dim, get_hex, get_opt_hex, get_opt_u32, get_opt_u64, get_u64, hex, num,
-    opt_hex, opt_string, string, ParseError,
-};
+use crate::events::graph::ExecContents;
+use crate::events::graph::GraphCall;
+use crate::events::graph::GraphLaunch;
+use crate::events::graph::GraphRecord;
+use crate::events::graph::KernelNode;
+use crate::events::graph::Node;
+use crate::events::json::dims;
+use crate::events::json::field;
+use crate::events::json::get_dim;
+use crate::events::json::get_hex;
+use crate::events::json::get_opt_hex;
+use crate::events::json::get_opt_u32;
+use crate::events::json::get_opt_u64;
+use crate::events::json::get_u64;
+use crate::events::json::hex;
+use crate::events::json::num;
+use crate::events::json::opt_hex;
+use crate::events::json::opt_string;
+use crate::events::json::string;
+use crate::events::json::ParseError;
 use crate::events::types::Direction;
 use crate::probes::graph_apis::GraphOp;
 
@@ -196,7 +211,7 @@ pub fn parse_launch(a: &Map<String, Value>) -> Result<GraphLaunch, ParseError> {
         exec,
         stream: get_hex(a, "stream")?,
         contents,
-        captured: super::json::parse_captured(a)?,
+        captured: crate::events::json::parse_captured(a)?,
     })
 }
 

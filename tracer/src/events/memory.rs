@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use super::model::{Alloc, Args};
-use super::types::AllocKind;
+use crate::events::model::Alloc;
+use crate::events::model::Args;
+use crate::events::types::AllocKind;
 
 /// Where an address lives, as far as the trace knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

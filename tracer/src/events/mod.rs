@@ -18,7 +18,8 @@ pub mod types;
 
 use std::sync::Arc;
 
-pub use crate::nccl::ranks::{Collective, StallEnded};
+pub use crate::nccl::ranks::Collective;
+pub use crate::nccl::ranks::StallEnded;
 use crate::probes::cgroup::Container;
 use model::Call;
 pub use stall::{NcclStall, StuckCall};

@@ -2,9 +2,15 @@
 
 use std::sync::Arc;
 
-use super::graph::{GraphCall, GraphLaunch};
-use super::types::{AllocKind, Direction, Family, NcclOp};
-pub use crate::nccl::tracker::{Identity, SeqSource, Unaligned};
+use crate::events::graph::GraphCall;
+use crate::events::graph::GraphLaunch;
+use crate::events::types::AllocKind;
+use crate::events::types::Direction;
+use crate::events::types::Family;
+use crate::events::types::NcclOp;
+pub use crate::nccl::tracker::Identity;
+pub use crate::nccl::tracker::SeqSource;
+pub use crate::nccl::tracker::Unaligned;
 use crate::stacks::table::CallStack;
 
 /// One traced call.

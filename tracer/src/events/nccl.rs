@@ -4,11 +4,16 @@
 
 use tracer_common::CallEvent;
 
-use super::decode::{comm_memory, comm_slot};
-use super::model::{Args, Nccl};
+use crate::events::decode::comm_memory;
+use crate::events::decode::comm_slot;
+use crate::events::model::Args;
+use crate::events::model::Nccl;
 use crate::nccl::libs::NcclLibraries;
-use crate::nccl::ranks::{Arrival, Func};
-use crate::nccl::tracker::{Identity, ProcessComms, Unaligned};
+use crate::nccl::ranks::Arrival;
+use crate::nccl::ranks::Func;
+use crate::nccl::tracker::Identity;
+use crate::nccl::tracker::ProcessComms;
+use crate::nccl::tracker::Unaligned;
 
 /// `ncclInProgress`: a non-blocking init returned before the communicator
 /// is complete (its pointer is written all the same).

@@ -2,7 +2,7 @@
 //! the period the sampled APIs' probes were attached, and per process the
 //! calls of those APIs seen and estimated (since the start of the trace).
 
-use super::types::Family;
+use crate::events::types::Family;
 
 /// One settled period of the sampling schedule.
 #[derive(Clone, Debug, PartialEq)]

@@ -4,9 +4,11 @@
 use std::fmt::Write;
 use std::sync::Arc;
 
-use super::model::{Identity, Unaligned};
+use crate::events::model::Identity;
+use crate::events::model::Unaligned;
 use crate::nccl::hash::format_comm_id;
-use crate::nccl::ranks::{Stall, StallEnded};
+use crate::nccl::ranks::Stall;
+use crate::nccl::ranks::StallEnded;
 
 /// Ranks that entered a collective while others have not, or a thread
 /// inside an NCCL call, for longer than `--nccl-stall`.

@@ -24,8 +24,9 @@ use sha2::{Digest, Sha256};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::calibrate::{Found, Layout};
-use super::exec_layout::ExecLayout;
+use crate::names::calibrate::Found;
+use crate::names::calibrate::Layout;
+use crate::names::exec_layout::ExecLayout;
 
 const FILE: &str = "calibration-v2.json";
 /// Executable-graph layouts, by the same keys, in a file of their own (so

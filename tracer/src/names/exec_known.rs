@@ -15,8 +15,13 @@ use std::ffi::{c_char, c_void, CString};
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
-use super::exec_layout::{ExecLayout, ProcessMem};
-use super::exec_search::{check, search, KnownGraph, KnownKernel, Reading};
+use crate::names::exec_layout::ExecLayout;
+use crate::names::exec_layout::ProcessMem;
+use crate::names::exec_search::check;
+use crate::names::exec_search::search;
+use crate::names::exec_search::KnownGraph;
+use crate::names::exec_search::KnownKernel;
+use crate::names::exec_search::Reading;
 
 type P = *mut c_void;
 

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::memory::read_exact;
+use crate::names::memory::read_exact;
 
 /// How the elements (one per node) follow each other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -16,7 +16,14 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use super::exec_layout::{add, follow, CountField, Element, ExecLayout, Mem, Mixed, Walk};
+use crate::names::exec_layout::add;
+use crate::names::exec_layout::follow;
+use crate::names::exec_layout::CountField;
+use crate::names::exec_layout::Element;
+use crate::names::exec_layout::ExecLayout;
+use crate::names::exec_layout::Mem;
+use crate::names::exec_layout::Mixed;
+use crate::names::exec_layout::Walk;
 
 /// A kernel node as built.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,15 +4,23 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::cache::content_key;
-use super::calibrate::{run_helper, CalibrationCache, Found, Helper, Layout};
-use super::demangle::demangle;
-use super::exec_layout::{ExecLayout, ProcessMem, RawKernel};
-use super::memory::plausible_name;
-use super::stubs::StubSymbols;
+use crate::names::cache::content_key;
+use crate::names::calibrate::run_helper;
+use crate::names::calibrate::CalibrationCache;
+use crate::names::calibrate::Found;
+use crate::names::calibrate::Helper;
+use crate::names::calibrate::Layout;
+use crate::names::demangle::demangle;
+use crate::names::exec_layout::ExecLayout;
+use crate::names::exec_layout::ProcessMem;
+use crate::names::exec_layout::RawKernel;
+use crate::names::memory::plausible_name;
+use crate::names::stubs::StubSymbols;
 use crate::probes::catalogue::Lib;
-use crate::probes::discover::{self, LibraryFile};
-use crate::probes::trust::{self, Trust};
+use crate::probes::discover;
+use crate::probes::discover::LibraryFile;
+use crate::probes::trust;
+use crate::probes::trust::Trust;
 
 /// Untrusted libcuda files calibrated in the sandbox per run, at most: each
 /// may take the helper's whole timeout while the tracing loop waits, and a
@@ -133,7 +141,7 @@ impl KernelNamer {
                 eprintln!(
                     "gputrace: {} is not trusted ({why}): calibrating it in a sandbox (uid {}, no capabilities; its result is not cached)",
                     discover::printable_path(&file.found_at),
-                    super::sandbox::NOBODY
+                    crate::names::sandbox::NOBODY
                 );
                 run_helper(&lib, Helper::Sandboxed, SANDBOXED_TIMEOUT)
             }

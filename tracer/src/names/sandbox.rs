@@ -147,7 +147,7 @@ pub fn enter(keep: Option<i32>) -> Result<Vec<String>, String> {
         libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     })?;
     applied.push("no_new_privs".into());
-    match super::landlock::restrict() {
+    match crate::names::landlock::restrict() {
         Ok(abi) => applied.push(format!("landlock ABI {abi}")),
         Err(why) => {
             let none = libc::rlimit {
@@ -161,7 +161,7 @@ pub fn enter(keep: Option<i32>) -> Result<Vec<String>, String> {
             applied.push(format!("no file writes (RLIMIT_FSIZE 0; {why})"));
         }
     }
-    super::seccomp::install()?;
+    crate::names::seccomp::install()?;
     applied.push("seccomp".into());
     Ok(applied)
 }

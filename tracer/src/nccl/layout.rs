@@ -23,8 +23,9 @@ use std::path::Path;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use serde::{Deserialize, Serialize};
 
-use super::hash::NcclVersion;
-use super::x86::{sweep, Fact};
+use crate::nccl::hash::NcclVersion;
+use crate::nccl::x86::sweep;
+use crate::nccl::x86::Fact;
 
 /// `NCCL_MAGIC`, what `startMagic` and `endMagic` hold (2.21+).
 pub const NCCL_MAGIC: u64 = 0x0280_0280_0280_0280;

@@ -10,8 +10,9 @@ use std::sync::{Arc, RwLock};
 
 use tracer_common::{CommLayout as ProbeLayout, COMM_LAYOUT_SLOTS, NO_FIELD};
 
-use super::hash::NcclVersion;
-use super::layout::{decode_file, CommLayout};
+use crate::nccl::hash::NcclVersion;
+use crate::nccl::layout::decode_file;
+use crate::nccl::layout::CommLayout;
 
 /// One libnccl build.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -13,8 +13,10 @@
 
 use std::collections::HashMap;
 
-use super::hash::{comm_hash, split_hash, NcclVersion};
-use super::ranks::Func;
+use crate::nccl::hash::comm_hash;
+use crate::nccl::hash::split_hash;
+use crate::nccl::hash::NcclVersion;
+use crate::nccl::ranks::Func;
 
 /// What the probe read from the communicator at the call's entry (`None`
 /// where the layout has no offset or the read failed).

@@ -7,20 +7,27 @@ use std::sync::Arc;
 use anyhow::{anyhow, Context};
 use aya::maps::{Array, MapData, PerCpuArray, PerCpuHashMap, RingBuf};
 
-pub use super::lost::{LostByPid, LostCounter};
+pub use crate::probes::lost::LostByPid;
+pub use crate::probes::lost::LostCounter;
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeScope};
 use aya::programs::UProbe;
 use aya::{Ebpf, EbpfLoader};
 use tracer_common::{CommLayout as ProbeLayout, ProbeCookie};
 
-use super::catalogue::{Lib, ProbeSelection};
-use super::discover::LibraryFile;
-use super::multi::{MultiLink, MultiPrograms};
-use super::sampler::HotSet;
-use super::symbols::{resolve_symbols, Prologues, ResolvedSymbol};
 use crate::events::types::Family;
-use crate::nccl::libs::{NcclLibraries, Slot};
-use crate::stacks::settings::{PyProcMap, StackSettings};
+use crate::nccl::libs::NcclLibraries;
+use crate::nccl::libs::Slot;
+use crate::probes::catalogue::Lib;
+use crate::probes::catalogue::ProbeSelection;
+use crate::probes::discover::LibraryFile;
+use crate::probes::multi::MultiLink;
+use crate::probes::multi::MultiPrograms;
+use crate::probes::sampler::HotSet;
+use crate::probes::symbols::resolve_symbols;
+use crate::probes::symbols::Prologues;
+use crate::probes::symbols::ResolvedSymbol;
+use crate::stacks::settings::PyProcMap;
+use crate::stacks::settings::StackSettings;
 
 const ENTRY: &str = "call_entry";
 const RETURN: &str = "call_return";
@@ -58,7 +65,7 @@ pub struct Attachment {
     pub(crate) per_task: bool,
     /// With `--overhead-budget`: the symbols that may be sampled, not
     /// attached here but handed to the sampler (`probes::sampler`).
-    pub(crate) hot: Option<super::sampler::HotSet>,
+    pub(crate) hot: Option<crate::probes::sampler::HotSet>,
 }
 
 /// Held for its Drop, which detaches.

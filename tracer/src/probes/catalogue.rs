@@ -9,8 +9,13 @@ use std::sync::OnceLock;
 
 use tracer_common::ProbeCookie;
 
-use super::graph_apis::{self, GraphOp, GraphRow};
-use crate::events::types::{AllocKind, Direction, Family, NcclOp};
+use crate::events::types::AllocKind;
+use crate::events::types::Direction;
+use crate::events::types::Family;
+use crate::events::types::NcclOp;
+use crate::probes::graph_apis;
+use crate::probes::graph_apis::GraphOp;
+use crate::probes::graph_apis::GraphRow;
 
 /// Which shared library exports the API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

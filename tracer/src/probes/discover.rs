@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::catalogue::Lib;
+use crate::probes::catalogue::Lib;
 
 /// A library file, identified by device and inode so that the same file seen
 /// through different paths (containers, symlinks) is probed once.
@@ -37,7 +37,7 @@ impl LibraryFile {
     /// Opens the file to read it: never blocks (a FIFO put in its place is
     /// refused), and it must still be this file.
     pub fn open_checked(&self) -> std::io::Result<std::fs::File> {
-        super::trust::open_regular(&self.path, Some((self.dev, self.inode)))
+        crate::probes::trust::open_regular(&self.path, Some((self.dev, self.inode)))
     }
 }
 

@@ -16,11 +16,15 @@ use anyhow::{anyhow, Context};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::attach::{detach_many, Attachment, Link, Probes};
-use super::catalogue::{api_by_name, ProbeSelection};
-use super::symbols::Prologue;
 use crate::config::Config;
 use crate::names::cache::CalibrationCache;
+use crate::probes::attach::detach_many;
+use crate::probes::attach::Attachment;
+use crate::probes::attach::Link;
+use crate::probes::attach::Probes;
+use crate::probes::catalogue::api_by_name;
+use crate::probes::catalogue::ProbeSelection;
+use crate::probes::symbols::Prologue;
 
 /// Calls per timed run.
 const CALLS: u32 = 2_500;

@@ -40,8 +40,11 @@ use std::time::Duration;
 
 use tracer_common::ProbeCookie;
 
-use super::attach::{detach_in_order, Link, Scope};
-use super::multi::{MultiLink, MultiPrograms};
+use crate::probes::attach::detach_in_order;
+use crate::probes::attach::Link;
+use crate::probes::attach::Scope;
+use crate::probes::multi::MultiLink;
+use crate::probes::multi::MultiPrograms;
 
 /// The length of one period of the schedule unless configured
 /// (`Config::sample_period`).
@@ -193,7 +196,7 @@ impl std::ops::AddAssign for KernelTime {
 /// gone are left out).
 fn kernel_ticks(pids: &[u32]) -> HashMap<u32, u64> {
     pids.iter()
-        .filter_map(|&pid| Some((pid, super::discover::stat(pid)?.stime_ticks)))
+        .filter_map(|&pid| Some((pid, crate::probes::discover::stat(pid)?.stime_ticks)))
         .collect()
 }
 

@@ -5,7 +5,9 @@ use std::path::Path;
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
-use super::catalogue::{catalogue, Api, Lib};
+use crate::probes::catalogue::catalogue;
+use crate::probes::catalogue::Api;
+use crate::probes::catalogue::Lib;
 
 /// A symbol of the catalogue found in a library file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,7 +176,7 @@ const MAX_LIBRARY_BYTES: u64 = 2 << 30;
 
 fn map_file(path: &Path) -> std::io::Result<FileData> {
     use std::io::Read;
-    let file = super::trust::open_regular(path, None)?;
+    let file = crate::probes::trust::open_regular(path, None)?;
     let meta = file.metadata()?;
     if meta.len() > MAX_LIBRARY_BYTES {
         return Err(std::io::Error::other(format!(
@@ -182,7 +184,7 @@ fn map_file(path: &Path) -> std::io::Result<FileData> {
             meta.len()
         )));
     }
-    if super::trust::root_controlled(&meta) {
+    if crate::probes::trust::root_controlled(&meta) {
         // SAFETY: read-only mapping of a file only root can change; root
         // replaces libraries by rename, not by rewriting them in place.
         return Ok(FileData::Mapped(unsafe { memmap2::Mmap::map(&file)? }));

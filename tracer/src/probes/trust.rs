@@ -23,7 +23,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
-use super::discover::LibraryFile;
+use crate::probes::discover::LibraryFile;
 
 /// Symbolic links followed in one walk at most (the kernel's own limit).
 const MAX_LINKS: usize = 40;

@@ -5,15 +5,23 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use crate::error::{Failure, Result};
+use crate::error::Failure;
+use crate::error::Result;
 use crate::names::namer::KernelNamer;
 use std::sync::Arc;
 
-use crate::probes::attach::{detach_many, Attachment, Link, Probes, Scope};
-use crate::probes::catalogue::{Lib, ProbeSelection};
-use crate::probes::discover::{self, LibraryFile};
+use crate::probes::attach::detach_many;
+use crate::probes::attach::Attachment;
+use crate::probes::attach::Link;
+use crate::probes::attach::Probes;
+use crate::probes::attach::Scope;
+use crate::probes::catalogue::Lib;
+use crate::probes::catalogue::ProbeSelection;
+use crate::probes::discover;
+use crate::probes::discover::LibraryFile;
 use crate::probes::sampler::Sampler;
-use crate::probes::symbols::{resolve_symbols, SymbolError};
+use crate::probes::symbols::resolve_symbols;
+use crate::probes::symbols::SymbolError;
 
 /// A library file: (device, inode).
 pub(super) type FileKey = (u64, u64);

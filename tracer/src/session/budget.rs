@@ -49,11 +49,19 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::events::enrich::Clock;
-use crate::events::sampling::{ApiEstimate, ProcessSampling, SamplingReport};
+use crate::events::sampling::ApiEstimate;
+use crate::events::sampling::ProcessSampling;
+use crate::events::sampling::SamplingReport;
 use crate::probes::catalogue::Api;
-use crate::probes::hitcost::{HitCost, InPlaceStore};
-use crate::probes::sampler::{KernelTime, Mode, Period, Sampler, MIN_RATIO};
-use crate::probes::symbols::{Prologue, Prologues};
+use crate::probes::hitcost::HitCost;
+use crate::probes::hitcost::InPlaceStore;
+use crate::probes::sampler::KernelTime;
+use crate::probes::sampler::Mode;
+use crate::probes::sampler::Period;
+use crate::probes::sampler::Sampler;
+use crate::probes::sampler::MIN_RATIO;
+use crate::probes::symbols::Prologue;
+use crate::probes::symbols::Prologues;
 
 /// A process's rare calls seen in sampled periods before its progress is
 /// trusted as the scale of its sampled calls.

@@ -15,11 +15,18 @@ use std::time::Duration;
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use tracer_common::{CallEvent, NO_RETURN};
 
-use crate::events::enrich::{Clock, Enricher};
-use crate::events::model::{Args, Call};
-use crate::events::{Event, NcclStall, StuckCall};
-use crate::nccl::ranks::{Arrival, CrossRank, Func};
-use crate::probes::catalogue::{self, Lib};
+use crate::events::enrich::Clock;
+use crate::events::enrich::Enricher;
+use crate::events::model::Args;
+use crate::events::model::Call;
+use crate::events::Event;
+use crate::events::NcclStall;
+use crate::events::StuckCall;
+use crate::nccl::ranks::Arrival;
+use crate::nccl::ranks::CrossRank;
+use crate::nccl::ranks::Func;
+use crate::probes::catalogue;
+use crate::probes::catalogue::Lib;
 
 /// Stuck calls remembered (reported once each) before the set is cleared.
 const MAX_STUCK_REPORTED: usize = 4096;

@@ -23,11 +23,14 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::attacher::{Attacher, FileKey};
 use crate::error::Result;
 use crate::names::namer::KernelNamer;
-use crate::probes::attach::{detach_many, Scope};
-use crate::probes::discover::{self, LibraryFile};
+use crate::probes::attach::detach_many;
+use crate::probes::attach::Scope;
+use crate::probes::discover;
+use crate::probes::discover::LibraryFile;
+use crate::session::attacher::Attacher;
+use crate::session::attacher::FileKey;
 
 /// With `--all`, new library files are looked for this often.
 pub const SCAN_EVERY: Duration = Duration::from_millis(500);

@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::events::enrich::Clock;
-use crate::events::{Event, ProcessInfo};
-use crate::probes::{cgroup, discover};
+use crate::events::Event;
+use crate::events::ProcessInfo;
+use crate::probes::cgroup;
+use crate::probes::discover;
 
 /// How long an exited process's state is kept for its last calls.
 pub const GONE_AFTER: Duration = Duration::from_secs(2);

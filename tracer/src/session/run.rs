@@ -9,9 +9,13 @@ use std::time::Duration;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::MissedTickBehavior;
 
-use super::{Session, CHECK_EVERY, DRAIN_EVERY};
-use crate::error::{Failure, Result};
-use crate::sinks::{Halt, Sink};
+use crate::error::Failure;
+use crate::error::Result;
+use crate::session::Session;
+use crate::session::CHECK_EVERY;
+use crate::session::DRAIN_EVERY;
+use crate::sinks::Halt;
+use crate::sinks::Sink;
 
 /// How a session is run.
 #[derive(Clone, Debug)]

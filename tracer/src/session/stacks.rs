@@ -14,15 +14,18 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use tracer_common::EventKind;
 
-use crate::error::{Failure, Result};
+use crate::error::Failure;
+use crate::error::Result;
 use crate::probes::attach::Probes;
-use crate::stacks::kernel::{kernel_offsets, KernelOffsets};
+use crate::stacks::kernel::kernel_offsets;
+use crate::stacks::kernel::KernelOffsets;
 use crate::stacks::record::parse_stack_record;
 use crate::stacks::resolve::StackResolver;
-use crate::stacks::settings::{PyProcMap, StackSettings};
+use crate::stacks::settings::PyProcMap;
+use crate::stacks::settings::StackSettings;
 use crate::stacks::table::CallStack;
 
-use super::StackRequest;
+use crate::session::StackRequest;
 
 /// Stacks waiting for their call, at most (calls that never return, or
 /// whose record the ring could not take, leave theirs behind).

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::error::{Failure, Result};
+use crate::error::Failure;
+use crate::error::Result;
 use crate::probes::catalogue::ProbeSelection;
 use crate::probes::discover;
 use crate::probes::privileges;

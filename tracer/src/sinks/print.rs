@@ -8,7 +8,8 @@ use crate::error::Failure;
 use crate::events::json::write_args;
 use crate::events::model::Call;
 use crate::events::Event;
-use crate::sinks::{Halt, Sink};
+use crate::sinks::Halt;
+use crate::sinks::Sink;
 
 /// Prints each call; the lines are flushed after each bite of calls, so
 /// they appear promptly. A reader that goes away (`| head`) stops the

@@ -6,10 +6,12 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::aggregate::render::{render_json, render_text};
+use crate::aggregate::render::render_json;
+use crate::aggregate::render::render_text;
 use crate::aggregate::summary::Summary;
 use crate::cli::SummaryFormat;
-use crate::error::{Failure, Result};
+use crate::error::Failure;
+use crate::error::Result;
 use crate::events::Event;
 use crate::sinks::Sink;
 
@@ -71,7 +73,7 @@ impl SummaryOutput {
             }
             Some(path) => {
                 // As --output: never through a planted link (it runs as root).
-                let f = super::files::create_output(path).map_err(|e| {
+                let f = crate::sinks::files::create_output(path).map_err(|e| {
                     Failure::runtime(format!("cannot write {}: {e}", path.display()))
                 })?;
                 Some((path.to_path_buf(), f))

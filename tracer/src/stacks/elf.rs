@@ -11,7 +11,7 @@ use object::elf::{PT_LOAD, PT_TLS, SHF_COMPRESSED};
 use object::read::elf::{ElfFile64, ProgramHeader};
 use object::{Endianness, Object, ObjectSection, ObjectSymbol, SymbolKind};
 
-use super::symbols::SymbolTable;
+use crate::stacks::symbols::SymbolTable;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {

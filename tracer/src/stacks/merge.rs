@@ -7,8 +7,8 @@
 //! its own evaluation. So the merge replaces the n-th evaluation frame of
 //! the native stack by the n-th group of Python frames.
 
-use super::native::NativeFrame;
-use super::python::PyFrame;
+use crate::stacks::native::NativeFrame;
+use crate::stacks::python::PyFrame;
 
 /// The native function that evaluates Python frames (3.10 to 3.13).
 pub const EVAL_FUNCTION: &str = "_PyEval_EvalFrameDefault";

@@ -11,10 +11,13 @@ use std::sync::Arc;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{FrameAddress, Module, Unwinder};
 
-use super::elf::{ElfError, ElfFile, FileBytes};
-use super::memory::{Memory, Window};
-use super::symbols::demangle;
 use crate::probes::discover::Mapping;
+use crate::stacks::elf::ElfError;
+use crate::stacks::elf::ElfFile;
+use crate::stacks::elf::FileBytes;
+use crate::stacks::memory::Memory;
+use crate::stacks::memory::Window;
+use crate::stacks::symbols::demangle;
 
 /// Opened ELF files shared by every process: keyed by build id (the same
 /// library in two containers is one entry) and by file identity (so a file

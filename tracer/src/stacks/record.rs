@@ -8,8 +8,8 @@ use tracer_common::stack::{
 };
 use tracer_common::EventKind;
 
-use super::native::Regs;
-use super::python::RawFrame;
+use crate::stacks::native::Regs;
+use crate::stacks::python::RawFrame;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum StackRecordError {

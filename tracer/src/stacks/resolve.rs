@@ -14,13 +14,22 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 use tracer_common::stack::{PyConfig, PyStatus};
 
-use super::memory::{Memory, ProcessMemory, Window};
-use super::merge::{merge_by, EVAL_FUNCTION};
-use super::native::{ElfCache, ProcessUnwinder, StackEnd};
-use super::python::config::{probe_can_walk, probe_config};
-use super::python::{FrameModel, PythonProcess};
-use super::record::RawStack;
-use super::table::{CallStack, StackTable, GAP};
+use crate::stacks::memory::Memory;
+use crate::stacks::memory::ProcessMemory;
+use crate::stacks::memory::Window;
+use crate::stacks::merge::merge_by;
+use crate::stacks::merge::EVAL_FUNCTION;
+use crate::stacks::native::ElfCache;
+use crate::stacks::native::ProcessUnwinder;
+use crate::stacks::native::StackEnd;
+use crate::stacks::python::config::probe_can_walk;
+use crate::stacks::python::config::probe_config;
+use crate::stacks::python::FrameModel;
+use crate::stacks::python::PythonProcess;
+use crate::stacks::record::RawStack;
+use crate::stacks::table::CallStack;
+use crate::stacks::table::StackTable;
+use crate::stacks::table::GAP;
 
 /// A module list is rebuilt (for libraries loaded since) at most this often.
 const REBUILD_EVERY: Duration = Duration::from_millis(250);

@@ -4,8 +4,8 @@
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use tracer_common::stack::{PyConfig, DEFAULT_STACK_BYTES, MAX_STACK_BYTES};
 
-use super::kernel::KernelOffsets;
-use super::resolve::PyConfigs;
+use crate::stacks::kernel::KernelOffsets;
+use crate::stacks::resolve::PyConfigs;
 
 /// `--stacks` settings, given to the probes at load time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

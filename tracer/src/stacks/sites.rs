@@ -1,6 +1,6 @@
 //! Calls and host time by call site, per API: the "Top call sites" of the
 //! summary and of `top`. A call site is the innermost user frame of a
-//! call's stack, Python first ([`super::table::call_site`]).
+//! call's stack, Python first ([`crate::stacks::table::call_site`]).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::table::call_site;
+use crate::stacks::table::call_site;
 
 /// Distinct call sites kept per API; calls from sites beyond are counted
 /// under [`OTHER_SITES`] (a program calling from ever new places, such as

@@ -2,11 +2,17 @@
 //! numbers shown come from a [`Snapshot`] taken from the [`Model`] at each
 //! refresh (not while paused), so a frame is a pure function of the App.
 
-use super::gpu::GpuStatus;
-use super::model::{settled_sec, Model};
-pub use super::snapshot::{
-    detail, process_rows, ApiRow, Detail, KernelRow, NcclRow, ProcessRow, Snapshot,
-};
+use crate::tui::gpu::GpuStatus;
+use crate::tui::model::settled_sec;
+use crate::tui::model::Model;
+pub use crate::tui::snapshot::detail;
+pub use crate::tui::snapshot::process_rows;
+pub use crate::tui::snapshot::ApiRow;
+pub use crate::tui::snapshot::Detail;
+pub use crate::tui::snapshot::KernelRow;
+pub use crate::tui::snapshot::NcclRow;
+pub use crate::tui::snapshot::ProcessRow;
+pub use crate::tui::snapshot::Snapshot;
 
 /// The latency, kernel and NCCL tables cover this many seconds.
 pub const DETAIL_WINDOW_SECS: u64 = 10;
@@ -392,7 +398,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::events::model::{Args, Call, Launch};
+    use crate::events::model::Args;
+    use crate::events::model::Call;
+    use crate::events::model::Launch;
     use crate::tui::model::SETTLE_NS;
 
     const NS: u64 = 1_000_000_000;

@@ -1,9 +1,11 @@
 //! The process table's columns (what each shows, how wide, which go first
 //! when the terminal is narrow) and how `top` writes its numbers.
 
-use super::app::{ApiSort, ProcessRow, ProcessSort};
 use crate::aggregate::render::fmt_ns;
 use crate::events::types::Direction;
+use crate::tui::app::ApiSort;
+use crate::tui::app::ProcessRow;
+use crate::tui::app::ProcessSort;
 
 /// `15.0k`, `1.50M`, `950`, `2.5`: at most 5 characters.
 pub fn fmt_rate(x: f64) -> String {

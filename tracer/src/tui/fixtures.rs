@@ -2,9 +2,13 @@
 
 use std::sync::Arc;
 
-use super::model::Model;
-use crate::events::model::{Args, Call, Launch, Memcpy};
-use crate::events::types::{Direction, Family};
+use crate::events::model::Args;
+use crate::events::model::Call;
+use crate::events::model::Launch;
+use crate::events::model::Memcpy;
+use crate::events::types::Direction;
+use crate::events::types::Family;
+use crate::tui::model::Model;
 
 pub(crate) fn call(
     pid: u32,

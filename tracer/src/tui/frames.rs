@@ -6,12 +6,19 @@ use std::path::PathBuf;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
-use super::app::{Action, App, Scope};
-use super::fixtures::{call, copy, launch};
-use super::gpu::{GpuStat, GpuStatus};
-use super::view::draw;
-use crate::events::model::{Args, Nccl};
-use crate::events::types::{Direction, NcclOp};
+use crate::events::model::Args;
+use crate::events::model::Nccl;
+use crate::events::types::Direction;
+use crate::events::types::NcclOp;
+use crate::tui::app::Action;
+use crate::tui::app::App;
+use crate::tui::app::Scope;
+use crate::tui::fixtures::call;
+use crate::tui::fixtures::copy;
+use crate::tui::fixtures::launch;
+use crate::tui::gpu::GpuStat;
+use crate::tui::gpu::GpuStatus;
+use crate::tui::view::draw;
 
 const NS: u64 = 1_000_000_000;
 const T0: u64 = 1_700_000_000 * NS;

@@ -2,7 +2,8 @@
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use super::app::{Action, App};
+use crate::tui::app::Action;
+use crate::tui::app::App;
 
 pub fn action_for(key: &KeyEvent, app: &App) -> Option<Action> {
     if key.kind == KeyEventKind::Release {

@@ -17,7 +17,8 @@ pub mod terminal;
 pub mod view;
 
 use crate::events::Event;
-use crate::sinks::{Sink, Status};
+use crate::sinks::Sink;
+use crate::sinks::Status;
 use model::Model;
 
 /// The model as a sink, for one bite of events at `now_ns`.

@@ -7,7 +7,8 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::aggregate::summary::ProcessSummary;
-use crate::events::model::{Args, Call};
+use crate::events::model::Args;
+use crate::events::model::Call;
 use crate::events::types::Direction;
 
 const NS: u64 = 1_000_000_000;
@@ -369,12 +370,14 @@ impl Model {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::{copy, launch, Traced};
     use super::*;
     use crate::events::model::Args;
+    use crate::tui::fixtures::copy;
+    use crate::tui::fixtures::launch;
+    use crate::tui::fixtures::Traced;
 
     fn call(pid: u32, api: &'static str, ts_ns: u64, dur_ns: u64, args: Args) -> Traced {
-        super::super::fixtures::call(pid, "train", api, ts_ns, dur_ns, args)
+        crate::tui::fixtures::call(pid, "train", api, ts_ns, dur_ns, args)
     }
 
     const T0: u64 = 1_700_000_000 * NS;
@@ -513,8 +516,10 @@ mod tests {
 
     #[test]
     fn nccl_stalls_shown_until_over_or_gone() {
-        use crate::events::{NcclStall, StallEnded};
-        use crate::nccl::ranks::{Func, Stall};
+        use crate::events::NcclStall;
+        use crate::events::StallEnded;
+        use crate::nccl::ranks::Func;
+        use crate::nccl::ranks::Stall;
         let mut m = Model::default();
         let stall = Stall {
             comm_id: 0xab,

@@ -4,10 +4,15 @@
 
 use std::sync::Arc;
 
-use super::app::DETAIL_WINDOW_SECS;
-use super::model::{waits_for_gpu, Model, ProcessActivity, Rates, Totals, HISTORY_SECS};
 use crate::events::types::NcclOp;
 use crate::stacks::sites::CallSites;
+use crate::tui::app::DETAIL_WINDOW_SECS;
+use crate::tui::model::waits_for_gpu;
+use crate::tui::model::Model;
+use crate::tui::model::ProcessActivity;
+use crate::tui::model::Rates;
+use crate::tui::model::Totals;
+use crate::tui::model::HISTORY_SECS;
 
 /// One row of the process table.
 #[derive(Clone, Debug, PartialEq)]

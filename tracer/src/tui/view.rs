@@ -7,12 +7,18 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Sparkline, Table, TableState};
 use ratatui::Frame;
 
-use super::app::{App, Pane, DETAIL_WINDOW_SECS};
-use super::columns::{
-    api_sort_title, dims, fitting_columns, fmt_bytes_short, fmt_opt_ns, fmt_rate, sort_title,
-};
-use super::gpu::GpuStatus;
-use super::snapshot::ApiRow;
+use crate::tui::app::App;
+use crate::tui::app::Pane;
+use crate::tui::app::DETAIL_WINDOW_SECS;
+use crate::tui::columns::api_sort_title;
+use crate::tui::columns::dims;
+use crate::tui::columns::fitting_columns;
+use crate::tui::columns::fmt_bytes_short;
+use crate::tui::columns::fmt_opt_ns;
+use crate::tui::columns::fmt_rate;
+use crate::tui::columns::sort_title;
+use crate::tui::gpu::GpuStatus;
+use crate::tui::snapshot::ApiRow;
 
 const TITLE: Style = Style::new().add_modifier(Modifier::BOLD);
 const HEADER: Style = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);

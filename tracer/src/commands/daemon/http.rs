@@ -30,8 +30,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::admission::{Admission, IDLE_TIMEOUT};
-use crate::sinks::metrics::{Cursor, Metrics};
+use crate::commands::daemon::admission::Admission;
+use crate::commands::daemon::admission::IDLE_TIMEOUT;
+use crate::sinks::metrics::Cursor;
+use crate::sinks::metrics::Metrics;
 
 pub const HEADER_TIMEOUT: Duration = IDLE_TIMEOUT;
 pub const CONNECTION_LIMIT: Duration = Duration::from_secs(120);
@@ -103,7 +105,7 @@ impl Drop for AbortOnDrop {
 
 async fn connection(
     stream: TcpStream,
-    admitted: super::admission::Admitted,
+    admitted: crate::commands::daemon::admission::Admitted,
     admission: Admission,
     metrics: Arc<Mutex<Metrics>>,
 ) {

@@ -4,8 +4,15 @@
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
-use super::{ExecNews, GraphBook, GraphEnv, GraphNote, MAX_EXECS, MAX_NODES};
-use crate::events::graph::{ExecContents, GraphCall, Node};
+use crate::events::graph::ExecContents;
+use crate::events::graph::GraphCall;
+use crate::events::graph::Node;
+use crate::events::graph_book::ExecNews;
+use crate::events::graph_book::GraphBook;
+use crate::events::graph_book::GraphEnv;
+use crate::events::graph_book::GraphNote;
+use crate::events::graph_book::MAX_EXECS;
+use crate::events::graph_book::MAX_NODES;
 
 /// A node of an executable graph.
 #[derive(Clone, Debug, PartialEq)]

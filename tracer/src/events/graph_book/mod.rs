@@ -18,9 +18,12 @@
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
-use super::capture::CaptureBook;
-use super::graph::{ExecContents, GraphCall, KernelNode, Node};
-use super::model::Args;
+use crate::events::capture::CaptureBook;
+use crate::events::graph::ExecContents;
+use crate::events::graph::GraphCall;
+use crate::events::graph::KernelNode;
+use crate::events::graph::Node;
+use crate::events::model::Args;
 use exec::ExecDef;
 
 mod exec;

@@ -1,6 +1,7 @@
-use super::*;
 use crate::events::graph::GraphLaunch;
-use crate::events::model::{Launch, Memcpy};
+use crate::events::graph_book::*;
+use crate::events::model::Launch;
+use crate::events::model::Memcpy;
 use crate::events::types::Direction;
 
 const S: u64 = 0x5100;

@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::model::*;
+use crate::events::model::*;
 
 /// Appends `"0x…"` (lowercase, no leading zeros), without `core::fmt`:
 /// this is the hot path of every event.
@@ -173,8 +173,8 @@ pub fn write_args(out: &mut String, args: &Args) {
             captured(out, l.captured);
             out.push('}');
         }
-        Args::Graph(g) => super::graph_json::write_launch(out, g),
-        Args::GraphApi(g) => super::graph_json::write_call(out, g),
+        Args::Graph(g) => crate::events::graph_json::write_launch(out, g),
+        Args::GraphApi(g) => crate::events::graph_json::write_call(out, g),
         Args::Alloc(a) => {
             out.push_str("{\"dptr\":");
             opt_hex(out, a.dptr);

@@ -6,10 +6,15 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use crate::events::model::{Identity, Unaligned};
-use crate::events::{Collective, NcclStall, StallEnded, StuckCall};
+use crate::events::model::Identity;
+use crate::events::model::Unaligned;
+use crate::events::Collective;
+use crate::events::NcclStall;
+use crate::events::StallEnded;
+use crate::events::StuckCall;
 use crate::nccl::hash::format_comm_id;
-use crate::nccl::ranks::{Func, Stall};
+use crate::nccl::ranks::Func;
+use crate::nccl::ranks::Stall;
 
 /// A cross-rank record read back.
 #[derive(Clone, Debug, PartialEq, Eq)]

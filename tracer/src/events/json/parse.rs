@@ -5,7 +5,9 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::events::model::*;
-use crate::events::types::{AllocKind, Direction, NcclOp};
+use crate::events::types::AllocKind;
+use crate::events::types::Direction;
+use crate::events::types::NcclOp;
 use crate::probes::catalogue::api_by_name;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -352,7 +354,10 @@ fn parse_nccl_op(s: &str) -> Option<NcclOp> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::decode::{decode_args, encode_blob_record, encode_record, parse_record};
+    use crate::events::decode::decode_args;
+    use crate::events::decode::encode_blob_record;
+    use crate::events::decode::encode_record;
+    use crate::events::decode::parse_record;
     use crate::events::json::write_call;
     use crate::probes::catalogue::catalogue;
     use tracer_common::CallEvent;

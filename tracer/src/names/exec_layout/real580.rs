@@ -5,8 +5,11 @@
 //! kernels, a kernel). The fixture is (u64 address, u32 length, bytes)*,
 //! little-endian: whole 1896-byte records where the dump had them.
 
-use super::*;
-use crate::names::exec_search::{check, KnownGraph, KnownKernel, Reading};
+use crate::names::exec_layout::*;
+use crate::names::exec_search::check;
+use crate::names::exec_search::KnownGraph;
+use crate::names::exec_search::KnownKernel;
+use crate::names::exec_search::Reading;
 
 /// Memory from a fixture.
 pub struct Fixture(Vec<(u64, Vec<u8>)>);
@@ -234,7 +237,7 @@ fn learned_580() -> Kinds {
 
 #[test]
 fn calibration_learns_the_580_record_kinds() {
-    assert_eq!(learned_580(), super::tests::kinds_580());
+    assert_eq!(learned_580(), crate::names::exec_layout::tests::kinds_580());
 }
 
 /// With those kinds, the list of every record reads what the GPU run's

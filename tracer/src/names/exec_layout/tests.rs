@@ -4,8 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::*;
-use crate::names::exec_search::{search, KnownGraph, KnownKernel};
+use crate::names::exec_layout::*;
+use crate::names::exec_search::search;
+use crate::names::exec_search::KnownGraph;
+use crate::names::exec_search::KnownKernel;
 
 /// Fake CUfunction objects: their addresses are the handles.
 pub struct Funcs(Arena);

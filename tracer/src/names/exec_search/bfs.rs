@@ -5,8 +5,8 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
-use super::super::exec_layout::Mem;
-use super::KnownGraph;
+use crate::names::exec_layout::Mem;
+use crate::names::exec_search::KnownGraph;
 
 /// Limits of the search.
 const MAX_DEPTH: usize = 4;

@@ -10,8 +10,18 @@
 
 use std::time::Instant;
 
-use super::super::exec_layout::{add, follow, ExecLayout, Flags, Kinds, Mem, Walk};
-use super::{node_at, walk, KnownGraph, Path, BEFORE};
+use crate::names::exec_layout::add;
+use crate::names::exec_layout::follow;
+use crate::names::exec_layout::ExecLayout;
+use crate::names::exec_layout::Flags;
+use crate::names::exec_layout::Kinds;
+use crate::names::exec_layout::Mem;
+use crate::names::exec_layout::Walk;
+use crate::names::exec_search::node_at;
+use crate::names::exec_search::walk;
+use crate::names::exec_search::KnownGraph;
+use crate::names::exec_search::Path;
+use crate::names::exec_search::BEFORE;
 
 /// Links looked for (a driver 580 record is 1896 bytes: its all-records
 /// link is at +1160).

@@ -3,8 +3,10 @@
 
 use std::fmt::Write;
 
-use super::{Metrics, ProcessSeries, BUCKETS_NS};
 use crate::probes::symbols::Prologue;
+use crate::sinks::metrics::Metrics;
+use crate::sinks::metrics::ProcessSeries;
+use crate::sinks::metrics::BUCKETS_NS;
 
 /// A per-process metric family: its name, type, help, and how one
 /// process's samples of it are written.

@@ -17,11 +17,16 @@ use std::time::{Duration, Instant};
 
 pub use exposition::Cursor;
 
-use crate::events::model::{Args, Call};
-use crate::events::types::{Direction, LostCounts, NcclOp};
-use crate::events::{Event, ProcessInfo};
+use crate::events::model::Args;
+use crate::events::model::Call;
+use crate::events::types::Direction;
+use crate::events::types::LostCounts;
+use crate::events::types::NcclOp;
+use crate::events::Event;
+use crate::events::ProcessInfo;
 use crate::probes::cgroup::Container;
-use crate::sinks::{Sink, Status};
+use crate::sinks::Sink;
+use crate::sinks::Status;
 
 /// Upper bounds of the latency histogram's buckets, in nanoseconds: host-side
 /// API latencies run from about a microsecond (a queued launch) to seconds

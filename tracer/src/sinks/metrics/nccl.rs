@@ -13,12 +13,15 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::exposition::seconds;
-use super::BUCKETS_NS;
-use crate::events::model::{Args, Call};
-use crate::events::{Collective, NcclStall, StallEnded};
+use crate::events::model::Args;
+use crate::events::model::Call;
+use crate::events::Collective;
+use crate::events::NcclStall;
+use crate::events::StallEnded;
 use crate::nccl::hash::format_comm_id;
 use crate::nccl::ranks::Func;
+use crate::sinks::metrics::exposition::seconds;
+use crate::sinks::metrics::BUCKETS_NS;
 
 /// Communicators with series at once.
 pub const MAX_COMMS: usize = 64;

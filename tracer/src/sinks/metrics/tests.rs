@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
-use super::*;
-use crate::events::model::{Memcpy, Nccl};
+use crate::events::model::Memcpy;
+use crate::events::model::Nccl;
 use crate::events::types::Family;
+use crate::sinks::metrics::*;
 
 fn call(pid: u32, api: &'static str, dur: u64, args: Args) -> Call {
     Call {
@@ -219,8 +220,11 @@ fn chunks_add_up_to_the_whole() {
 #[test]
 fn nccl_series_per_communicator_and_rank() {
     use crate::events::model::Identity;
-    use crate::events::{Collective, NcclStall, StallEnded};
-    use crate::nccl::ranks::{Func, Stall};
+    use crate::events::Collective;
+    use crate::events::NcclStall;
+    use crate::events::StallEnded;
+    use crate::nccl::ranks::Func;
+    use crate::nccl::ranks::Stall;
     let mut m = metrics();
     for (pid, rank) in [(3, 0), (4, 1)] {
         for seq in 0..3 {

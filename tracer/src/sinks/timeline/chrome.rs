@@ -12,8 +12,11 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 
 use crate::events::graph::GraphLaunch;
-use crate::events::json::{string, write_args, write_frames};
-use crate::events::model::{Args, Call};
+use crate::events::json::string;
+use crate::events::json::write_args;
+use crate::events::json::write_frames;
+use crate::events::model::Args;
+use crate::events::model::Call;
 
 /// The category of the cross-rank NCCL records in a Chrome trace.
 pub const CROSS_RANK_CAT: &str = "nccl_cross_rank";
@@ -67,7 +70,7 @@ impl ChromeWriter {
     }
 
     /// Writes one non-call entry (category `gputrace.record`).
-    pub fn record(&mut self, r: &super::record::Record) -> std::io::Result<()> {
+    pub fn record(&mut self, r: &crate::sinks::timeline::record::Record) -> std::io::Result<()> {
         self.line.clear();
         self.begin_event();
         r.write_chrome(&mut self.line, self.origin_ns);

@@ -7,7 +7,8 @@ use rustc_hash::FxHashSet;
 
 use crate::events::graph::GraphRecord;
 use crate::events::graph_json::write_record;
-use crate::events::json::{write_call, write_stack};
+use crate::events::json::write_call;
+use crate::events::json::write_stack;
 use crate::events::model::Call;
 
 /// The lines of one call: its stack's record the first time a file needs
@@ -69,7 +70,7 @@ impl<W: Write> JsonlLines<W> {
     }
 
     /// Writes one non-call entry as its JSONL line.
-    pub fn record(&mut self, r: &super::record::Record) -> std::io::Result<()> {
+    pub fn record(&mut self, r: &crate::sinks::timeline::record::Record) -> std::io::Result<()> {
         self.put(|l, _| {
             r.write_jsonl(l);
             l.push('\n');

@@ -10,9 +10,9 @@
 
 use std::io::Write;
 
-use super::jsonl::JsonlLines;
 use crate::events::graph::GraphRecord;
 use crate::events::model::Call;
+use crate::sinks::timeline::jsonl::JsonlLines;
 
 pub const LEVEL: i32 = 1;
 
@@ -49,7 +49,7 @@ impl<W: Write> JsonlZstWriter<W> {
     }
 
     /// Writes one non-call entry as its JSONL line.
-    pub fn record(&mut self, r: &super::record::Record) -> std::io::Result<()> {
+    pub fn record(&mut self, r: &crate::sinks::timeline::record::Record) -> std::io::Result<()> {
         self.lines.record(r)
     }
 

@@ -92,7 +92,7 @@ impl Timeline {
                 "the output must end in .jsonl, .jsonl.zst, .json or .pftrace",
             ));
         };
-        let file = super::files::create_output(path)?;
+        let file = crate::sinks::files::create_output(path)?;
         Ok(match format {
             TimelineFormat::Jsonl => Self::Jsonl(jsonl::JsonlWriter::create(file)),
             TimelineFormat::Chrome => Self::Chrome(chrome::ChromeWriter::new(file, origin_ns)?),

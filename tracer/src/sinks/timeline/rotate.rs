@@ -22,14 +22,15 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::jsonl::JsonlWriter;
-use super::TimelineFile;
 use crate::aggregate::render::render_json;
 use crate::aggregate::summary::Summary;
 use crate::events::graph::GraphRecord;
-use crate::events::model::{Args, Call};
+use crate::events::model::Args;
+use crate::events::model::Call;
 use crate::events::types::LostCounts;
 use crate::sinks::files::OutputDir;
+use crate::sinks::timeline::jsonl::JsonlWriter;
+use crate::sinks::timeline::TimelineFile;
 
 const PREFIX: &str = "gputrace-";
 const SUFFIX: &str = ".jsonl";
@@ -192,7 +193,7 @@ impl TimelineFile for RotatingTimeline {
         Ok(())
     }
 
-    fn record(&mut self, r: &super::record::Record) -> std::io::Result<()> {
+    fn record(&mut self, r: &crate::sinks::timeline::record::Record) -> std::io::Result<()> {
         self.open_current()?;
         self.current.as_mut().expect("opened above").record(r)
     }
@@ -316,7 +317,11 @@ mod tests {
     /// two kernels counts them, in every file; a captured launch nowhere.
     #[test]
     fn each_file_says_what_its_graph_launches_run() {
-        use crate::events::graph::{ExecContents, GraphLaunch, GraphRecord, KernelNode, Node};
+        use crate::events::graph::ExecContents;
+        use crate::events::graph::GraphLaunch;
+        use crate::events::graph::GraphRecord;
+        use crate::events::graph::KernelNode;
+        use crate::events::graph::Node;
         use crate::sinks::timeline::read::read_timeline;
         let dir = std::env::temp_dir().join(format!("gputrace-rotate-g-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);

@@ -10,13 +10,17 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::TimelineFile;
 use crate::error::Failure;
 use crate::events::graph::GraphRecord;
-use crate::events::json::{collective_json, stall_json, stall_over_json};
+use crate::events::json::collective_json;
+use crate::events::json::stall_json;
+use crate::events::json::stall_over_json;
 use crate::events::model::Call;
 use crate::events::Event;
-use crate::sinks::{Halt, Sink, Status};
+use crate::sinks::timeline::TimelineFile;
+use crate::sinks::Halt;
+use crate::sinks::Sink;
+use crate::sinks::Status;
 
 const BATCH: usize = 1024;
 const QUEUED_BATCHES: usize = 64;
@@ -35,7 +39,7 @@ type Batch = Vec<Item>;
 
 enum Message {
     Calls(Batch),
-    Record(super::record::Record),
+    Record(crate::sinks::timeline::record::Record),
     Lost(crate::events::types::LostCounts),
     /// An NCCL cross-rank record (JSON, as JSONL writes it).
     CrossRank(serde_json::Value),
@@ -166,7 +170,7 @@ impl<T: TimelineFile> TimelineSink<T> {
     }
 
     /// Queues a non-call entry, in order with the calls before it.
-    pub fn record(&mut self, r: super::record::Record) {
+    pub fn record(&mut self, r: crate::sinks::timeline::record::Record) {
         self.queue(Message::Record(r));
     }
 
@@ -222,7 +226,7 @@ impl<T: TimelineFile> Sink for TimelineSink<T> {
             // the process's estimates so far (periods traced in full have none).
             Event::Sampling(r) if !r.exact() => {
                 for p in &r.processes {
-                    self.record(super::record::Record {
+                    self.record(crate::sinks::timeline::record::Record {
                         kind: "sampling",
                         ts_ns: r.start_ns,
                         dur_ns: Some(r.end_ns.saturating_sub(r.start_ns)),

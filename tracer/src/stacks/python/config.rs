@@ -3,7 +3,8 @@
 
 use tracer_common::stack::{PyConfig, PyModel, NO_OFFSET, PY_FRAME_HEAD};
 
-use super::{FrameModel, Layout};
+use crate::stacks::python::FrameModel;
+use crate::stacks::python::Layout;
 
 /// The configuration for a process whose `_PyRuntime` is at `runtime`.
 pub fn probe_config(l: &Layout, runtime: u64) -> PyConfig {

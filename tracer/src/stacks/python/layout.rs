@@ -7,7 +7,7 @@
 //! test compares). Release builds only: a `--with-pydebug` or free-threaded
 //! build has other layouts and is refused.
 
-use super::super::memory::Memory;
+use crate::stacks::memory::Memory;
 
 /// How a thread state leads to its innermost frame, and what a frame is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

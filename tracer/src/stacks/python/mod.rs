@@ -16,8 +16,8 @@ use std::collections::HashMap;
 
 pub use layout::{FrameModel, Layout, OWNED_BY_CSTACK};
 
-use super::memory::Memory;
-use super::native::MappedModule;
+use crate::stacks::memory::Memory;
+use crate::stacks::native::MappedModule;
 
 /// The most frames one walk follows (the probe's bound will be lower).
 pub const MAX_FRAMES: usize = 512;

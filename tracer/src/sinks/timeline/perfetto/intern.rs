@@ -7,9 +7,10 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use serde_json::Value;
 
-use super::args::{launch_text, AnnotationSink};
-use super::wire;
 use crate::events::model::Launch;
+use crate::sinks::timeline::perfetto::args::launch_text;
+use crate::sinks::timeline::perfetto::args::AnnotationSink;
+use crate::sinks::timeline::perfetto::wire;
 
 #[derive(Default)]
 pub struct Interner {

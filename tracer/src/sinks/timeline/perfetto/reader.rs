@@ -1,4 +1,4 @@
-//! Reads back what [`super::PerfettoWriter`] writes: the calls, in the
+//! Reads back what [`crate::sinks::timeline::perfetto::PerfettoWriter`] writes: the calls, in the
 //! order they were written, and the summary at the end.
 //!
 //! Streams packet by packet; what it keeps is bounded by the writer's
@@ -13,11 +13,14 @@ use prost::Message as _;
 use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
 
-use super::args::parse_launch_text;
-use super::proto::*;
-use super::writer::{FORMAT_KEY, FORMAT_VERSION, RECORD_TRACK_PREFIX, SUMMARY_KEY};
 use crate::events::json::parse_call;
 use crate::events::model::Call;
+use crate::sinks::timeline::perfetto::args::parse_launch_text;
+use crate::sinks::timeline::perfetto::proto::*;
+use crate::sinks::timeline::perfetto::writer::FORMAT_KEY;
+use crate::sinks::timeline::perfetto::writer::FORMAT_VERSION;
+use crate::sinks::timeline::perfetto::writer::RECORD_TRACK_PREFIX;
+use crate::sinks::timeline::perfetto::writer::SUMMARY_KEY;
 
 /// Largest packet accepted (gputrace's are under a few KiB, the summary
 /// aside).
@@ -361,9 +364,16 @@ impl<R: Read> PerfettoReader<R> {
                 self.records += 1;
             }
             if name == "sampling" {
-                let done = super::records::step(&mut self.open_records, track, *pid, te, kind, ts)?;
+                let done = crate::sinks::timeline::perfetto::records::step(
+                    &mut self.open_records,
+                    track,
+                    *pid,
+                    te,
+                    kind,
+                    ts,
+                )?;
                 if let Some(r) = done {
-                    if self.sampling.len() < super::records::MAX_KEPT {
+                    if self.sampling.len() < crate::sinks::timeline::perfetto::records::MAX_KEPT {
                         self.sampling.push(r);
                     }
                 }

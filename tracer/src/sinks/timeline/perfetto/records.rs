@@ -4,7 +4,11 @@
 
 use serde_json::{Map, Value};
 
-use super::proto::{DebugAnnotation, TrackEvent, TYPE_INSTANT, TYPE_SLICE_BEGIN, TYPE_SLICE_END};
+use crate::sinks::timeline::perfetto::proto::DebugAnnotation;
+use crate::sinks::timeline::perfetto::proto::TrackEvent;
+use crate::sinks::timeline::perfetto::proto::TYPE_INSTANT;
+use crate::sinks::timeline::perfetto::proto::TYPE_SLICE_BEGIN;
+use crate::sinks::timeline::perfetto::proto::TYPE_SLICE_END;
 use rustc_hash::FxHashMap;
 
 /// Most records kept for the summary (one per process and second).

@@ -4,12 +4,14 @@ use proptest::prelude::*;
 use prost::Message as _;
 use serde_json::json;
 
-use super::proto::*;
-use super::*;
-use crate::events::decode::{decode_args, encode_record, parse_record};
+use crate::events::decode::decode_args;
+use crate::events::decode::encode_record;
+use crate::events::decode::parse_record;
 use crate::events::model::*;
 use crate::events::types::Direction;
 use crate::probes::catalogue::catalogue;
+use crate::sinks::timeline::perfetto::proto::*;
+use crate::sinks::timeline::perfetto::*;
 use tracer_common::CallEvent;
 
 /// One call of every API, arguments decoded from a raw record as the

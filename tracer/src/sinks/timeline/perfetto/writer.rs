@@ -23,11 +23,15 @@ use prost::Message as _;
 use rustc_hash::FxHashMap;
 use serde_json::Value;
 
-use super::args::{annotate, AnnotationSink};
-use super::intern::{interned_entry, Annotator, Interner};
-use super::proto::*;
-use super::wire;
-use crate::events::model::{Args, Call};
+use crate::events::model::Args;
+use crate::events::model::Call;
+use crate::sinks::timeline::perfetto::args::annotate;
+use crate::sinks::timeline::perfetto::args::AnnotationSink;
+use crate::sinks::timeline::perfetto::intern::interned_entry;
+use crate::sinks::timeline::perfetto::intern::Annotator;
+use crate::sinks::timeline::perfetto::intern::Interner;
+use crate::sinks::timeline::perfetto::proto::*;
+use crate::sinks::timeline::perfetto::wire;
 
 mod records;
 

@@ -5,9 +5,12 @@
 use std::cell::Cell;
 use std::io::{BufRead, BufReader, Read};
 
-use super::{lost_from, read_text_timeline, Problems, StatsInput};
 use crate::aggregate::summary::Summary;
 use crate::sinks::timeline::perfetto::PerfettoReader;
+use crate::sinks::timeline::read::lost_from;
+use crate::sinks::timeline::read::read_text_timeline;
+use crate::sinks::timeline::read::Problems;
+use crate::sinks::timeline::read::StatsInput;
 
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 

@@ -13,18 +13,24 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::chrome::CROSS_RANK_CAT;
 use crate::aggregate::summary::Summary;
 use crate::events::graph::ExecContents;
 use crate::events::graph_json::parse_record;
-use crate::events::json::{parse_call, parse_nccl_record, NcclRecord};
-use crate::events::model::{Args, Call};
+use crate::events::json::parse_call;
+use crate::events::json::parse_nccl_record;
+use crate::events::json::NcclRecord;
+use crate::events::model::Args;
+use crate::events::model::Call;
 use crate::events::types::LostCounts;
-use crate::stacks::table::{CallStack, FoldedStacks, StackTable};
+use crate::sinks::timeline::chrome::CROSS_RANK_CAT;
+use crate::stacks::table::CallStack;
+use crate::stacks::table::FoldedStacks;
+use crate::stacks::table::StackTable;
 
 /// Executable graphs remembered while reading, at most.
 const MAX_GRAPHS: usize = 1 << 16;
-use crate::sinks::timeline::record::{Record, CHROME_CATEGORY};
+use crate::sinks::timeline::record::Record;
+use crate::sinks::timeline::record::CHROME_CATEGORY;
 
 pub mod formats;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::*;
+use crate::sinks::timeline::perfetto::writer::*;
 use crate::sinks::timeline::record::Record;
 
 impl<W: Write> PerfettoWriter<W> {
