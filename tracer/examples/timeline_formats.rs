@@ -13,15 +13,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use gputrace::aggregate::render::{render_json, render_text};
-use gputrace::aggregate::summary::Summary;
-use gputrace::events::model::*;
-use gputrace::events::types::Direction;
-use gputrace::probes::catalogue::api_by_name;
-use gputrace::sinks::timeline::jsonl_zst::JsonlZstWriter;
-use gputrace::sinks::timeline::perfetto::PerfettoWriter;
-use gputrace::sinks::timeline::read::read_timeline;
-use gputrace::sinks::timeline::{Timeline, TimelineFile};
+use gputrace::catalogue::api_by_name;
+use gputrace::model::call::*;
+use gputrace::model::types::Direction;
+use gputrace::outputs::timeline::jsonl_zst::JsonlZstWriter;
+use gputrace::outputs::timeline::perfetto::PerfettoWriter;
+use gputrace::outputs::timeline::Timeline;
+use gputrace::outputs::timeline::TimelineFile;
+use gputrace::read::read_timeline;
+use gputrace::summary::render::render_json;
+use gputrace::summary::render::render_text;
+use gputrace::summary::Summary;
 
 /// A small deterministic generator (xorshift).
 struct Rng(u64);
@@ -129,7 +131,7 @@ fn synthetic(n: usize) -> Vec<(Call, Option<u64>)> {
             )
         } else if r < 880 {
             let n = Nccl {
-                op: gputrace::events::types::NcclOp::AllReduce,
+                op: gputrace::model::types::NcclOp::AllReduce,
                 count: 6_553_600,
                 datatype: 9,
                 redop: Some(0),
@@ -186,7 +188,7 @@ fn synthetic(n: usize) -> Vec<(Call, Option<u64>)> {
             let a = Alloc {
                 dptr: Some(0x7f90_0000_0000 + mem[rank]),
                 bytes,
-                kind: gputrace::events::types::AllocKind::Device,
+                kind: gputrace::model::types::AllocKind::Device,
                 stream: None,
                 pitch: None,
             };
@@ -232,7 +234,7 @@ fn from_jsonl(path: &Path) -> Vec<(Call, Option<u64>)> {
         .map_while(Result::ok)
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
         .filter(|v| v.get("type").is_none())
-        .filter_map(|v| gputrace::events::json::parse_call(&v).ok())
+        .filter_map(|v| gputrace::json::parse_call(&v).ok())
         .map(|c| (c, None))
         .collect()
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::probes::catalogue::ProbeSelection;
+use crate::catalogue::ProbeSelection;
 
 /// Trace what running GPU programs ask of the CUDA driver and NCCL, from
 /// outside the process: eBPF uprobes, no restart, no LD_PRELOAD.
@@ -263,7 +263,7 @@ fn parse_output(s: &str) -> Result<PathBuf, String> {
         return Err(format!("`{s}` names a directory: give a file"));
     }
     let p = PathBuf::from(s);
-    match crate::sinks::timeline::TimelineFormat::from_path(&p) {
+    match crate::outputs::timeline::TimelineFormat::from_path(&p) {
         Some(_) => Ok(p),
         None => Err(format!(
             "`{s}` must end in .jsonl (events), .jsonl.zst (compressed events), .json (Chrome trace) or .pftrace (Perfetto trace)"

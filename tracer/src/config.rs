@@ -52,7 +52,7 @@ impl Default for Config {
             perf_events: false,
             fault_panic_after: None,
             inflight_map: false,
-            sample_period: crate::probes::sampler::PERIOD,
+            sample_period: crate::budget::sampler::PERIOD,
         }
     }
 }

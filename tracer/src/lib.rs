@@ -8,19 +8,26 @@
 //! screen), `commands` (one per subcommand); `stacks` (call stacks, native
 //! and Python; not wired into the probes yet). docs/architecture.md has the map.
 
-pub mod aggregate;
+pub mod budget;
+pub mod cache;
+pub mod catalogue;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod decode;
 pub mod error;
-pub mod events;
-pub mod fd;
+pub mod graphs;
+pub mod host;
+pub mod json;
+pub mod model;
 pub mod names;
 pub mod nccl;
+pub mod outputs;
 pub mod probes;
+pub mod read;
 pub mod session;
-pub mod sinks;
 pub mod stacks;
+pub mod summary;
 pub mod tui;
 
 /// The eBPF object built from `tracer-ebpf` by build.rs.

@@ -12,9 +12,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use gputrace::aggregate::render::render_json;
-use gputrace::sinks::timeline::read::read_timeline;
-use gputrace::sinks::timeline::TimelineFile;
+use gputrace::outputs::timeline::TimelineFile;
+use gputrace::read::read_timeline;
+use gputrace::summary::render::render_json;
 use serde_json::Value;
 
 /// xorshift64*: enough randomness, no dependency, reproducible from a seed.
@@ -48,14 +48,14 @@ fn golden_chrome() -> Vec<u8> {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("t.json");
     let mut w =
-        gputrace::sinks::timeline::Timeline::create(&path, 1_700_000_000_000_000_000 - 1_000_000)
+        gputrace::outputs::timeline::Timeline::create(&path, 1_700_000_000_000_000_000 - 1_000_000)
             .unwrap();
     for line in std::str::from_utf8(&input).unwrap().lines() {
         let v: Value = serde_json::from_str(line).unwrap();
         if v.get("type").is_some() {
             continue;
         }
-        w.write(&gputrace::events::json::parse_call(&v).unwrap(), None)
+        w.write(&gputrace::json::parse_call(&v).unwrap(), None)
             .unwrap();
     }
     w.finish(Some(&render_json(&s.summary))).unwrap();

@@ -6,11 +6,13 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use gputrace::aggregate::render::{render_json, render_text};
-use gputrace::events::model::Call;
-use gputrace::sinks::timeline::read::read_timeline;
-use gputrace::sinks::timeline::record::Record;
-use gputrace::sinks::timeline::{Timeline, TimelineFile};
+use gputrace::model::call::Call;
+use gputrace::outputs::timeline::record::Record;
+use gputrace::outputs::timeline::Timeline;
+use gputrace::outputs::timeline::TimelineFile;
+use gputrace::read::read_timeline;
+use gputrace::summary::render::render_json;
+use gputrace::summary::render::render_text;
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -25,7 +27,7 @@ fn golden_calls() -> Vec<Call> {
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|v| v.get("type").is_none())
-        .map(|v| gputrace::events::json::parse_call(&v).unwrap())
+        .map(|v| gputrace::json::parse_call(&v).unwrap())
         .collect()
 }
 

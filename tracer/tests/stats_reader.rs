@@ -3,9 +3,10 @@
 
 use std::path::PathBuf;
 
-use gputrace::aggregate::render::{render_json, render_text};
-use gputrace::sinks::timeline::read::read_timeline;
-use gputrace::sinks::timeline::TimelineFile;
+use gputrace::outputs::timeline::TimelineFile;
+use gputrace::read::read_timeline;
+use gputrace::summary::render::render_json;
+use gputrace::summary::render::render_text;
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -181,14 +182,14 @@ fn chrome_trace_gives_the_same_summary() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("t.json");
     let mut w =
-        gputrace::sinks::timeline::Timeline::create(&path, 1_700_000_000_000_000_000 - 1_000_000)
+        gputrace::outputs::timeline::Timeline::create(&path, 1_700_000_000_000_000_000 - 1_000_000)
             .unwrap();
     for line in std::str::from_utf8(&input()).unwrap().lines() {
         let v: Value = serde_json::from_str(line).unwrap();
         if v.get("type").is_some() {
             continue;
         }
-        let call = gputrace::events::json::parse_call(&v).unwrap();
+        let call = gputrace::json::parse_call(&v).unwrap();
         w.write(&call, None).unwrap();
     }
     w.finish(Some(&render_json(&s.summary))).unwrap();
@@ -334,13 +335,13 @@ fn cross_rank_analysis_from_jsonl_and_chrome() {
     let dir = std::env::temp_dir().join(format!("gputrace-chrome-nccl-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("t.json");
-    let mut w = gputrace::sinks::timeline::Timeline::create(&path, t0 - ms).unwrap();
+    let mut w = gputrace::outputs::timeline::Timeline::create(&path, t0 - ms).unwrap();
     for line in &lines {
         let v: Value = serde_json::from_str(line).unwrap();
         if v.get("type").is_some() {
             w.cross_rank(&v).unwrap();
         } else {
-            w.write(&gputrace::events::json::parse_call(&v).unwrap(), None)
+            w.write(&gputrace::json::parse_call(&v).unwrap(), None)
                 .unwrap();
         }
     }

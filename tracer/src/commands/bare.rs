@@ -8,13 +8,13 @@ use aya::maps::PerCpuArray;
 use aya::programs::UProbe;
 use aya::EbpfLoader;
 
+use crate::catalogue::Lib;
 use crate::cli::BareArgs;
 use crate::error::Failure;
 use crate::error::Result;
-use crate::probes::catalogue::Lib;
-use crate::probes::discover::classify;
+use crate::host::discover::classify;
+use crate::host::privileges;
 use crate::probes::multi::MultiPrograms;
-use crate::probes::privileges;
 use crate::probes::symbols::resolve_symbols;
 
 /// `gputrace __symbols LIB`: which catalogue APIs the file exports.

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use crate::error::Result;
-use crate::probes::cgroup;
-use crate::probes::discover;
+use crate::host::cgroup;
+use crate::host::discover;
 
 pub fn run() -> Result<ExitCode> {
     let mut files: BTreeMap<(u64, u64), (String, Vec<u32>)> = BTreeMap::new();

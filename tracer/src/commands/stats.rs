@@ -8,14 +8,14 @@ use std::fs::File;
 use std::path::Path;
 use std::process::ExitCode;
 
-use crate::aggregate::render::render_json;
-use crate::aggregate::render::render_text;
 use crate::cli::StatsArgs;
 use crate::cli::StatsFormat;
 use crate::error::Failure;
 use crate::error::Result;
-use crate::sinks::summary::write_stdout;
-use crate::sinks::timeline::read::read_timeline_with;
+use crate::outputs::summary::write_stdout;
+use crate::read::read_timeline_with;
+use crate::summary::render::render_json;
+use crate::summary::render::render_text;
 
 pub fn run(args: &StatsArgs) -> Result<ExitCode> {
     let file = open(&args.file)?;

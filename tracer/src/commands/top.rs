@@ -17,10 +17,10 @@ use tokio::time::MissedTickBehavior;
 
 use crate::cli::TopArgs;
 use crate::config::Config;
+use crate::decode::enrich::Clock;
 use crate::error::Failure;
 use crate::error::Result;
-use crate::events::enrich::Clock;
-use crate::probes::discover;
+use crate::host::discover;
 use crate::session::preflight;
 use crate::session::Session;
 use crate::session::TargetSpec;

@@ -4,26 +4,26 @@
 
 use std::process::ExitCode;
 
-use crate::aggregate::render::render_json;
 use crate::cli::TraceArgs;
 use crate::config::Config;
+use crate::decode::enrich::Clock;
 use crate::error::Failure;
 use crate::error::Result;
-use crate::events::enrich::Clock;
+use crate::outputs::fault::FaultSink;
+use crate::outputs::print::PrintSink;
+use crate::outputs::summary::SummaryOutput;
+use crate::outputs::summary::SummarySink;
+use crate::outputs::timeline::writer::OnError;
+use crate::outputs::timeline::writer::TimelineSink;
+use crate::outputs::timeline::Timeline;
+use crate::outputs::Halt;
+use crate::outputs::Sink;
 use crate::session::preflight;
 use crate::session::RunOptions;
 use crate::session::Session;
 use crate::session::Stop;
 use crate::session::TargetSpec;
-use crate::sinks::fault::FaultSink;
-use crate::sinks::print::PrintSink;
-use crate::sinks::summary::SummaryOutput;
-use crate::sinks::summary::SummarySink;
-use crate::sinks::timeline::writer::OnError;
-use crate::sinks::timeline::writer::TimelineSink;
-use crate::sinks::timeline::Timeline;
-use crate::sinks::Halt;
-use crate::sinks::Sink;
+use crate::summary::render::render_json;
 
 impl From<&TraceArgs> for TargetSpec {
     fn from(a: &TraceArgs) -> Self {

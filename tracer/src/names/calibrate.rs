@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::names::exec_layout::ExecLayout;
-use crate::names::memory::read_cstr;
-use crate::names::memory::read_u64;
+use crate::graphs::layout::ExecLayout;
+use crate::host::memory::read_cstr;
+use crate::host::memory::read_u64;
 
-pub use crate::names::cache::CalibrationCache;
+pub use crate::cache::CalibrationCache;
 
 /// Offsets to follow from the handle to the name: `[8]` is `*(h + 8)`,
 /// `[16, 8]` is `*(*(h + 16) + 8)`.
@@ -234,7 +234,7 @@ pub fn calibrate_here(
             .find(|l| l.read(me, handles[1]).as_deref() == Some(KERNELS[1].as_bytes()))
             .ok_or_else(|| "no pointer to the kernel name in the first 512 bytes of the CUfunction, directly or one pointer deep".to_string())?;
         names_found(&names);
-        let exec = crate::names::exec_known::calibrate(lib, ctx, EXEC_SEARCH);
+        let exec = crate::graphs::layout::known::calibrate(lib, ctx, EXEC_SEARCH);
         Ok(Found { names, exec })
     }
 }
@@ -272,7 +272,7 @@ pub fn helper_main(libcuda: &Path, sandbox: bool) -> std::process::ExitCode {
         exec_error: None,
     };
     let entered = if sandbox {
-        match crate::names::sandbox::enter(held_fd(libcuda)) {
+        match crate::host::sandbox::enter(held_fd(libcuda)) {
             Ok(applied) => {
                 answer.sandbox = Some(applied);
                 true

@@ -2,15 +2,7 @@
 //! calibration on each libcuda build), from intercepted name lookups, and
 //! from the runtime's host stubs; demangled for people.
 
-pub mod cache;
 pub mod calibrate;
 pub mod demangle;
-pub mod exec_known;
-pub mod exec_layout;
-pub mod exec_search;
-pub mod landlock;
-pub mod memory;
 pub mod namer;
-pub mod sandbox;
-pub mod seccomp;
 pub mod stubs;

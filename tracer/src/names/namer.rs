@@ -4,23 +4,23 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::names::cache::content_key;
+use crate::cache::content_key;
+use crate::catalogue::Lib;
+use crate::graphs::layout::ExecLayout;
+use crate::graphs::layout::ProcessMem;
+use crate::graphs::layout::RawKernel;
+use crate::host::discover;
+use crate::host::discover::LibraryFile;
+use crate::host::memory::plausible_name;
+use crate::host::trust;
+use crate::host::trust::Trust;
 use crate::names::calibrate::run_helper;
 use crate::names::calibrate::CalibrationCache;
 use crate::names::calibrate::Found;
 use crate::names::calibrate::Helper;
 use crate::names::calibrate::Layout;
 use crate::names::demangle::demangle;
-use crate::names::exec_layout::ExecLayout;
-use crate::names::exec_layout::ProcessMem;
-use crate::names::exec_layout::RawKernel;
-use crate::names::memory::plausible_name;
 use crate::names::stubs::StubSymbols;
-use crate::probes::catalogue::Lib;
-use crate::probes::discover;
-use crate::probes::discover::LibraryFile;
-use crate::probes::trust;
-use crate::probes::trust::Trust;
 
 /// Untrusted libcuda files calibrated in the sandbox per run, at most: each
 /// may take the helper's whole timeout while the tracing loop waits, and a
@@ -141,7 +141,7 @@ impl KernelNamer {
                 eprintln!(
                     "gputrace: {} is not trusted ({why}): calibrating it in a sandbox (uid {}, no capabilities; its result is not cached)",
                     discover::printable_path(&file.found_at),
-                    crate::names::sandbox::NOBODY
+                    crate::host::sandbox::NOBODY
                 );
                 run_helper(&lib, Helper::Sandboxed, SANDBOXED_TIMEOUT)
             }

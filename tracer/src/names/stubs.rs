@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
-use crate::probes::discover::Mapping;
+use crate::host::discover::Mapping;
 
 /// Function symbols of one ELF file, by virtual address.
 struct SymbolTable {

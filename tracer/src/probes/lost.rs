@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use aya::maps::{MapData, PerCpuArray, PerCpuHashMap};
 use tracer_common::{LostReason, LOST_SLOTS};
 
-use crate::events::types::LostCounts;
+use crate::model::types::LostCounts;
 
 /// Calls not recorded (ring full, in-flight map full, unpaired), per process.
 pub struct LostByPid(pub(super) PerCpuHashMap<MapData, u32, u64>);

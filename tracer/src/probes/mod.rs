@@ -1,15 +1,8 @@
-//! Finding libraries and symbols, and attaching the probes.
+//! Attaching the probes: the eBPF object, the symbols of each library file,
+//! the links (one per symbol, or one multi-link per file), and the counts of
+//! calls the probes could not record.
 
 pub mod attach;
-pub mod catalogue;
-pub mod cgroup;
-pub mod discover;
-pub mod graph_apis;
-pub mod hitcost;
 pub mod lost;
 pub mod multi;
-pub mod privileges;
-pub mod sampler;
-pub mod spawn;
 pub mod symbols;
-pub mod trust;

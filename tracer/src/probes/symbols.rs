@@ -5,9 +5,9 @@ use std::path::Path;
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
-use crate::probes::catalogue::catalogue;
-use crate::probes::catalogue::Api;
-use crate::probes::catalogue::Lib;
+use crate::catalogue::catalogue;
+use crate::catalogue::Api;
+use crate::catalogue::Lib;
 
 /// A symbol of the catalogue found in a library file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -176,7 +176,7 @@ const MAX_LIBRARY_BYTES: u64 = 2 << 30;
 
 fn map_file(path: &Path) -> std::io::Result<FileData> {
     use std::io::Read;
-    let file = crate::probes::trust::open_regular(path, None)?;
+    let file = crate::host::trust::open_regular(path, None)?;
     let meta = file.metadata()?;
     if meta.len() > MAX_LIBRARY_BYTES {
         return Err(std::io::Error::other(format!(
@@ -184,7 +184,7 @@ fn map_file(path: &Path) -> std::io::Result<FileData> {
             meta.len()
         )));
     }
-    if crate::probes::trust::root_controlled(&meta) {
+    if crate::host::trust::root_controlled(&meta) {
         // SAFETY: read-only mapping of a file only root can change; root
         // replaces libraries by rename, not by rewriting them in place.
         return Ok(FileData::Mapped(unsafe { memmap2::Mmap::map(&file)? }));
@@ -197,7 +197,7 @@ fn map_file(path: &Path) -> std::io::Result<FileData> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probes::catalogue::api_by_name;
+    use crate::catalogue::api_by_name;
 
     #[test]
     fn a_push_first_is_emulated_anything_else_single_stepped() {

@@ -10,16 +10,16 @@ use crate::error::Result;
 use crate::names::namer::KernelNamer;
 use std::sync::Arc;
 
+use crate::budget::sampler::Sampler;
+use crate::catalogue::Lib;
+use crate::catalogue::ProbeSelection;
+use crate::host::discover;
+use crate::host::discover::LibraryFile;
 use crate::probes::attach::detach_many;
 use crate::probes::attach::Attachment;
 use crate::probes::attach::Link;
 use crate::probes::attach::Probes;
 use crate::probes::attach::Scope;
-use crate::probes::catalogue::Lib;
-use crate::probes::catalogue::ProbeSelection;
-use crate::probes::discover;
-use crate::probes::discover::LibraryFile;
-use crate::probes::sampler::Sampler;
 use crate::probes::symbols::resolve_symbols;
 use crate::probes::symbols::SymbolError;
 

@@ -10,7 +10,6 @@
 //! [`Session::drain`] and [`Session::maintain`] itself.
 
 mod attacher;
-mod budget;
 mod nccl;
 mod node;
 mod processes;
@@ -28,25 +27,25 @@ pub use run::{RunOptions, Stop};
 pub use targets::{preflight, StackRequest, TargetSpec};
 
 use crate::config::Config;
+use crate::decode::enrich::Clock;
+use crate::decode::enrich::Enricher;
+use crate::decode::record::parse_record;
+use crate::decode::record::DecodeError;
 use crate::error::Failure;
 use crate::error::Result;
-use crate::events::decode::parse_record;
-use crate::events::decode::DecodeError;
-use crate::events::enrich::Clock;
-use crate::events::enrich::Enricher;
-use crate::events::Event;
-use crate::events::LostReport;
+use crate::host::discover;
+use crate::host::spawn::GatedChild;
+use crate::model::Event;
+use crate::model::LostReport;
 use crate::names::calibrate::CalibrationCache;
 use crate::names::namer::KernelNamer;
+use crate::outputs::Sink;
+use crate::outputs::Status;
 use crate::probes::attach::detach_many;
 use crate::probes::attach::LostByPid;
 use crate::probes::attach::LostCounter;
 use crate::probes::attach::Probes;
 use crate::probes::attach::Scope;
-use crate::probes::discover;
-use crate::probes::spawn::GatedChild;
-use crate::sinks::Sink;
-use crate::sinks::Status;
 use attacher::Attacher;
 use nccl::NcclWatch;
 use node::NodeWatch;
@@ -88,7 +87,7 @@ pub struct Session {
     /// Installed by [`Session::announce`], used by [`Session::run`].
     signals: Option<run::Signals>,
     /// `--overhead-budget`: the schedule of the busy APIs' probes.
-    budget: Option<budget::Budget>,
+    budget: Option<crate::budget::Budget>,
 }
 
 impl Session {
@@ -306,7 +305,7 @@ impl Session {
             // One stderr line each, whatever the sinks (trace, daemon; top
             // shows its captured stderr).
             Event::NcclStall(s) => eprintln!("{}", s.line()),
-            Event::NcclStallEnded(e) => eprintln!("{}", crate::events::stall::ended_line(e)),
+            Event::NcclStallEnded(e) => eprintln!("{}", crate::nccl::stall::ended_line(e)),
             _ => {}
         }
     }
@@ -365,10 +364,9 @@ impl Session {
             };
             match enriched {
                 Ok(mut e) => {
-                    if let (Some(b), Some(api)) = (
-                        &mut self.budget,
-                        crate::probes::catalogue::api(raw.event.api),
-                    ) {
+                    if let (Some(b), Some(api)) =
+                        (&mut self.budget, crate::catalogue::api(raw.event.api))
+                    {
                         b.observe(api, raw.event.pid, raw.event.tid, raw.event.start_ns);
                     }
                     if let Some(record) = e.graph.take() {
@@ -510,8 +508,8 @@ fn start_budget(
     percent: f64,
     clock: Clock,
     verbose: bool,
-) -> Result<Option<budget::Budget>> {
-    let (cost, fresh, store) = crate::probes::hitcost::get(config).map_err(|e| {
+) -> Result<Option<crate::budget::Budget>> {
+    let (cost, fresh, store) = crate::budget::hitcost::get(config).map_err(|e| {
         Failure::runtime(format!(
             "--overhead-budget: measuring the cost of a probe hit: {e:#}"
         ))
@@ -532,7 +530,7 @@ fn start_budget(
         );
         return Ok(None);
     };
-    Ok(Some(budget::Budget::new(
+    Ok(Some(crate::budget::Budget::new(
         percent,
         cost,
         attacher.prologues(),

@@ -15,18 +15,18 @@ use std::time::Duration;
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use tracer_common::{CallEvent, NO_RETURN};
 
-use crate::events::enrich::Clock;
-use crate::events::enrich::Enricher;
-use crate::events::model::Args;
-use crate::events::model::Call;
-use crate::events::Event;
-use crate::events::NcclStall;
-use crate::events::StuckCall;
+use crate::catalogue;
+use crate::catalogue::Lib;
+use crate::decode::enrich::Clock;
+use crate::decode::enrich::Enricher;
+use crate::model::call::Args;
+use crate::model::call::Call;
+use crate::model::Event;
+use crate::model::NcclStall;
+use crate::model::StuckCall;
 use crate::nccl::ranks::Arrival;
 use crate::nccl::ranks::CrossRank;
 use crate::nccl::ranks::Func;
-use crate::probes::catalogue;
-use crate::probes::catalogue::Lib;
 
 /// Stuck calls remembered (reported once each) before the set is cleared.
 const MAX_STUCK_REPORTED: usize = 4096;
@@ -44,7 +44,7 @@ pub(super) struct NcclWatch {
 /// An arrival, when the call names its collective on every rank.
 fn arrival(c: &Call) -> Option<Arrival> {
     let Args::Nccl(n) = &c.args else { return None };
-    crate::events::nccl::arrival(c.pid, c.ts_ns, n)
+    crate::nccl::enrich::arrival(c.pid, c.ts_ns, n)
 }
 
 /// The name of this machine, for stall lines.
@@ -68,7 +68,7 @@ impl NcclWatch {
         Self {
             cross: CrossRank::new(),
             threshold,
-            host: Arc::from(crate::probes::discover::printable(&hostname())),
+            host: Arc::from(crate::host::discover::printable(&hostname())),
             inflight,
             stuck_reported: HashSet::new(),
         }

@@ -24,11 +24,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
+use crate::host::discover;
+use crate::host::discover::LibraryFile;
 use crate::names::namer::KernelNamer;
 use crate::probes::attach::detach_many;
 use crate::probes::attach::Scope;
-use crate::probes::discover;
-use crate::probes::discover::LibraryFile;
 use crate::session::attacher::Attacher;
 use crate::session::attacher::FileKey;
 

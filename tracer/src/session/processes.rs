@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::events::enrich::Clock;
-use crate::events::Event;
-use crate::events::ProcessInfo;
-use crate::probes::cgroup;
-use crate::probes::discover;
+use crate::decode::enrich::Clock;
+use crate::host::cgroup;
+use crate::host::discover;
+use crate::model::Event;
+use crate::model::ProcessInfo;
 
 /// How long an exited process's state is kept for its last calls.
 pub const GONE_AFTER: Duration = Duration::from_secs(2);
@@ -170,7 +170,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::probes::discover::ProcStat;
+    use crate::host::discover::ProcStat;
 
     /// The processes the tests pretend exist: pid → (start, zombie).
     static TABLE: Mutex<Vec<(u32, u64, bool)>> = Mutex::new(Vec::new());

@@ -11,11 +11,11 @@ use tokio::time::MissedTickBehavior;
 
 use crate::error::Failure;
 use crate::error::Result;
+use crate::outputs::Halt;
+use crate::outputs::Sink;
 use crate::session::Session;
 use crate::session::CHECK_EVERY;
 use crate::session::DRAIN_EVERY;
-use crate::sinks::Halt;
-use crate::sinks::Sink;
 
 /// How a session is run.
 #[derive(Clone, Debug)]

@@ -129,7 +129,7 @@ impl SessionStacks {
             return;
         }
         for (pid, tries) in std::mem::take(&mut self.deferred) {
-            if crate::probes::discover::is_alive(pid) {
+            if crate::host::discover::is_alive(pid) {
                 self.look(pid, tries);
             }
         }

@@ -4,12 +4,12 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::catalogue::ProbeSelection;
 use crate::error::Failure;
 use crate::error::Result;
-use crate::probes::catalogue::ProbeSelection;
-use crate::probes::discover;
-use crate::probes::privileges;
-use crate::probes::spawn::GatedChild;
+use crate::host::discover;
+use crate::host::privileges;
+use crate::host::spawn::GatedChild;
 
 /// What to trace.
 #[derive(Clone, Debug, Default)]

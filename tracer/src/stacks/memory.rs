@@ -51,7 +51,7 @@ impl ProcessMemory {
 
 impl Memory for ProcessMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
-        crate::names::memory::read_exact(self.pid, addr, buf)
+        crate::host::memory::read_exact(self.pid, addr, buf)
     }
 }
 

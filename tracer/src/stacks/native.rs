@@ -11,7 +11,7 @@ use std::sync::Arc;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{FrameAddress, Module, Unwinder};
 
-use crate::probes::discover::Mapping;
+use crate::host::discover::Mapping;
 use crate::stacks::elf::ElfError;
 use crate::stacks::elf::ElfFile;
 use crate::stacks::elf::FileBytes;

@@ -233,7 +233,7 @@ impl App {
             })
             .collect();
         let key = |r: &ProcessRow| -> f64 {
-            use crate::events::types::Direction as D;
+            use crate::model::types::Direction as D;
             match self.sort {
                 ProcessSort::Launches => r.rates.launches,
                 ProcessSort::Copies => r.rates.copies,
@@ -398,9 +398,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::events::model::Args;
-    use crate::events::model::Call;
-    use crate::events::model::Launch;
+    use crate::model::call::Args;
+    use crate::model::call::Call;
+    use crate::model::call::Launch;
     use crate::tui::model::SETTLE_NS;
 
     const NS: u64 = 1_000_000_000;

@@ -1,8 +1,8 @@
 //! The process table's columns (what each shows, how wide, which go first
 //! when the terminal is narrow) and how `top` writes its numbers.
 
-use crate::aggregate::render::fmt_ns;
-use crate::events::types::Direction;
+use crate::model::types::Direction;
+use crate::summary::render::fmt_ns;
 use crate::tui::app::ApiSort;
 use crate::tui::app::ProcessRow;
 use crate::tui::app::ProcessSort;

@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use crate::events::model::Args;
-use crate::events::model::Call;
-use crate::events::model::Launch;
-use crate::events::model::Memcpy;
-use crate::events::types::Direction;
-use crate::events::types::Family;
+use crate::model::call::Args;
+use crate::model::call::Call;
+use crate::model::call::Launch;
+use crate::model::call::Memcpy;
+use crate::model::types::Direction;
+use crate::model::types::Family;
 use crate::tui::model::Model;
 
 pub(crate) fn call(

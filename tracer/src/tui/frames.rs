@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
-use crate::events::model::Args;
-use crate::events::model::Nccl;
-use crate::events::types::Direction;
-use crate::events::types::NcclOp;
+use crate::model::call::Args;
+use crate::model::call::Nccl;
+use crate::model::types::Direction;
+use crate::model::types::NcclOp;
 use crate::tui::app::Action;
 use crate::tui::app::App;
 use crate::tui::app::Scope;

@@ -16,9 +16,9 @@ pub mod snapshot;
 pub mod terminal;
 pub mod view;
 
-use crate::events::Event;
-use crate::sinks::Sink;
-use crate::sinks::Status;
+use crate::model::Event;
+use crate::outputs::Sink;
+use crate::outputs::Status;
 use model::Model;
 
 /// The model as a sink, for one bite of events at `now_ns`.

@@ -6,10 +6,10 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::aggregate::summary::ProcessSummary;
-use crate::events::model::Args;
-use crate::events::model::Call;
-use crate::events::types::Direction;
+use crate::model::call::Args;
+use crate::model::call::Call;
+use crate::model::types::Direction;
+use crate::summary::ProcessSummary;
 
 const NS: u64 = 1_000_000_000;
 /// Per-second summaries (with histograms) kept for the latency window.
@@ -324,8 +324,8 @@ impl Model {
     }
 
     /// A stall said by the session.
-    pub fn nccl_stall(&mut self, s: &crate::events::NcclStall) {
-        use crate::events::NcclStall;
+    pub fn nccl_stall(&mut self, s: &crate::model::NcclStall) {
+        use crate::model::NcclStall;
         let key = match s {
             NcclStall::Collective { stall, .. } => (stall.comm_id, stall.func.name(), stall.seq),
             // Keyed by the process: a stuck call is shown until it exits.
@@ -335,7 +335,7 @@ impl Model {
     }
 
     /// A collective stall is over.
-    pub fn nccl_stall_over(&mut self, e: &crate::events::StallEnded) {
+    pub fn nccl_stall_over(&mut self, e: &crate::model::StallEnded) {
         self.nccl_stalls.remove(&(e.comm_id, e.func.name(), e.seq));
     }
 
@@ -371,7 +371,7 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::model::Args;
+    use crate::model::call::Args;
     use crate::tui::fixtures::copy;
     use crate::tui::fixtures::launch;
     use crate::tui::fixtures::Traced;
@@ -516,8 +516,8 @@ mod tests {
 
     #[test]
     fn nccl_stalls_shown_until_over_or_gone() {
-        use crate::events::NcclStall;
-        use crate::events::StallEnded;
+        use crate::model::NcclStall;
+        use crate::model::StallEnded;
         use crate::nccl::ranks::Func;
         use crate::nccl::ranks::Stall;
         let mut m = Model::default();

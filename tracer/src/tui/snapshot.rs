@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::events::types::NcclOp;
+use crate::model::types::NcclOp;
 use crate::stacks::sites::CallSites;
 use crate::tui::app::DETAIL_WINDOW_SECS;
 use crate::tui::model::waits_for_gpu;

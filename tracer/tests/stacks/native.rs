@@ -1,7 +1,10 @@
 use std::process::Command;
 
 use gputrace::stacks::memory::Window;
-use gputrace::stacks::native::{ElfCache, ProcessUnwinder, Regs, StackEnd};
+use gputrace::stacks::native::ElfCache;
+use gputrace::stacks::native::ProcessUnwinder;
+use gputrace::stacks::native::Regs;
+use gputrace::stacks::native::StackEnd;
 
 use crate::support::{fixture, run, scratch, stop_and_copy, Fixture};
 

@@ -9,10 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::{ChildStdout, Command, Stdio};
 use std::sync::Arc;
 
-use gputrace::events::decode::parse_record;
-use gputrace::probes::attach::{Probes, Scope};
-use gputrace::probes::catalogue::{api, ProbeSelection};
-use gputrace::probes::discover::process_libraries;
+use gputrace::catalogue::api;
+use gputrace::catalogue::ProbeSelection;
+use gputrace::decode::record::parse_record;
+use gputrace::host::discover::process_libraries;
+use gputrace::probes::attach::Probes;
+use gputrace::probes::attach::Scope;
 use gputrace::stacks::kernel::kernel_offsets;
 use gputrace::stacks::record::parse_stack_record;
 use gputrace::stacks::resolve::StackResolver;

@@ -1,11 +1,18 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gputrace::stacks::memory::{ProcessMemory, Window};
-use gputrace::stacks::merge::{merge, EVAL_FUNCTION};
-use gputrace::stacks::native::{ElfCache, ProcessUnwinder, Regs, StackEnd};
+use gputrace::stacks::memory::ProcessMemory;
+use gputrace::stacks::memory::Window;
+use gputrace::stacks::merge::merge;
+use gputrace::stacks::merge::EVAL_FUNCTION;
+use gputrace::stacks::native::ElfCache;
+use gputrace::stacks::native::ProcessUnwinder;
+use gputrace::stacks::native::Regs;
+use gputrace::stacks::native::StackEnd;
 use gputrace::stacks::python::linetable::addr2line;
-use gputrace::stacks::python::{Layout, PyFrame, PythonProcess};
+use gputrace::stacks::python::Layout;
+use gputrace::stacks::python::PyFrame;
+use gputrace::stacks::python::PythonProcess;
 
 use crate::support::{fixture, run, scratch, stop_and_copy, Fixture};
 

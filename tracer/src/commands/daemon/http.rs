@@ -32,8 +32,8 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::commands::daemon::admission::Admission;
 use crate::commands::daemon::admission::IDLE_TIMEOUT;
-use crate::sinks::metrics::Cursor;
-use crate::sinks::metrics::Metrics;
+use crate::outputs::metrics::Cursor;
+use crate::outputs::metrics::Metrics;
 
 pub const HEADER_TIMEOUT: Duration = IDLE_TIMEOUT;
 pub const CONNECTION_LIMIT: Duration = Duration::from_secs(120);

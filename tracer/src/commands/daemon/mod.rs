@@ -16,20 +16,20 @@ use tokio::net::TcpListener;
 
 use crate::cli::DaemonArgs;
 use crate::config::Config;
+use crate::decode::enrich::Clock;
 use crate::error::Failure;
 use crate::error::Result;
-use crate::events::enrich::Clock;
+use crate::outputs::fault::FaultSink;
+use crate::outputs::metrics::Metrics;
+use crate::outputs::metrics::MetricsSink;
+use crate::outputs::timeline::rotate::RotatingTimeline;
+use crate::outputs::timeline::writer::OnError;
+use crate::outputs::timeline::writer::TimelineSink;
 use crate::session::preflight;
 use crate::session::RunOptions;
 use crate::session::Session;
 use crate::session::Stop;
 use crate::session::TargetSpec;
-use crate::sinks::fault::FaultSink;
-use crate::sinks::metrics::Metrics;
-use crate::sinks::metrics::MetricsSink;
-use crate::sinks::timeline::rotate::RotatingTimeline;
-use crate::sinks::timeline::writer::OnError;
-use crate::sinks::timeline::writer::TimelineSink;
 
 /// Rotated timelines are made readable this often.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);

@@ -1,0 +1,806 @@
+//! `--overhead-budget`: the probes of the samplable APIs (launches, async
+//! copies and sets, event records, stream waits: `Api::samplable`) are
+//! attached on links of their own, one set per library file and scope
+//! ([`HotSet`]), which a thread of their own attaches in one of three ways
+//! ([`Mode`]), as the session's budget (`session::budget`) asks:
+//!
+//! - `Exact`: entry and return probes, as without a budget;
+//! - `EntryOnly`: entry probes whose cookies say "entry only": the record
+//!   is sent at entry (counts stay exact; no latency, no return code);
+//! - `Duty(r)`: entry-only probes attached for the first `r` of each
+//!   period, none for the rest. The period is stretched so that the on
+//!   slice lasts at least [`MIN_ON`] (up to [`MAX_PERIOD`]): a slice must
+//!   span several steps of a training loop, whose calls come in bursts
+//!   (launches in the forward and backward passes, none while it waits),
+//!   for the calls seen in it to stand for the period.
+//!
+//! Every change detaches first and attaches after (never both at once,
+//! which would record calls twice), so a change leaves a short gap.
+//!
+//! Attaching and detaching is not free for the traced processes: each
+//! probe written or removed takes the process's memory map lock for
+//! writing and replaces a page of its code. So `Duty` attaches only the
+//! symbols of APIs that have been called (`Sampler::mark_called`, learned
+//! while the probes were on), and the whole set only every
+//! [`DISCOVER_EVERY`] periods, to see APIs a process starts calling later.
+//! The period itself is `GPUTRACE_SAMPLE_PERIOD` (1 s by default). The
+//! thread measures when the probes were really attached in each period
+//! (CLOCK_MONOTONIC, the probes' clock) and hands the session a
+//! [`Period`] each: the calls seen in it, scaled by its length over its
+//! time on, estimate the calls made. The schedule is one for the session:
+//! every hot set follows it.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tracer_common::ProbeCookie;
+
+use crate::probes::attach::detach_in_order;
+use crate::probes::attach::Link;
+use crate::probes::attach::Scope;
+use crate::probes::multi::MultiLink;
+use crate::probes::multi::MultiPrograms;
+
+/// The length of one period of the schedule unless configured
+/// (`Config::sample_period`).
+pub const PERIOD: Duration = Duration::from_millis(1000);
+/// The shortest on slice under `Duty` (unless the period would pass
+/// [`MAX_PERIOD`]).
+pub const MIN_ON: Duration = Duration::from_millis(250);
+/// The longest period.
+pub const MAX_PERIOD: Duration = Duration::from_secs(30);
+/// Under `Duty`, every this many periods the on slice attaches the
+/// symbols of every samplable API, not only those called so far.
+pub const DISCOVER_EVERY: u64 = 10;
+/// The smallest share of a period the probes are attached for.
+pub const MIN_RATIO: f64 = 0.02;
+
+/// The samplable symbols of one library file in one scope.
+#[derive(Debug)]
+pub struct HotSet {
+    /// Held open, attached through `/proc/self/fd/N`.
+    file: Option<File>,
+    path: PathBuf,
+    pid: Option<u32>,
+    offsets: Vec<u64>,
+    cookies: Vec<u64>,
+    /// Whether each symbol gets a return probe in `Exact` mode.
+    with_ret: Vec<bool>,
+}
+
+impl HotSet {
+    pub(crate) fn new(pid: Option<u32>) -> Self {
+        Self {
+            file: None,
+            path: PathBuf::new(),
+            pid,
+            offsets: Vec::new(),
+            cookies: Vec::new(),
+            with_ret: Vec::new(),
+        }
+    }
+
+    pub(crate) fn push(&mut self, offset: u64, cookie: ProbeCookie, with_ret: bool) {
+        self.offsets.push(offset);
+        self.cookies.push(cookie.0);
+        self.with_ret.push(with_ret);
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.offsets.is_empty()
+    }
+
+    /// Opens `path` and keeps it open for the set's lifetime.
+    pub(crate) fn open(mut self, path: &Path) -> std::io::Result<Self> {
+        let file = File::open(path)?;
+        self.path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        self.file = Some(file);
+        Ok(self)
+    }
+
+    /// The entry probes, of the APIs `only` holds when given; `None`
+    /// when that leaves none.
+    fn attach_entry(
+        &self,
+        multi: &MultiPrograms,
+        entry_only: bool,
+        only: Option<&HashSet<u32>>,
+    ) -> std::io::Result<Option<MultiLink>> {
+        let (mut offsets, mut cookies) = (Vec::new(), Vec::new());
+        for (&o, &c) in self.offsets.iter().zip(&self.cookies) {
+            if only.is_some_and(|apis| !apis.contains(&ProbeCookie(c).api())) {
+                continue;
+            }
+            offsets.push(o);
+            cookies.push(if entry_only {
+                c | ProbeCookie::ENTRY_ONLY
+            } else {
+                c
+            });
+        }
+        if offsets.is_empty() {
+            return Ok(None);
+        }
+        multi
+            .attach(&self.path, &offsets, &cookies, self.pid, false)
+            .map(Some)
+    }
+
+    fn attach_ret(&self, multi: &MultiPrograms) -> std::io::Result<Option<MultiLink>> {
+        let (mut o, mut c) = (Vec::new(), Vec::new());
+        for i in 0..self.offsets.len() {
+            if self.with_ret[i] {
+                o.push(self.offsets[i]);
+                c.push(self.cookies[i]);
+            }
+        }
+        if o.is_empty() {
+            return Ok(None);
+        }
+        multi.attach(&self.path, &o, &c, self.pid, true).map(Some)
+    }
+}
+
+/// How the hot sets are attached.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Mode {
+    Exact,
+    EntryOnly,
+    /// Entry-only, attached for this share of each period.
+    Duty(f64),
+}
+
+/// One period of the schedule, in CLOCK_MONOTONIC nanoseconds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Period {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// How long the hot probes were attached in it.
+    pub on_ns: u64,
+    /// When they were attached: (from, to) intervals.
+    pub on: Vec<(u64, u64)>,
+    /// Return probes were attached whenever the entries were.
+    pub returns: bool,
+    /// The watched processes' kernel time while the hot probes were fully
+    /// attached, and while they were detached (`Sampler::watch`).
+    pub kernel: KernelTime,
+}
+
+/// Kernel time of the watched processes (`/proc/PID/stat` stime, clock
+/// ticks) over the time it was read across, with the hot probes on and off.
+/// Their difference per second is what the hot probes cost those
+/// processes in place, against which the model's figure is checked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelTime {
+    pub on_ticks: u64,
+    pub on_ns: u64,
+    pub off_ticks: u64,
+    pub off_ns: u64,
+}
+
+impl std::ops::AddAssign for KernelTime {
+    fn add_assign(&mut self, o: Self) {
+        self.on_ticks += o.on_ticks;
+        self.on_ns += o.on_ns;
+        self.off_ticks += o.off_ticks;
+        self.off_ns += o.off_ns;
+    }
+}
+
+/// Each process's kernel time so far, in clock ticks (processes that are
+/// gone are left out).
+fn kernel_ticks(pids: &[u32]) -> HashMap<u32, u64> {
+    pids.iter()
+        .filter_map(|&pid| Some((pid, crate::host::discover::stat(pid)?.stime_ticks)))
+        .collect()
+}
+
+#[cfg(test)]
+#[test]
+fn a_processs_kernel_time_is_read_and_a_gone_one_left_out() {
+    let me = std::process::id();
+    let before = kernel_ticks(&[me, u32::MAX])[&me];
+    // Kernel work (system calls) until a tick is charged to it, 10 s at most.
+    let start = std::time::Instant::now();
+    let mut now = before;
+    while now == before && start.elapsed() < std::time::Duration::from_secs(10) {
+        for _ in 0..1_000 {
+            let _ = std::fs::metadata("/proc/self/stat");
+        }
+        now = kernel_ticks(&[me])[&me];
+    }
+    assert_eq!(kernel_ticks(&[me, u32::MAX]).len(), 1);
+    assert!(now > before, "no kernel time in 10 s of system calls");
+}
+
+/// A reading of the watched processes' kernel time: when, with the hot
+/// probes on or off, and each one's ticks.
+#[derive(Debug)]
+struct Mark {
+    on: bool,
+    at_ns: u64,
+    ticks: HashMap<u32, u64>,
+}
+
+/// What the sampler has done so far (for `--verbose`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Activity {
+    /// Probes attached or detached (each one a write to the code of every
+    /// process that maps the file).
+    pub changes: u64,
+    /// Duty on slices, and the entry probes they attached.
+    pub slices: u64,
+    pub slice_probes: u64,
+    /// How long attaching and detaching the sampled probes takes (ns,
+    /// smoothed).
+    pub attach_ns: u64,
+    pub detach_ns: u64,
+    /// The most entry probes the hot sets held at once.
+    pub symbols: usize,
+}
+
+impl Activity {
+    /// How long a slice's probes fire while being attached and detached.
+    fn transition_ns(&self) -> u64 {
+        self.attach_ns + self.detach_ns
+    }
+}
+
+impl Period {
+    /// The share of the period the hot probes were attached.
+    pub fn on_fraction(&self) -> f64 {
+        let len = self.end_ns.saturating_sub(self.start_ns);
+        if len == 0 {
+            return 1.0;
+        }
+        (self.on_ns as f64 / len as f64).min(1.0)
+    }
+}
+
+/// A file in a scope, as the attacher keys it.
+pub type GroupKey = (Scope, (u64, u64));
+
+#[derive(Debug)]
+struct Group {
+    set: HotSet,
+    entry: Option<MultiLink>,
+    ret: Option<MultiLink>,
+}
+
+struct State {
+    groups: HashMap<GroupKey, Group>,
+    wanted: Mode,
+    stop: bool,
+    /// How the groups are attached now: `None` off, else entry-only or not.
+    applied: Option<bool>,
+    period_start: u64,
+    on_since: Option<u64>,
+    on_acc: u64,
+    on: Vec<(u64, u64)>,
+    returns: bool,
+    done: Vec<Period>,
+    /// Attach failures (said once).
+    failed: bool,
+    period_ns: u64,
+    /// Periods closed so far.
+    periods: u64,
+    /// APIs seen called: what `Duty` attaches between discoveries.
+    called: HashSet<u32>,
+    /// The on slice under way attaches every API.
+    discovering: bool,
+    /// What was attached and detached so far, and how long it takes (the
+    /// probes fire meanwhile).
+    activity: Activity,
+    /// The processes whose kernel time is read as the probes go on and off.
+    watch: Vec<u32>,
+    /// The last reading, taken once the probes were attached or detached.
+    mark: Option<Mark>,
+    /// Kernel time read so far in the period under way.
+    kernel: KernelTime,
+    /// When the busy APIs were not all traced.
+    untraced: Untraced,
+}
+
+/// How many of the times the hot probes were off are kept, for
+/// [`Sampler::busy_traced`] (a second's worth of periods many times over).
+const OFF_HISTORY: usize = 1024;
+
+/// When the samplable APIs' calls were not all traced: their probes off,
+/// or on for the APIs called so far only.
+#[derive(Debug, Default)]
+struct Untraced {
+    /// Since when, if they are not now.
+    since: Option<u64>,
+    /// The last [`OFF_HISTORY`] such times, and where the history kept
+    /// begins (what came before is not known).
+    past: std::collections::VecDeque<(u64, u64)>,
+    known_from: u64,
+}
+
+impl Untraced {
+    /// The probes are about to change.
+    fn off(&mut self, now: u64) {
+        self.since.get_or_insert(now);
+    }
+
+    /// They are on again; `whole`: every samplable API's.
+    fn on(&mut self, now: u64, whole: bool) {
+        if !whole {
+            return;
+        }
+        if let Some(from) = self.since.take() {
+            if self.past.len() == OFF_HISTORY {
+                if let Some((_, to)) = self.past.pop_front() {
+                    self.known_from = to;
+                }
+            }
+            self.past.push_back((from, now));
+        }
+    }
+
+    /// Whether every call from `from` to `to` was traced.
+    fn traced(&self, from: u64, to: u64) -> bool {
+        from >= self.known_from
+            && self.since.is_none_or(|s| s > to)
+            && !self.past.iter().any(|&(a, b)| a <= to && b > from)
+    }
+}
+
+impl State {
+    /// The length of the period under way, as the mode wants it now.
+    fn period_len(&self) -> u64 {
+        match self.wanted {
+            Mode::Duty(r) if r > 0.0 => {
+                // The probes are live while they are attached and detached
+                // too: that time is paid from the slice.
+                let live = MIN_ON.as_nanos() as u64 + self.activity.transition_ns();
+                let stretched = (live as f64 / r) as u64;
+                stretched.clamp(
+                    self.period_ns,
+                    (MAX_PERIOD.as_nanos() as u64).max(self.period_ns),
+                )
+            }
+            _ => self.period_ns,
+        }
+    }
+
+    /// The APIs an on slice attaches: all while discovering, else those
+    /// called so far.
+    fn only(&self) -> Option<&HashSet<u32>> {
+        (!self.discovering).then_some(&self.called)
+    }
+
+    fn close_period(&mut self, now: u64) {
+        if let Some(s) = self.on_since {
+            self.on_acc += now.saturating_sub(s);
+            self.on.push((s, now));
+            self.on_since = Some(now);
+        }
+        let on = std::mem::take(&mut self.on);
+        if self.done.len() < 1000 {
+            self.done.push(Period {
+                start_ns: self.period_start,
+                end_ns: now,
+                on_ns: self.on_acc,
+                on,
+                returns: self.returns,
+                kernel: std::mem::take(&mut self.kernel),
+            });
+        }
+        self.periods += 1;
+        self.period_start = now;
+        self.on_acc = 0;
+        self.returns = self.applied != Some(true);
+    }
+
+    /// Ends the reading under way (as the probes are about to change).
+    fn read_kernel(&mut self, now: u64) {
+        let Some(m) = self.mark.take() else {
+            return;
+        };
+        let ticks = kernel_ticks(&self.watch);
+        let spent: u64 = ticks
+            .iter()
+            .filter_map(|(pid, t)| Some(t.saturating_sub(*m.ticks.get(pid)?)))
+            .sum();
+        let ns = now.saturating_sub(m.at_ns);
+        if m.on {
+            self.kernel.on_ticks += spent;
+            self.kernel.on_ns += ns;
+        } else {
+            self.kernel.off_ticks += spent;
+            self.kernel.off_ns += ns;
+        }
+    }
+
+    /// Starts a reading, the probes now fully on or off (duty slices only:
+    /// other modes have no off time to set against).
+    fn mark_kernel(&mut self, now: u64, on: bool) {
+        self.mark =
+            (matches!(self.wanted, Mode::Duty(_)) && !self.watch.is_empty()).then(|| Mark {
+                on,
+                at_ns: now,
+                ticks: kernel_ticks(&self.watch),
+            });
+    }
+
+    fn set_off(&mut self, now: u64) {
+        if let Some(s) = self.on_since.take() {
+            self.on_acc += now.saturating_sub(s);
+            self.on.push((s, now));
+        }
+        self.untraced.off(now);
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: what `bpf_ktime_get_ns` returns.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+type Shared = Arc<(Mutex<State>, Condvar)>;
+
+/// A duration smoothed over the last few (the first taken as it is).
+fn smoothed(old: u64, new: u64) -> u64 {
+    if old == 0 {
+        new
+    } else {
+        (old + new) / 2
+    }
+}
+
+/// The thread that attaches the hot sets, and what it measured.
+pub struct Sampler {
+    shared: Shared,
+    multi: Arc<MultiPrograms>,
+    per_task: bool,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn lock(shared: &Shared) -> MutexGuard<'_, State> {
+    shared.0.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Sampler {
+    pub fn start(multi: Arc<MultiPrograms>, per_task: bool, period: Duration) -> Self {
+        let shared: Shared = Arc::new((
+            Mutex::new(State {
+                groups: HashMap::new(),
+                wanted: Mode::Exact,
+                stop: false,
+                applied: Some(false),
+                period_start: monotonic_ns(),
+                on_since: Some(monotonic_ns()),
+                on_acc: 0,
+                on: Vec::new(),
+                returns: true,
+                done: Vec::new(),
+                failed: false,
+                period_ns: period.as_nanos().max(1) as u64,
+                periods: 0,
+                called: HashSet::new(),
+                discovering: true,
+                activity: Activity::default(),
+                watch: Vec::new(),
+                mark: None,
+                kernel: KernelTime::default(),
+                untraced: Untraced::default(),
+            }),
+            Condvar::new(),
+        ));
+        let thread = {
+            let (shared, multi) = (shared.clone(), multi.clone());
+            std::thread::Builder::new()
+                .name("gputrace-sampler".into())
+                .spawn(move || run(&shared, &multi, per_task))
+                .ok()
+        };
+        Self {
+            shared,
+            multi,
+            per_task,
+            thread,
+        }
+    }
+
+    /// Adds a file's hot set, attached at once as the schedule has it now.
+    pub fn add(&self, key: GroupKey, set: HotSet) -> std::io::Result<()> {
+        let mut st = lock(&self.shared);
+        let mut g = Group {
+            set,
+            entry: None,
+            ret: None,
+        };
+        if let Some(entry_only) = st.applied {
+            let only = st.only();
+            st.activity.changes +=
+                attach_group(&mut g, &self.multi, entry_only, self.per_task, only)?;
+        }
+        st.groups.insert(key, g);
+        let symbols = st.groups.values().map(|g| g.set.offsets.len()).sum();
+        st.activity.symbols = st.activity.symbols.max(symbols);
+        Ok(())
+    }
+
+    /// Takes a file's links out (the caller detaches them) and forgets it.
+    pub fn remove(&self, key: &GroupKey) -> (Option<MultiLink>, Option<MultiLink>) {
+        let mut st = lock(&self.shared);
+        match st.groups.remove(key) {
+            Some(g) => (g.entry, g.ret),
+            None => (None, None),
+        }
+    }
+
+    pub fn set_mode(&self, mode: Mode) {
+        let mut st = lock(&self.shared);
+        if st.wanted != mode {
+            st.wanted = mode;
+            self.shared.1.notify_all();
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        lock(&self.shared).wanted
+    }
+
+    /// The processes whose kernel time to read as the probes go on and
+    /// off (`Period::kernel`).
+    pub fn watch(&self, pids: Vec<u32>) {
+        let mut st = lock(&self.shared);
+        if st.watch != pids {
+            st.watch = pids;
+            st.mark = None;
+        }
+    }
+
+    /// APIs seen called: `Duty` attaches them in every on slice.
+    pub fn mark_called(&self, apis: impl IntoIterator<Item = u32>) {
+        let mut st = lock(&self.shared);
+        st.called.extend(apis);
+    }
+
+    /// Whether every call of the samplable APIs made from `from_ns` to
+    /// `to_ns` (CLOCK_MONOTONIC) was traced: their probes were surely on
+    /// throughout (false where that is not known any more).
+    pub fn busy_traced(&self, from_ns: u64, to_ns: u64) -> bool {
+        lock(&self.shared).untraced.traced(from_ns, to_ns)
+    }
+
+    /// The periods completed since the last call, and the start of the
+    /// one under way.
+    pub fn take_periods(&self) -> (Vec<Period>, u64) {
+        let mut st = lock(&self.shared);
+        (std::mem::take(&mut st.done), st.period_start)
+    }
+
+    /// Ends the period under way now (at the end of a trace).
+    pub fn close_now(&self) {
+        let mut st = lock(&self.shared);
+        st.close_period(monotonic_ns());
+    }
+
+    /// What the sampler has done so far.
+    pub fn activity(&self) -> Activity {
+        lock(&self.shared).activity
+    }
+
+    /// Probes attached now by the hot sets.
+    pub fn probes(&self) -> usize {
+        let st = lock(&self.shared);
+        st.groups.values().map(Group::probes).sum()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        lock(&self.shared).stop = true;
+        self.shared.1.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Attaches a group as `entry_only` says (returns first with task
+/// storage, as `Probes::attach` does); entry-only probes of the APIs in
+/// `only` when given. Returns the probes attached.
+fn attach_group(
+    g: &mut Group,
+    multi: &MultiPrograms,
+    entry_only: bool,
+    per_task: bool,
+    only: Option<&HashSet<u32>>,
+) -> std::io::Result<u64> {
+    if entry_only {
+        g.entry = g.set.attach_entry(multi, true, only)?;
+    } else if per_task {
+        g.ret = g.set.attach_ret(multi)?;
+        g.entry = g.set.attach_entry(multi, false, None)?;
+    } else {
+        g.entry = g.set.attach_entry(multi, false, None)?;
+        g.ret = g.set.attach_ret(multi)?;
+    }
+    Ok(g.probes() as u64)
+}
+
+impl Group {
+    fn probes(&self) -> usize {
+        self.entry.as_ref().map_or(0, |l| l.probes) + self.ret.as_ref().map_or(0, |l| l.probes)
+    }
+}
+
+/// Detaches in the order `attach::detach_many` explains.
+fn drop_links(links: Vec<(Option<MultiLink>, Option<MultiLink>)>, per_task: bool) {
+    let (mut entries, mut rets) = (Vec::new(), Vec::new());
+    for (e, r) in links {
+        entries.extend(e.map(Link::Multi));
+        rets.extend(r.map(Link::Multi));
+    }
+    detach_in_order(entries, rets, per_task);
+}
+
+/// The schedule: each pass puts the groups in the state the mode wants at
+/// this point of the period, then sleeps until the next change.
+fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
+    let mut st = lock(shared);
+    loop {
+        if st.stop {
+            return;
+        }
+        let now = monotonic_ns();
+        let period_ns = st.period_len();
+        let end = st.period_start + period_ns;
+        if now >= end {
+            st.close_period(now);
+            continue;
+        }
+        let (want, next) = match st.wanted {
+            Mode::Exact => (Some(false), end),
+            Mode::EntryOnly => (Some(true), end),
+            Mode::Duty(r) => {
+                // The share of the period the probes may be live, less the
+                // time they take to attach and detach (at most half of it).
+                let live = (period_ns as f64 * r.clamp(0.0, 1.0)) as u64;
+                let on_until = st.period_start
+                    + live.saturating_sub(st.activity.transition_ns().min(live / 2));
+                if now < on_until {
+                    (Some(true), on_until)
+                } else {
+                    (None, end)
+                }
+            }
+        };
+        if want != st.applied {
+            // Off first (outside the lock: detaching waits for the kernel),
+            // then on: never both sets of links at once.
+            let t_off = monotonic_ns();
+            st.read_kernel(t_off);
+            st.set_off(t_off);
+            st.activity.changes += st.groups.values().map(|g| g.probes() as u64).sum::<u64>();
+            let links: Vec<_> = st
+                .groups
+                .values_mut()
+                .map(|g| (g.entry.take(), g.ret.take()))
+                .collect();
+            let had = !links.is_empty() && st.applied.is_some();
+            st.applied = None;
+            drop(st);
+            drop_links(links, per_task);
+            st = lock(shared);
+            if had {
+                let took = monotonic_ns().saturating_sub(t_off);
+                st.activity.detach_ns = smoothed(st.activity.detach_ns, took);
+            }
+            if want.is_none() {
+                st.mark_kernel(monotonic_ns(), false);
+            }
+            let t_attach = monotonic_ns();
+            if let Some(entry_only) = want {
+                let mut ok = true;
+                // A duty slice attaches the APIs called so far, and all of
+                // them every DISCOVER_EVERY periods (and until one was seen).
+                st.discovering = !matches!(st.wanted, Mode::Duty(_))
+                    || st.called.is_empty()
+                    || st.periods.is_multiple_of(DISCOVER_EVERY);
+                let only = st.only().cloned();
+                let keys: Vec<GroupKey> = st.groups.keys().copied().collect();
+                for k in keys {
+                    let Some(g) = st.groups.get_mut(&k) else {
+                        continue;
+                    };
+                    match attach_group(g, multi, entry_only, per_task, only.as_ref()) {
+                        Ok(n) => {
+                            st.activity.changes += n;
+                            if matches!(st.wanted, Mode::Duty(_)) {
+                                st.activity.slice_probes += n;
+                            }
+                        }
+                        Err(e) => {
+                            ok = false;
+                            if !st.failed {
+                                st.failed = true;
+                                eprintln!("gputrace: --overhead-budget: cannot attach sampled probes again: {e}");
+                            }
+                        }
+                    }
+                }
+                st.applied = Some(entry_only);
+                if matches!(st.wanted, Mode::Duty(_)) {
+                    st.activity.slices += 1;
+                    let took = monotonic_ns().saturating_sub(t_attach);
+                    st.activity.attach_ns = smoothed(st.activity.attach_ns, took);
+                }
+                if ok || !st.groups.is_empty() {
+                    let now = monotonic_ns();
+                    st.on_since = Some(now);
+                    let whole = ok && st.discovering;
+                    st.untraced.on(now, whole);
+                    st.mark_kernel(now, true);
+                }
+                if entry_only {
+                    st.returns = false;
+                }
+            }
+            continue;
+        }
+        let wait = Duration::from_nanos(next.saturating_sub(now).max(100_000));
+        st = shared
+            .1
+            .wait_timeout(st, wait)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0);
+    }
+}
+
+#[cfg(test)]
+mod untraced_tests {
+    use super::*;
+
+    /// Off, on for the APIs called so far only, then on for all: untraced
+    /// from the first change to the whole attach; before and after, traced.
+    #[test]
+    fn untraced_from_the_first_change_to_every_api_on() {
+        let mut u = Untraced::default();
+        assert!(u.traced(0, 1000));
+        u.off(100);
+        assert!(u.traced(0, 99));
+        assert!(!u.traced(0, 100));
+        assert!(!u.traced(500, 600), "off now");
+        u.on(150, false);
+        u.off(200);
+        assert!(!u.traced(160, 190), "on for some APIs only");
+        u.on(250, true);
+        assert!(u.traced(250, 1000));
+        assert!(!u.traced(240, 1000));
+        assert!(u.traced(10, 99));
+        assert!(!u.traced(10, 100));
+    }
+
+    /// Past the history kept, what came before is not known.
+    #[test]
+    fn what_the_history_lost_is_not_known() {
+        let mut u = Untraced::default();
+        for k in 1..=OFF_HISTORY as u64 {
+            u.off(k * 100);
+            u.on(k * 100 + 5, true);
+        }
+        assert!(u.traced(10, 50));
+        assert!(u.traced(110, 150));
+        u.off(1_000_000);
+        u.on(1_000_005, true);
+        assert!(!u.traced(10, 50), "forgotten");
+        assert!(u.traced(110, 150));
+        assert!(!u.traced(150, 200));
+    }
+}

@@ -1,0 +1,545 @@
+//! The probe catalogue: every API gputrace knows, which library exports it,
+//! which family it belongs to, and what each argument means.
+//!
+//! The eBPF programs are generic; an API's [`Shape`] is turned into the attach
+//! cookie (which extra reads the probe makes) and into the decoder of its
+//! arguments. Signatures are those of cuda.h (CUDA 12/13) and nccl.h (2.2x).
+
+pub mod graph_apis;
+
+use std::sync::OnceLock;
+
+use tracer_common::ProbeCookie;
+
+use crate::catalogue::graph_apis::GraphOp;
+use crate::catalogue::graph_apis::GraphRow;
+use crate::model::types::AllocKind;
+use crate::model::types::Direction;
+use crate::model::types::Family;
+use crate::model::types::NcclOp;
+
+/// Which shared library exports the API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Lib {
+    Cuda,
+    Nccl,
+    Cudart,
+}
+
+impl Lib {
+    pub const ALL: [Lib; 3] = [Lib::Cuda, Lib::Nccl, Lib::Cudart];
+
+    /// Basename prefixes that identify the library in `/proc/PID/maps`.
+    pub fn file_prefix(self) -> &'static str {
+        match self {
+            Lib::Cuda => "libcuda.so",
+            Lib::Nccl => "libnccl.so",
+            Lib::Cudart => "libcudart.so",
+        }
+    }
+
+    /// The name the dynamic loader looks for.
+    pub fn soname(self) -> &'static str {
+        match self {
+            Lib::Cuda => "libcuda.so.1",
+            Lib::Nccl => "libnccl.so.2",
+            Lib::Cudart => "libcudart.so",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Lib::Cuda => "libcuda",
+            Lib::Nccl => "libnccl",
+            Lib::Cudart => "libcudart",
+        }
+    }
+}
+
+/// Argument positions are 0-based; 6 and above are on the stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// cuLaunchKernel / cuLaunchCooperativeKernel: f, gx, gy, gz, bx, by, bz, shmem, stream, ...
+    Launch,
+    /// cuLaunchKernelEx(const CUlaunchConfig*, CUfunction, void**, void**).
+    LaunchEx,
+    /// cuGraphLaunch(CUgraphExec, CUstream).
+    GraphLaunch,
+    /// (CUdeviceptr* out, size_t bytes, [stream]).
+    Alloc { kind: AllocKind, stream: Option<u8> },
+    /// cuMemAllocPitch_v2(CUdeviceptr*, size_t* pitch, width, height, elem).
+    AllocPitch,
+    /// cuMemCreate(handle*, size, prop*, flags).
+    MemCreate,
+    /// (ptr, [stream]) for device frees, (ptr) for host frees.
+    Free { host: bool, stream: Option<u8> },
+    /// cuMemRelease(handle).
+    MemRelease,
+    /// cuMemMap(ptr, size, offset, handle, flags).
+    MemMap,
+    /// cuMemUnmap(ptr, size).
+    MemUnmap,
+    /// A copy: where dst, src, bytes and stream are, and the direction if fixed.
+    Memcpy {
+        dst: u8,
+        src: u8,
+        bytes: u8,
+        stream: Option<u8>,
+        dir: Option<Direction>,
+    },
+    /// cuMemsetD{8,16,32}: (dst, value, n, [stream]).
+    Memset { elem: u8, stream: Option<u8> },
+    /// Waits and stream/event bookkeeping.
+    Sync {
+        stream: Option<u8>,
+        event: Option<u8>,
+    },
+    /// cuModuleGetFunction(CUfunction*, CUmodule, const char*).
+    ModuleGetFunction,
+    /// cuLibraryGetKernel(CUkernel*, CUlibrary, const char*).
+    LibraryGetKernel,
+    /// cuKernelGetFunction(CUfunction*, CUkernel).
+    KernelGetFunction,
+    /// cuModuleUnload(CUmodule) / cuLibraryUnload(CUlibrary).
+    Unload,
+    /// A collective or point-to-point call.
+    Nccl {
+        op: NcclOp,
+        count: u8,
+        dtype: u8,
+        redop: Option<u8>,
+        root: Option<u8>,
+        peer: Option<u8>,
+        comm: u8,
+        stream: u8,
+    },
+    /// ncclGroupStart / ncclGroupEnd.
+    NcclGroup,
+    /// ncclCommInitRank(comm*, nranks, ncclUniqueId by value, rank[, config]):
+    /// the 128-byte id goes on the stack, so `rank` is the third register.
+    CommInit,
+    /// ncclCommInitAll(comm*, ndev, devlist).
+    CommInitAll,
+    /// ncclCommInitRankScalable(comm*, nranks, rank, nId, ncclUniqueId* ids, config*):
+    /// the first id is read through the pointer.
+    CommInitScalable,
+    /// ncclCommSplit(comm, color, key, newcomm*, config*).
+    CommSplit,
+    /// ncclCommDestroy / ncclCommAbort(comm).
+    CommEnd,
+    /// cudaLaunchKernel(func, dim3 grid, dim3 block, args, shmem, stream): each
+    /// dim3 takes two registers; shmem and stream are on the stack.
+    RuntimeLaunch,
+    /// cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void* func, void**).
+    RuntimeLaunchEx,
+    /// Stream capture, graph construction and executable graphs (`graph_apis`).
+    Graph(GraphOp),
+}
+
+impl Shape {
+    /// The cookie bits (beyond the API id) this shape needs.
+    pub fn cookie(self, api: u16) -> ProbeCookie {
+        let c = ProbeCookie::new(api);
+        match self {
+            Shape::Launch => c.with_stack(),
+            Shape::LaunchEx => c.with_deref(0),
+            Shape::RuntimeLaunch => c.with_stack().with_runtime_set(0),
+            Shape::RuntimeLaunchEx => c.with_deref(0).with_runtime_set(1),
+            Shape::Alloc { .. } | Shape::MemCreate | Shape::CommInitAll => c.with_out(0, 0),
+            // The ncclUniqueId is passed by value: on the stack at rsp + 8.
+            Shape::CommInit => c.with_out(0, 0).with_blob_stack(128),
+            Shape::AllocPitch => c.with_out(0, 0).with_out(1, 1),
+            Shape::ModuleGetFunction | Shape::LibraryGetKernel => c.with_out(0, 0).with_str(2),
+            Shape::KernelGetFunction => c.with_out(0, 0),
+            // Every NCCL call reads its communicator at entry (identity,
+            // sequence counter); the layout slot is added per library file.
+            Shape::Nccl {
+                op, comm, stream, ..
+            } => {
+                let c = if stream >= 6 { c.with_stack() } else { c };
+                c.with_comm(u32::from(comm), op.func())
+            }
+            Shape::Graph(op) => op.cookie(c),
+            Shape::CommInitScalable => c.with_out(0, 0).with_blob_arg(4, 128),
+            Shape::CommSplit => c.with_out(0, 3),
+            Shape::Memcpy { dir: None, .. } => c.with_readable(),
+            Shape::Memcpy { .. }
+            | Shape::Memset { .. }
+            | Shape::GraphLaunch
+            | Shape::Free { .. }
+            | Shape::MemRelease
+            | Shape::MemMap
+            | Shape::MemUnmap
+            | Shape::Sync { .. }
+            | Shape::Unload
+            | Shape::NcclGroup
+            | Shape::CommEnd => c,
+        }
+    }
+}
+
+/// One exported symbol gputrace can probe.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Api {
+    /// Index in [`catalogue()`]; the low 16 bits of the cookie.
+    pub id: u16,
+    /// The exported symbol name, as called.
+    pub name: &'static str,
+    pub lib: Lib,
+    pub family: Family,
+    pub shape: Shape,
+}
+
+impl Api {
+    pub fn cookie(&self) -> ProbeCookie {
+        self.shape.cookie(self.id)
+    }
+
+    /// Whether `--overhead-budget` may sample this API: what a busy process
+    /// calls tens of thousands of times a second (launches, copies and sets
+    /// on a stream, event records, stream waits) and thousands (capture
+    /// status queries). Allocations, frees, synchronisations, NCCL, graph
+    /// construction and names stay exact.
+    pub fn samplable(&self) -> bool {
+        match self.shape {
+            Shape::Launch
+            | Shape::LaunchEx
+            | Shape::GraphLaunch
+            | Shape::RuntimeLaunch
+            | Shape::RuntimeLaunchEx => true,
+            Shape::Memcpy { stream, .. } | Shape::Memset { stream, .. } => stream.is_some(),
+            // cuEventRecord(WithFlags), cuStreamWaitEvent.
+            Shape::Sync {
+                stream: Some(_),
+                event: Some(_),
+            } => true,
+            // Queries of a stream's capture status: libraries ask before
+            // their work on a stream (cuBLAS, PyTorch's allocator and
+            // random numbers), thousands of times a second.
+            Shape::Graph(GraphOp::IsCapturing | GraphOp::CaptureInfo) => true,
+            _ => false,
+        }
+    }
+
+    /// The cookie as attached with `selection`: launches look up the
+    /// runtime's host stub when `runtime_stubs` (the runtime family is
+    /// traced and handles cannot be named: the lookup costs a map access per
+    /// launch); the runtime family always has a return probe (it clears the stub).
+    pub fn cookie_for(
+        &self,
+        selection: &ProbeSelection,
+        runtime_stubs: bool,
+    ) -> (ProbeCookie, bool) {
+        let mut c = self.cookie();
+        if matches!(self.shape, Shape::Launch | Shape::LaunchEx)
+            && runtime_stubs
+            && selection.mode(Family::Runtime).is_some()
+        {
+            c = c.with_runtime_get();
+        }
+        let args_only = selection.mode(self.family) == Some(true) && self.family != Family::Runtime;
+        if args_only {
+            c = c.with_entry_only();
+        }
+        (c, args_only)
+    }
+}
+
+const PTSZ: &[&str] = &["", "_ptsz"];
+const PTDS: &[&str] = &["", "_ptds"];
+const PLAIN: &[&str] = &[""];
+
+/// One row of the table: the symbol, its variants' suffixes, the library
+/// that exports it, its family, and where its arguments are.
+struct Row(&'static str, &'static [&'static str], Lib, Family, Shape);
+
+/// The table. Argument positions are 0-based (6 and above are on the stack).
+#[rustfmt::skip]
+fn rows() -> Vec<Row> {
+    use AllocKind::{Device, Host, Managed};
+    use Direction::{DtoD, DtoH, HtoD, PtoP};
+    use Family::{Launch, Memcpy, Memory, Names, Runtime, Sync};
+    use Lib::{Cuda, Cudart};
+    use NcclOp::*;
+    use Shape as S;
+    let alloc = |kind, stream| S::Alloc { kind, stream };
+    let free = |host, stream| S::Free { host, stream };
+    let copy = |dst, src, bytes, stream, dir| S::Memcpy { dst, src, bytes, stream, dir };
+    let memset = |elem, stream| S::Memset { elem, stream };
+    let sync = |stream, event| S::Sync { stream, event };
+    // (op, count, datatype, redop, root, peer, comm, stream)
+    let nccl = |op, count, dtype, redop, root, peer, comm, stream| {
+        S::Nccl { op, count, dtype, redop, root, peer, comm, stream }
+    };
+    let (libnccl, collective) = (Lib::Nccl, Family::Nccl);
+    vec![
+        Row("cuLaunchKernel",            PTSZ,  Cuda, Launch, S::Launch),
+        Row("cuLaunchKernelEx",          PTSZ,  Cuda, Launch, S::LaunchEx),
+        Row("cuLaunchCooperativeKernel", PTSZ,  Cuda, Launch, S::Launch),
+        Row("cuGraphLaunch",             PTSZ,  Cuda, Launch, S::GraphLaunch),
+
+        Row("cuMemAlloc_v2",       PLAIN, Cuda, Memory, alloc(Device, None)),
+        Row("cuMemAllocAsync",     PTSZ,  Cuda, Memory, alloc(Device, Some(2))),
+        Row("cuMemAllocManaged",   PLAIN, Cuda, Memory, alloc(Managed, None)),
+        Row("cuMemAllocPitch_v2",  PLAIN, Cuda, Memory, S::AllocPitch),
+        Row("cuMemHostAlloc",      PLAIN, Cuda, Memory, alloc(Host, None)),
+        Row("cuMemAllocHost_v2",   PLAIN, Cuda, Memory, alloc(Host, None)),
+        Row("cuMemFree_v2",        PLAIN, Cuda, Memory, free(false, None)),
+        Row("cuMemFreeAsync",      PTSZ,  Cuda, Memory, free(false, Some(1))),
+        Row("cuMemFreeHost",       PLAIN, Cuda, Memory, free(true, None)),
+        Row("cuMemCreate",         PLAIN, Cuda, Memory, S::MemCreate),
+        Row("cuMemRelease",        PLAIN, Cuda, Memory, S::MemRelease),
+        Row("cuMemMap",            PLAIN, Cuda, Memory, S::MemMap),
+        Row("cuMemUnmap",          PLAIN, Cuda, Memory, S::MemUnmap),
+
+        Row("cuMemcpy",             PTDS, Cuda, Memcpy, copy(0, 1, 2, None, None)),
+        Row("cuMemcpyAsync",        PTSZ, Cuda, Memcpy, copy(0, 1, 2, Some(3), None)),
+        Row("cuMemcpyHtoD_v2",      PTDS, Cuda, Memcpy, copy(0, 1, 2, None, Some(HtoD))),
+        Row("cuMemcpyDtoH_v2",      PTDS, Cuda, Memcpy, copy(0, 1, 2, None, Some(DtoH))),
+        Row("cuMemcpyDtoD_v2",      PTDS, Cuda, Memcpy, copy(0, 1, 2, None, Some(DtoD))),
+        Row("cuMemcpyHtoDAsync_v2", PTSZ, Cuda, Memcpy, copy(0, 1, 2, Some(3), Some(HtoD))),
+        Row("cuMemcpyDtoHAsync_v2", PTSZ, Cuda, Memcpy, copy(0, 1, 2, Some(3), Some(DtoH))),
+        Row("cuMemcpyDtoDAsync_v2", PTSZ, Cuda, Memcpy, copy(0, 1, 2, Some(3), Some(DtoD))),
+        Row("cuMemcpyPeer",         PTDS, Cuda, Memcpy, copy(0, 2, 4, None, Some(PtoP))),
+        Row("cuMemcpyPeerAsync",    PTSZ, Cuda, Memcpy, copy(0, 2, 4, Some(5), Some(PtoP))),
+        Row("cuMemsetD8_v2",        PTDS, Cuda, Memcpy, memset(1, None)),
+        Row("cuMemsetD16_v2",       PTDS, Cuda, Memcpy, memset(2, None)),
+        Row("cuMemsetD32_v2",       PTDS, Cuda, Memcpy, memset(4, None)),
+        Row("cuMemsetD8Async",      PTSZ, Cuda, Memcpy, memset(1, Some(3))),
+        Row("cuMemsetD16Async",     PTSZ, Cuda, Memcpy, memset(2, Some(3))),
+        Row("cuMemsetD32Async",     PTSZ, Cuda, Memcpy, memset(4, Some(3))),
+
+        Row("cuStreamSynchronize", PTSZ,  Cuda, Sync, sync(Some(0), None)),
+        Row("cuCtxSynchronize",    PLAIN, Cuda, Sync, sync(None, None)),
+        Row("cuEventSynchronize",  PLAIN, Cuda, Sync, sync(None, Some(0))),
+        Row("cuStreamWaitEvent",   PTSZ,  Cuda, Sync, sync(Some(0), Some(1))),
+        Row("cuEventRecord",       PTSZ,  Cuda, Sync, sync(Some(1), Some(0))),
+        Row("cuEventRecordWithFlags", PTSZ, Cuda, Sync, sync(Some(1), Some(0))),
+
+        Row("cuModuleGetFunction", PLAIN, Cuda, Names, S::ModuleGetFunction),
+        Row("cuLibraryGetKernel",  PLAIN, Cuda, Names, S::LibraryGetKernel),
+        Row("cuKernelGetFunction", PLAIN, Cuda, Names, S::KernelGetFunction),
+        Row("cuModuleUnload",      PLAIN, Cuda, Names, S::Unload),
+        Row("cuLibraryUnload",     PLAIN, Cuda, Names, S::Unload),
+
+        // The runtime: a fallback for kernel names (see names/).
+        Row("cudaLaunchKernel",    PTSZ, Cudart, Runtime, S::RuntimeLaunch),
+        Row("cudaLaunchKernelExC", PTSZ, Cudart, Runtime, S::RuntimeLaunchEx),
+
+        // ncclBcast is left out: NCCL implements it by calling ncclBroadcast,
+        // which is probed, so one broadcast would count twice.
+        Row("ncclAllReduce",     PLAIN, libnccl, collective, nccl(AllReduce, 2, 3, Some(4), None, None, 5, 6)),
+        Row("ncclBroadcast",     PLAIN, libnccl, collective, nccl(Broadcast, 2, 3, None, Some(4), None, 5, 6)),
+        Row("ncclReduce",        PLAIN, libnccl, collective, nccl(Reduce, 2, 3, Some(4), Some(5), None, 6, 7)),
+        Row("ncclAllGather",     PLAIN, libnccl, collective, nccl(AllGather, 2, 3, None, None, None, 4, 5)),
+        Row("ncclReduceScatter", PLAIN, libnccl, collective, nccl(ReduceScatter, 2, 3, Some(4), None, None, 5, 6)),
+        Row("ncclSend",          PLAIN, libnccl, collective, nccl(Send, 1, 2, None, None, Some(3), 4, 5)),
+        Row("ncclRecv",          PLAIN, libnccl, collective, nccl(Recv, 1, 2, None, None, Some(3), 4, 5)),
+        Row("ncclGroupStart",         PLAIN, libnccl, collective, S::NcclGroup),
+        Row("ncclGroupEnd",           PLAIN, libnccl, collective, S::NcclGroup),
+        Row("ncclCommInitRank",       PLAIN, libnccl, collective, S::CommInit),
+        Row("ncclCommInitRankConfig", PLAIN, libnccl, collective, S::CommInit),
+        Row("ncclCommInitAll",        PLAIN, libnccl, collective, S::CommInitAll),
+        Row("ncclCommInitRankScalable", PLAIN, libnccl, collective, S::CommInitScalable),
+        Row("ncclCommSplit",          PLAIN, libnccl, collective, S::CommSplit),
+        Row("ncclCommDestroy",        PLAIN, libnccl, collective, S::CommEnd),
+        Row("ncclCommAbort",          PLAIN, libnccl, collective, S::CommEnd),
+    ]
+}
+
+/// Every API, each variant its own entry, indexed by id.
+pub fn catalogue() -> &'static [Api] {
+    static CATALOGUE: OnceLock<Vec<Api>> = OnceLock::new();
+    CATALOGUE.get_or_init(|| {
+        let mut out = Vec::new();
+        let graphs = graph_apis::rows()
+            .into_iter()
+            .map(|GraphRow(base, suffixes, op)| {
+                Row(base, suffixes, Lib::Cuda, Family::Graphs, Shape::Graph(op))
+            });
+        for Row(base, suffixes, lib, family, shape) in rows().into_iter().chain(graphs) {
+            for suffix in suffixes {
+                let name: &'static str = if suffix.is_empty() {
+                    base
+                } else {
+                    Box::leak(format!("{base}{suffix}").into_boxed_str())
+                };
+                let id = u16::try_from(out.len()).expect("catalogue fits u16");
+                out.push(Api {
+                    id,
+                    name,
+                    lib,
+                    family,
+                    shape,
+                });
+            }
+        }
+        out
+    })
+}
+
+pub fn api(id: u32) -> Option<&'static Api> {
+    catalogue().get(id as usize)
+}
+
+pub fn api_by_name(name: &str) -> Option<&'static Api> {
+    catalogue().iter().find(|a| a.name == name)
+}
+
+/// Which families to attach, and whether each gets a return probe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeSelection {
+    /// (family, args only)
+    families: Vec<(Family, bool)>,
+}
+
+impl Default for ProbeSelection {
+    fn default() -> Self {
+        Self {
+            families: Family::ALL.iter().map(|f| (*f, false)).collect(),
+        }
+    }
+}
+
+impl ProbeSelection {
+    /// Parses `launch,memory:args,...`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let mut families: Vec<(Family, bool)> = Vec::new();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (name, args_only) = match item.split_once(':') {
+                Some((n, "args")) => (n, true),
+                Some((_, mode)) => {
+                    return Err(format!(
+                        "unknown probe mode `{mode}` in `{item}` (only `:args`)"
+                    ))
+                }
+                None => (item, false),
+            };
+            let family = Family::parse(name).ok_or_else(|| {
+                let known: Vec<_> = Family::ALL.iter().map(|f| f.name()).collect();
+                format!("unknown probe family `{name}` (known: {})", known.join(","))
+            })?;
+            match families.iter().find(|(f, _)| *f == family) {
+                // The same twice is harmless; both modes at once is a contradiction.
+                Some((_, a)) if *a != args_only => {
+                    return Err(format!(
+                        "`{name}` is given both with and without `:args`: choose one"
+                    ))
+                }
+                Some(_) => {}
+                None => families.push((family, args_only)),
+            }
+        }
+        if families.is_empty() {
+            return Err("no probe family given".into());
+        }
+        Ok(Self { families })
+    }
+
+    /// `None` when the family is not selected, else whether it is args-only.
+    pub fn mode(&self, family: Family) -> Option<bool> {
+        self.families
+            .iter()
+            .find(|(f, _)| *f == family)
+            .map(|(_, a)| *a)
+    }
+
+    pub fn wants_lib(&self, lib: Lib) -> bool {
+        catalogue()
+            .iter()
+            .any(|a| a.lib == lib && self.mode(a.family).is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_ids_match() {
+        let cat = catalogue();
+        for (i, a) in cat.iter().enumerate() {
+            assert_eq!(a.id as usize, i);
+            assert_eq!(
+                cat.iter().filter(|b| b.name == a.name).count(),
+                1,
+                "{}",
+                a.name
+            );
+        }
+        assert!(api_by_name("cuMemcpyHtoDAsync_v2_ptsz").is_some());
+        assert!(api_by_name("cuLaunchKernel_ptsz").is_some());
+    }
+
+    /// What `--overhead-budget` may sample: the busy calls on a stream
+    /// and the capture status queries; never what state is built from
+    /// (allocations, names, graphs, NCCL) nor a wait.
+    #[test]
+    fn the_samplable_apis() {
+        let mut bases: Vec<&str> = catalogue()
+            .iter()
+            .filter(|a| a.samplable())
+            .map(|a| a.name.trim_end_matches("_ptsz"))
+            .collect();
+        bases.dedup();
+        assert_eq!(
+            bases,
+            [
+                "cuLaunchKernel",
+                "cuLaunchKernelEx",
+                "cuLaunchCooperativeKernel",
+                "cuGraphLaunch",
+                "cuMemcpyAsync",
+                "cuMemcpyHtoDAsync_v2",
+                "cuMemcpyDtoHAsync_v2",
+                "cuMemcpyDtoDAsync_v2",
+                "cuMemcpyPeerAsync",
+                "cuMemsetD8Async",
+                "cuMemsetD16Async",
+                "cuMemsetD32Async",
+                "cuStreamWaitEvent",
+                "cuEventRecord",
+                "cuEventRecordWithFlags",
+                "cudaLaunchKernel",
+                "cudaLaunchKernelExC",
+                "cuStreamIsCapturing",
+                "cuStreamGetCaptureInfo",
+                "cuStreamGetCaptureInfo_v2",
+                "cuStreamGetCaptureInfo_v3",
+            ]
+        );
+    }
+
+    #[test]
+    fn stack_args_are_flagged() {
+        assert!(api_by_name("cuLaunchKernel").unwrap().cookie().stack_args());
+        assert!(api_by_name("ncclAllReduce").unwrap().cookie().stack_args());
+        assert!(api_by_name("ncclReduce").unwrap().cookie().stack_args());
+        assert!(!api_by_name("ncclAllGather").unwrap().cookie().stack_args());
+        assert!(!api_by_name("ncclSend").unwrap().cookie().stack_args());
+        let ex = api_by_name("cuLaunchKernelEx").unwrap().cookie();
+        assert_eq!(ex.deref_arg(), 1);
+        let pitch = api_by_name("cuMemAllocPitch_v2").unwrap().cookie();
+        assert_eq!((pitch.out_arg(0), pitch.out_arg(1)), (1, 2));
+        assert_eq!(
+            api_by_name("cuModuleGetFunction")
+                .unwrap()
+                .cookie()
+                .str_arg(),
+            3
+        );
+    }
+
+    #[test]
+    fn probe_selection_parses() {
+        let s = ProbeSelection::parse("launch:args,nccl").unwrap();
+        assert_eq!(s.mode(Family::Launch), Some(true));
+        assert_eq!(s.mode(Family::Nccl), Some(false));
+        assert_eq!(s.mode(Family::Memory), None);
+        assert!(ProbeSelection::parse("bogus")
+            .unwrap_err()
+            .contains("unknown probe family"));
+        assert!(ProbeSelection::parse("launch:ret").is_err());
+        assert!(!s.wants_lib(Lib::Cudart));
+    }
+}

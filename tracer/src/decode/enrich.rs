@@ -1,0 +1,455 @@
+//! Live per-process state that turns raw probe records into [`Call`]s:
+//! wall-clock time, the process name, copy directions inferred from the
+//! allocations seen, and kernel names learned from the `names` probes.
+
+use rustc_hash::FxHashMap as HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::budget::sampler::Sampler;
+use crate::catalogue;
+use crate::decode::memory::MemoryBook;
+use crate::decode::memory::Place;
+use crate::decode::record::decode_args;
+use crate::decode::record::ret_of;
+use crate::decode::record::DecodeError;
+use crate::decode::record::RawCall;
+use crate::graphs::book::GraphBook;
+use crate::graphs::book::GraphEnv;
+use crate::graphs::book::GraphNote;
+use crate::graphs::model::GraphRecord;
+use crate::graphs::model::KernelNode;
+use crate::graphs::model::Node;
+use crate::host::discover;
+use crate::model::call::Args;
+use crate::model::call::Call;
+use crate::model::call::Unaligned;
+use crate::model::types::Direction;
+use crate::names::demangle::demangle;
+use crate::names::namer::KernelNamer;
+use crate::nccl::enrich::NcclState;
+use crate::nccl::libs::NcclLibraries;
+
+/// Converts `CLOCK_MONOTONIC` (what `bpf_ktime_get_ns` reads) to Unix time.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    offset_ns: i128,
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out-pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+}
+
+impl Clock {
+    /// Measures the offset once, keeping the tightest of a few samples.
+    pub fn measure() -> Self {
+        let mut best: Option<(i128, i128)> = None;
+        for _ in 0..5 {
+            let m0 = clock_ns(libc::CLOCK_MONOTONIC);
+            let r = clock_ns(libc::CLOCK_REALTIME);
+            let m1 = clock_ns(libc::CLOCK_MONOTONIC);
+            let gap = m1 - m0;
+            let offset = r - (m0 + gap / 2);
+            if best.is_none_or(|(g, _)| gap < g) {
+                best = Some((gap, offset));
+            }
+        }
+        Self {
+            offset_ns: best.map_or(0, |b| b.1),
+        }
+    }
+
+    pub fn to_unix_ns(self, mono_ns: u64) -> u64 {
+        (mono_ns as i128 + self.offset_ns).max(0) as u64
+    }
+
+    pub fn now_mono_ns() -> u64 {
+        clock_ns(libc::CLOCK_MONOTONIC) as u64
+    }
+}
+
+/// The writable mappings of a process, to tell host memory the trace did not
+/// see allocated from the rest. Refreshed at most every 100 ms.
+#[derive(Default)]
+struct HostMaps {
+    ranges: Vec<(u64, u64)>,
+    read_at: Option<Instant>,
+}
+
+impl HostMaps {
+    fn contains(&mut self, pid: u32, addr: u64) -> bool {
+        if self.hit(addr) {
+            return true;
+        }
+        if self
+            .read_at
+            .is_some_and(|t| t.elapsed() < Duration::from_millis(100))
+        {
+            return false;
+        }
+        self.ranges = read_writable_maps(pid).unwrap_or_default();
+        self.read_at = Some(Instant::now());
+        self.hit(addr)
+    }
+
+    fn hit(&self, addr: u64) -> bool {
+        let i = self.ranges.partition_point(|(start, _)| *start <= addr);
+        i > 0 && addr < self.ranges[i - 1].1
+    }
+}
+
+fn read_writable_maps(pid: u32) -> std::io::Result<Vec<(u64, u64)>> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let mut out: Vec<(u64, u64)> = discover::Mapping::all(&maps)
+        .filter(|m| m.perms.starts_with("rw"))
+        .map(|m| (m.start, m.end))
+        .collect();
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// What gputrace knows about one traced process.
+pub struct ProcessState {
+    pub comm: Arc<str>,
+    pub memory: MemoryBook,
+    /// Its NCCL communicators.
+    pub nccl: NcclState,
+    /// CUfunction / CUkernel handle → (kernel name, demangled; the module or
+    /// library it came from), learned from intercepted calls.
+    names: HashMap<u64, (Arc<str>, u64)>,
+    host_maps: HostMaps,
+    /// Its CUDA graphs and stream captures.
+    pub graphs: GraphBook,
+    /// Notes said already (once per process each: opaque graphs, a capture
+    /// under way at attach).
+    said_opaque: bool,
+    said_mid_capture: bool,
+    said_sampled_capture: bool,
+}
+
+/// What the graph book asks of the rest of the tracer, for one process.
+struct Env<'a> {
+    pid: u32,
+    /// When the call began (CLOCK_MONOTONIC ns).
+    start_ns: u64,
+    names: &'a HashMap<u64, (Arc<str>, u64)>,
+    namer: &'a mut KernelNamer,
+    /// What an overhead budget traced of the busy APIs, when one is on.
+    sampler: Option<&'a Sampler>,
+}
+
+impl GraphEnv for Env<'_> {
+    fn busy_traced(&self, from_ns: u64, to_ns: u64) -> bool {
+        self.sampler.is_none_or(|s| s.busy_traced(from_ns, to_ns))
+    }
+
+    fn kernel_name(&mut self, handle: u64) -> Option<Arc<str>> {
+        match self.names.get(&handle) {
+            Some((name, _)) => Some(name.clone()),
+            None => self.namer.from_handle(self.pid, handle),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.start_ns
+    }
+
+    fn read_exec(&mut self, exec: u64) -> Option<Vec<Node>> {
+        let raw = self.namer.read_exec(self.pid, exec)?;
+        Some(
+            raw.into_iter()
+                .map(|k| {
+                    Node::Kernel(KernelNode {
+                        function: k.function,
+                        cukernel: 0,
+                        kernel: self.kernel_name(k.function),
+                        grid: k.grid,
+                        block: k.block,
+                        shared_mem_bytes: k.shared_mem_bytes,
+                    })
+                })
+                .collect(),
+        )
+    }
+}
+
+impl ProcessState {
+    fn with_comm(comm: Arc<str>) -> Self {
+        Self {
+            comm,
+            memory: MemoryBook::default(),
+            nccl: NcclState::default(),
+            names: HashMap::default(),
+            host_maps: HostMaps::default(),
+            graphs: GraphBook::default(),
+            said_opaque: false,
+            said_mid_capture: false,
+            said_sampled_capture: false,
+        }
+    }
+
+    /// Where `addr` lives: a live allocation seen by the trace first, then
+    /// whether the probe could read it (host memory), then the process's
+    /// writable mappings.
+    fn place(&mut self, pid: u32, addr: u64, readable: bool) -> Place {
+        match self.memory.place(addr) {
+            Place::Unknown if readable || self.host_maps.contains(pid, addr) => Place::Host,
+            p => p,
+        }
+    }
+
+    /// Learns from the call and fills in what the probe could not know.
+    fn observe(&mut self, pid: u32, args: &mut Args, ok: bool, namer: &mut KernelNamer) -> bool {
+        match args {
+            Args::Launch(l) => {
+                l.kernel = match self.names.get(&l.function) {
+                    Some((name, _)) => Some(name.clone()),
+                    None => namer
+                        .from_handle(pid, l.function)
+                        .or_else(|| namer.from_stub(pid, l.stub)),
+                };
+                false
+            }
+            Args::Memcpy(m) if m.direction == Direction::Unknown => {
+                if let Some(src) = m.src {
+                    let dst = self.place(pid, m.dst, m.readable.0);
+                    let src = self.place(pid, src, m.readable.1);
+                    m.direction = match (dst, src) {
+                        (Place::Device, Place::Device) => Direction::DtoD,
+                        (Place::Device, Place::Host) => Direction::HtoD,
+                        (Place::Host, Place::Device) => Direction::DtoH,
+                        (Place::Host, Place::Host) => Direction::HtoH,
+                        _ => Direction::Unknown,
+                    };
+                }
+                false
+            }
+            Args::GetFunction {
+                handle: Some(h),
+                name: Some(name),
+                parent,
+                ..
+            } if ok => {
+                self.names.insert(*h, (demangle(name), *parent));
+                false
+            }
+            Args::KernelGetFunction {
+                function: Some(f),
+                kernel,
+            } if ok => {
+                if let Some(entry) = self.names.get(kernel).cloned() {
+                    self.names.insert(*f, entry);
+                }
+                false
+            }
+            Args::Unload { handle } if ok => {
+                // Its handles are gone and their addresses may be reused.
+                self.names.retain(|_, (_, parent)| parent != handle);
+                namer.forget_handles(pid);
+                false
+            }
+            other => self.memory.apply(other, ok),
+        }
+    }
+}
+
+/// Turns raw records into calls, keeping per-process state.
+pub struct Enricher {
+    clock: Clock,
+    procs: HashMap<u32, ProcessState>,
+    pub namer: KernelNamer,
+    /// The libnccl builds probed (their releases and layouts, by slot).
+    pub nccl_libs: NcclLibraries,
+    /// The overhead budget's sampler, when one is on: a stream capture
+    /// made while it had the busy probes off is read from memory.
+    pub sampler: Option<Arc<Sampler>>,
+}
+
+/// A call, and device memory in use after it when that changed.
+pub struct Enriched {
+    pub call: Call,
+    pub device_bytes: Option<u64>,
+    /// What the executable graph this call launches runs, when that became
+    /// known or changed: to say before the call.
+    pub graph: Option<GraphRecord>,
+}
+
+impl Enricher {
+    pub fn new(clock: Clock, namer: KernelNamer) -> Self {
+        Self {
+            clock,
+            procs: HashMap::default(),
+            namer,
+            nccl_libs: NcclLibraries::default(),
+            sampler: None,
+        }
+    }
+
+    /// The identity of an NCCL call still in flight (from its entry record,
+    /// as the in-flight map holds it); nothing is advanced.
+    pub fn peek_nccl(
+        &mut self,
+        e: &tracer_common::CallEvent,
+    ) -> Option<(Call, Result<(), Unaligned>)> {
+        let api = catalogue::api(e.api)?;
+        let state = self.procs.get_mut(&e.pid)?;
+        let raw = RawCall {
+            event: *e,
+            name: None,
+            blob: None,
+        };
+        let Args::Nccl(mut n) = decode_args(api, &raw) else {
+            return None;
+        };
+        let res = match state.nccl.peek(&self.nccl_libs, e, &n) {
+            Ok(i) => {
+                n.ident = i;
+                Ok(())
+            }
+            Err(why) => Err(why),
+        };
+        let call = Call {
+            ts_ns: self.clock.to_unix_ns(e.start_ns),
+            dur_ns: None,
+            pid: e.pid,
+            tid: e.tid,
+            comm: state.comm.clone(),
+            api: api.name,
+            family: Some(api.family),
+            ret: None,
+            args: Args::Nccl(n),
+            stack: None,
+        };
+        Some((call, res))
+    }
+
+    pub fn process(&self, pid: u32) -> Option<&ProcessState> {
+        self.procs.get(&pid)
+    }
+
+    /// The processes state is held for.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.procs.keys().copied()
+    }
+
+    /// Starts the state of a process the session saw (its name read
+    /// while it was alive, so calls decoded after it exited carry it).
+    pub fn add(&mut self, pid: u32, comm: Arc<str>) {
+        self.procs
+            .entry(pid)
+            .or_insert_with(|| ProcessState::with_comm(comm));
+    }
+
+    /// Forgets a process that exited.
+    pub fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+        self.namer.forget(pid);
+    }
+
+    pub fn enrich(&mut self, raw: &RawCall<'_>) -> Result<Enriched, DecodeError> {
+        let e = &raw.event;
+        let api = catalogue::api(e.api).ok_or(DecodeError::Api(e.api))?;
+        let state = self
+            .procs
+            .get_mut(&e.pid)
+            .ok_or(DecodeError::Unseen(e.pid))?;
+        let mut args = decode_args(api, raw);
+        let ret = ret_of(raw);
+        let ok = ret.is_none_or(|r| r == 0);
+        if api.lib == catalogue::Lib::Nccl {
+            if let Some(warning) = state
+                .nccl
+                .observe(&self.nccl_libs, api.name, e, &mut args, ret)
+            {
+                eprintln!("gputrace: process {}: {warning}", e.pid);
+            }
+        }
+        let changed = state.observe(e.pid, &mut args, ok, &mut self.namer);
+        let news = {
+            let mut env = Env {
+                pid: e.pid,
+                start_ns: e.start_ns,
+                names: &state.names,
+                namer: &mut self.namer,
+                sampler: self.sampler.as_deref(),
+            };
+            state.graphs.observe(api.name, &mut args, ret, &mut env)
+        };
+        for note in state.graphs.take_notes() {
+            match note {
+                GraphNote::Opaque { exec } if !state.said_opaque => {
+                    state.said_opaque = true;
+                    eprintln!(
+                        "gputrace: process {} ({}) launches CUDA graphs built before gputrace attached (first {exec:#x}) whose nodes cannot be read: their launches are counted, their kernels are not (\"nodes\":null)",
+                        e.pid,
+                        discover::printable(&state.comm)
+                    );
+                }
+                GraphNote::MidCapture { stream } if !state.said_mid_capture => {
+                    state.said_mid_capture = true;
+                    eprintln!(
+                        "gputrace: process {} ({}) was capturing stream {stream:#x} into a CUDA graph when gputrace attached: work issued to it before that was seen may have been counted as run",
+                        e.pid,
+                        discover::printable(&state.comm)
+                    );
+                }
+                GraphNote::SampledCapture { graph } if !state.said_sampled_capture => {
+                    state.said_sampled_capture = true;
+                    eprintln!(
+                        "gputrace: process {} ({}) captured CUDA graph {graph:#x} while the overhead budget had the launch probes off or not all attached: its kernels are read from the process's memory where the layout allows, else its launches are counted without them (\"nodes\":null)",
+                        e.pid,
+                        discover::printable(&state.comm)
+                    );
+                }
+                _ => {}
+            }
+        }
+        let ts_ns = self.clock.to_unix_ns(e.start_ns);
+        let graph = news.map(|n| GraphRecord {
+            ts_ns,
+            pid: e.pid,
+            comm: state.comm.clone(),
+            exec: n.exec,
+            contents: n.contents,
+        });
+        let call = Call {
+            ts_ns,
+            dur_ns: raw.has_return().then_some(e.dur_ns),
+            pid: e.pid,
+            tid: e.tid,
+            comm: state.comm.clone(),
+            api: api.name,
+            family: Some(api.family),
+            ret,
+            stack: None,
+            args,
+        };
+        Ok(Enriched {
+            call,
+            device_bytes: changed.then_some(state.memory.in_use()),
+            graph,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_is_near_now() {
+        let c = Clock::measure();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i128;
+        let got = c.to_unix_ns(Clock::now_mono_ns()) as i128;
+        assert!((got - now).abs() < 50_000_000, "{got} vs {now}");
+    }
+}

@@ -1,0 +1,8 @@
+//! From ring-buffer records to calls: the records checked and decoded
+//! ([`record`]), then finished with each process's state ([`enrich`]):
+//! wall-clock time, names, copy directions from the allocations seen
+//! ([`memory`]).
+
+pub mod enrich;
+pub mod memory;
+pub mod record;

@@ -1,0 +1,722 @@
+use crate::graphs::book::*;
+use crate::graphs::model::GraphLaunch;
+use crate::model::call::Launch;
+use crate::model::call::Memcpy;
+use crate::model::types::Direction;
+
+const S: u64 = 0x5100;
+const S2: u64 = 0x5200;
+
+/// Names handles `0xf<n>` as `k<n>`; reads executable graphs from a table.
+#[derive(Default)]
+struct Env {
+    memory: HashMap<u64, Vec<Node>>,
+    reads: usize,
+    /// When the call observed began.
+    now: u64,
+    /// When the busy probes were off (an overhead budget sampling).
+    off: Vec<(u64, u64)>,
+}
+
+impl GraphEnv for Env {
+    fn now_ns(&self) -> u64 {
+        self.now
+    }
+    fn busy_traced(&self, from_ns: u64, to_ns: u64) -> bool {
+        !self.off.iter().any(|&(a, b)| a <= to_ns && b > from_ns)
+    }
+    fn kernel_name(&mut self, handle: u64) -> Option<Arc<str>> {
+        (handle >> 8 == 0xf).then(|| Arc::from(format!("k{}", handle & 0xff)))
+    }
+    fn read_exec(&mut self, exec: u64) -> Option<Vec<Node>> {
+        self.reads += 1;
+        self.memory.get(&exec).cloned()
+    }
+}
+
+fn kernel(f: u64, gx: u32) -> Node {
+    Node::Kernel(KernelNode {
+        function: f,
+        cukernel: 0,
+        kernel: None,
+        grid: [gx, 1, 1],
+        block: [64, 1, 1],
+        shared_mem_bytes: 0,
+    })
+}
+
+fn named(f: u64, gx: u32) -> Node {
+    let Node::Kernel(mut k) = kernel(f, gx) else {
+        unreachable!()
+    };
+    k.kernel = Some(Arc::from(format!("k{}", f & 0xff)));
+    Node::Kernel(k)
+}
+
+fn launch(f: u64, gx: u32, stream: u64) -> Args {
+    Args::Launch(Launch {
+        function: f,
+        stub: 0,
+        kernel: Some(Arc::from(format!("k{}", f & 0xff))),
+        grid: [gx, 1, 1],
+        block: [64, 1, 1],
+        shared_mem_bytes: 0,
+        stream,
+        captured: None,
+    })
+}
+
+fn copy(bytes: u64, direction: Direction, stream: u64, memset: bool) -> Args {
+    Args::Memcpy(Memcpy {
+        dst: 1,
+        src: (!memset).then_some(2),
+        bytes,
+        direction: if memset { Direction::Memset } else { direction },
+        stream: Some(stream),
+        value: None,
+        readable: (false, false),
+        captured: None,
+    })
+}
+
+fn sync(stream: u64, event: u64) -> Args {
+    Args::Sync {
+        stream: Some(stream),
+        event: Some(event),
+    }
+}
+
+fn glaunch(exec: u64) -> Args {
+    Args::Graph(GraphLaunch {
+        exec,
+        stream: S,
+        contents: None,
+        captured: None,
+    })
+}
+
+struct T {
+    book: GraphBook,
+    env: Env,
+}
+
+impl T {
+    fn new() -> Self {
+        Self {
+            book: GraphBook::default(),
+            env: Env::default(),
+        }
+    }
+    fn call(&mut self, api: &str, mut args: Args) -> (Args, Option<ExecNews>) {
+        let news = self.book.observe(api, &mut args, Some(0), &mut self.env);
+        (args, news)
+    }
+    fn g(&mut self, call: GraphCall) {
+        self.call("cuGraphX", Args::GraphApi(call));
+    }
+    fn failed(&mut self, call: GraphCall, ret: i64) {
+        let mut args = Args::GraphApi(call);
+        self.book
+            .observe("cuGraphX", &mut args, Some(ret), &mut self.env);
+    }
+    /// Launches `exec`: what it runs, and whether a record came first.
+    fn run(&mut self, exec: u64) -> (Option<Vec<Node>>, bool) {
+        let (args, news) = self.call("cuGraphLaunch", glaunch(exec));
+        let Args::Graph(g) = args else { unreachable!() };
+        if let Some(n) = &news {
+            assert_eq!((n.exec, &n.contents), (exec, &g.contents));
+        }
+        (g.contents.map(|c| c.nodes.clone()), news.is_some())
+    }
+    fn add(&mut self, graph: u64, node: u64, spec: Node) {
+        self.g(GraphCall::AddNode {
+            graph,
+            node: Some(node),
+            spec,
+        });
+    }
+    fn begin_capture(&mut self, stream: u64) {
+        self.g(GraphCall::BeginCapture {
+            stream,
+            mode: Some(1),
+            graph: None,
+        });
+    }
+    fn end_capture(&mut self, stream: u64, graph: u64) {
+        self.g(GraphCall::EndCapture {
+            stream,
+            graph: Some(graph),
+        });
+    }
+    fn instantiate(&mut self, graph: u64, exec: u64) {
+        self.g(GraphCall::Instantiate {
+            graph,
+            exec: Some(exec),
+        });
+    }
+    fn captured(&mut self, api: &str, args: Args) -> Option<u64> {
+        match self.call(api, args).0 {
+            Args::Launch(l) => l.captured,
+            Args::Memcpy(m) => m.captured,
+            _ => unreachable!(),
+        }
+    }
+}
+
+/// What PyTorch's CUDAGraph does: capture across two streams, instantiate,
+/// destroy the graph, replay.
+#[test]
+fn capture_instantiate_replay() {
+    let mut t = T::new();
+    t.g(GraphCall::BeginCapture {
+        stream: S,
+        mode: Some(1),
+        graph: None,
+    });
+    assert_eq!(t.captured("cuLaunchKernel", launch(0xf00, 64, S)), Some(1));
+    t.call("cuEventRecord", sync(S, 0xe1));
+    t.call("cuStreamWaitEvent", sync(S2, 0xe1));
+    assert_eq!(
+        t.captured("cuLaunchKernelEx", launch(0xf03, 32, S2)),
+        Some(1)
+    );
+    assert_eq!(
+        t.captured("cuMemsetD32Async", copy(1024, Direction::Memset, S2, true)),
+        Some(1)
+    );
+    assert_eq!(t.captured("cuLaunchKernel", launch(0xf01, 16, S)), Some(1));
+    assert_eq!(
+        t.captured(
+            "cuMemcpyHtoDAsync_v2",
+            copy(4096, Direction::HtoD, S, false)
+        ),
+        Some(1)
+    );
+    t.call("cuEventRecordWithFlags", sync(S2, 0xe2));
+    t.call("cuStreamWaitEvent", sync(S, 0xe2));
+    assert_eq!(t.captured("cuLaunchKernel", launch(0xf02, 8, S)), Some(1));
+    // Another stream is not in the capture: its launch runs.
+    assert_eq!(t.captured("cuLaunchKernel", launch(0xf02, 8, 0x9999)), None);
+    t.g(GraphCall::EndCapture {
+        stream: S,
+        graph: Some(0x6a),
+    });
+    // The capture is over: launches on S run again.
+    assert_eq!(t.captured("cuLaunchKernel", launch(0xf02, 8, S)), None);
+    t.g(GraphCall::Instantiate {
+        graph: 0x6a,
+        exec: Some(0xea),
+    });
+    t.g(GraphCall::Destroy { graph: 0x6a });
+    let want = vec![
+        named(0xf00, 64),
+        named(0xf03, 32),
+        Node::Memset { bytes: 1024 },
+        named(0xf01, 16),
+        Node::Memcpy {
+            bytes: 4096,
+            direction: Direction::HtoD,
+        },
+        named(0xf02, 8),
+    ];
+    assert_eq!(t.run(0xea), (Some(want.clone()), true));
+    assert_eq!(t.run(0xea), (Some(want), false));
+    assert_eq!(t.book.held().0, 0, "the graph was freed");
+    t.g(GraphCall::ExecDestroy { exec: 0xea });
+    assert_eq!(t.book.held(), (0, 0, 0));
+    assert!(t.book.take_notes().is_empty());
+}
+
+/// What XLA does: nodes one by one, a child graph (cloned when added), a
+/// node made from a CUkernel, parameters set before instantiation.
+fn build_nodes(t: &mut T) {
+    t.g(GraphCall::Create { graph: Some(0x6c) });
+    t.add(0x6c, 0xc0, kernel(0xf02, 4));
+    t.add(0x6c, 0xc1, kernel(0xf02, 2));
+    t.g(GraphCall::Create { graph: Some(0x6b) });
+    t.add(0x6b, 0xb0, kernel(0xf00, 10));
+    let Node::Kernel(mut by_kernel) = kernel(0, 32) else {
+        unreachable!()
+    };
+    by_kernel.cukernel = 0xf03;
+    t.add(0x6b, 0xb1, Node::Kernel(by_kernel));
+    t.add(0x6b, 0xb2, Node::Memset { bytes: 4096 });
+    t.add(
+        0x6b,
+        0xb4,
+        Node::Child {
+            graph: 0x6c,
+            moved: false,
+        },
+    );
+    t.add(0x6b, 0xb5, Node::Empty);
+    t.g(GraphCall::SetNode {
+        node: 0xb0,
+        spec: kernel(0xf00, 12),
+    });
+    // The child was copied: changing or destroying the original does nothing.
+    t.add(0x6c, 0xc2, kernel(0xf01, 99));
+    t.g(GraphCall::Destroy { graph: 0x6c });
+    t.g(GraphCall::Instantiate {
+        graph: 0x6b,
+        exec: Some(0xeb),
+    });
+}
+
+fn k3(gx: u32) -> Node {
+    let Node::Kernel(mut k) = kernel(0, 32) else {
+        unreachable!()
+    };
+    k.cukernel = 0xf03;
+    k.kernel = Some(Arc::from("k3"));
+    k.grid = [gx, 1, 1];
+    Node::Kernel(k)
+}
+
+#[test]
+fn node_by_node_with_a_child_graph() {
+    let mut t = T::new();
+    build_nodes(&mut t);
+    let want = vec![
+        named(0xf00, 12),
+        k3(32),
+        Node::Memset { bytes: 4096 },
+        named(0xf02, 4),
+        named(0xf02, 2),
+        Node::Empty,
+    ];
+    assert_eq!(t.run(0xeb), (Some(want), true));
+}
+
+#[test]
+fn executable_graph_updates() {
+    let mut t = T::new();
+    build_nodes(&mut t);
+    t.run(0xeb);
+    // Per-node setters: a new record once, none for the same again.
+    t.g(GraphCall::ExecSetNode {
+        exec: 0xeb,
+        node: 0xb0,
+        spec: kernel(0xf02, 20),
+    });
+    let (nodes, said) = t.run(0xeb);
+    assert!(said);
+    assert_eq!(nodes.unwrap()[0], named(0xf02, 20));
+    t.g(GraphCall::ExecSetNode {
+        exec: 0xeb,
+        node: 0xb0,
+        spec: kernel(0xf02, 20),
+    });
+    assert!(!t.run(0xeb).1, "same parameters again: nothing new to say");
+    // A child graph swapped in place.
+    t.g(GraphCall::Create { graph: Some(0x6d) });
+    t.add(0x6d, 0xd0, kernel(0xf02, 5));
+    t.add(0x6d, 0xd1, kernel(0xf02, 3));
+    t.add(0x6d, 0xd2, kernel(0xf02, 1));
+    t.g(GraphCall::ExecSetNode {
+        exec: 0xeb,
+        node: 0xb4,
+        spec: Node::Child {
+            graph: 0x6d,
+            moved: false,
+        },
+    });
+    t.g(GraphCall::Destroy { graph: 0x6d });
+    t.g(GraphCall::ExecSetEnabled {
+        exec: 0xeb,
+        node: 0xb5,
+        enabled: false,
+    });
+    let (nodes, said) = t.run(0xeb);
+    assert!(said);
+    let nodes = nodes.unwrap();
+    assert_eq!(nodes.len(), 6, "3 child kernels, the empty node disabled");
+    assert_eq!(
+        nodes[3..],
+        [named(0xf02, 5), named(0xf02, 3), named(0xf02, 1)]
+    );
+    // A whole-graph update pairs nodes by position; enabled stays as set.
+    t.g(GraphCall::Create { graph: Some(0x6c) });
+    t.add(0x6c, 0xc0, kernel(0xf01, 1));
+    t.g(GraphCall::Create { graph: Some(0x6e) });
+    t.add(0x6e, 0xe0, kernel(0xf01, 7));
+    t.add(0x6e, 0xe1, kernel(0xf01, 8));
+    t.add(0x6e, 0xe2, Node::Memset { bytes: 8 });
+    t.add(
+        0x6e,
+        0xe3,
+        Node::Child {
+            graph: 0x6c,
+            moved: false,
+        },
+    );
+    t.add(0x6e, 0xe4, Node::Empty);
+    t.g(GraphCall::ExecUpdate {
+        exec: 0xeb,
+        graph: 0x6e,
+    });
+    let (nodes, said) = t.run(0xeb);
+    assert!(said);
+    assert_eq!(
+        nodes.unwrap(),
+        vec![
+            named(0xf01, 7),
+            named(0xf01, 8),
+            Node::Memset { bytes: 8 },
+            named(0xf01, 1)
+        ]
+    );
+    // Kinds changed (a child graph became an empty node): the driver would
+    // refuse it; the book does not pretend to know the result.
+    t.g(GraphCall::Create { graph: Some(0x71) });
+    for (i, n) in [
+        kernel(0xf01, 7),
+        kernel(0xf01, 8),
+        Node::Memset { bytes: 8 },
+        Node::Empty,
+        Node::Empty,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        t.add(0x71, 0x710 + i as u64, n);
+    }
+    t.g(GraphCall::ExecUpdate {
+        exec: 0xeb,
+        graph: 0x71,
+    });
+    assert_eq!(t.run(0xeb), (None, true));
+    assert_eq!(t.env.reads, 1);
+}
+
+/// Two threads: one captures while the other destroys a node of its own
+/// clone that the trace has no handle of. The capture's graph cannot hold
+/// that node (no call may change a graph while a capture records into
+/// it), so it stays known (seen on the simulator: the second thread's
+/// capture read back from memory, its copies and memsets lost).
+#[test]
+fn an_unseen_node_named_during_a_capture_is_not_the_captures() {
+    let mut t = T::new();
+    t.begin_capture(S);
+    assert_eq!(t.captured("cuLaunchKernel", launch(0xf00, 64, S)), Some(1));
+    t.g(GraphCall::DestroyNode { node: 0x999 });
+    assert_eq!(
+        t.captured("cuMemsetD32Async", copy(1024, Direction::Memset, S, true)),
+        Some(1)
+    );
+    t.end_capture(S, 0x6a);
+    t.instantiate(0x6a, 0xea);
+    let want = vec![named(0xf00, 64), Node::Memset { bytes: 1024 }];
+    assert_eq!(t.run(0xea), (Some(want), true));
+    assert_eq!(t.env.reads, 0);
+    // Once the capture is over, its graph is held like any other: a node
+    // named unseen then may be one of its anonymous ones.
+    t.begin_capture(S);
+    t.captured("cuLaunchKernel", launch(0xf00, 64, S));
+    t.end_capture(S, 0x6c);
+    t.g(GraphCall::DestroyNode { node: 0x998 });
+    t.instantiate(0x6c, 0xec);
+    assert_eq!(t.run(0xec).0, None);
+}
+
+/// Calls of different threads come out of the ring out of their order: a
+/// node named unseen by one thread's call does not change what another
+/// thread's instantiation that began before it copied.
+#[test]
+fn an_unseen_node_taints_instantiations_after_it() {
+    let mut t = T::new();
+    build_nodes(&mut t);
+    t.g(GraphCall::Clone {
+        original: 0x6b,
+        clone: Some(0x6f),
+    });
+    t.env.now = 200;
+    t.g(GraphCall::DestroyNode { node: 0x999 });
+    // Began at 100, drained after the call of 200.
+    t.env.now = 100;
+    t.instantiate(0x6f, 0xef);
+    assert_eq!(t.run(0xef).0.unwrap().len(), 6);
+    // Began after it: not known.
+    t.env.now = 300;
+    t.instantiate(0x6f, 0xf0);
+    assert_eq!(t.run(0xf0).0, None);
+    assert_eq!(t.env.reads, 1);
+}
+
+#[test]
+fn clone_and_an_unseen_node() {
+    let mut t = T::new();
+    build_nodes(&mut t);
+    t.g(GraphCall::Clone {
+        original: 0x6b,
+        clone: Some(0x6f),
+    });
+    t.g(GraphCall::Instantiate {
+        graph: 0x6f,
+        exec: Some(0xef),
+    });
+    assert_eq!(t.run(0xef).0.unwrap().len(), 6, "a clone runs the same");
+    t.g(GraphCall::Create { graph: Some(0x70) });
+    t.add(0x70, 0x700, kernel(0xf00, 1));
+    // A node of the clone, which the trace has no handle of, destroyed.
+    t.g(GraphCall::DestroyNode { node: 0x999 });
+    t.g(GraphCall::Instantiate {
+        graph: 0x6f,
+        exec: Some(0xf0),
+    });
+    t.env.memory.insert(0xf0, vec![named(0xf00, 1)]);
+    let (nodes, said) = t.run(0xf0);
+    assert!(said);
+    assert_eq!(nodes, Some(vec![named(0xf00, 1)]));
+    assert_eq!(t.env.reads, 1);
+    // That node may be in the copy of a child graph too (the driver hands
+    // it out with cuGraphChildGraphNodeGetGraph)...
+    t.g(GraphCall::Instantiate {
+        graph: 0x6b,
+        exec: Some(0xf1),
+    });
+    assert_eq!(t.run(0xf1).0, None);
+    // ...but not in a graph whose every node the trace saw made.
+    t.g(GraphCall::Instantiate {
+        graph: 0x70,
+        exec: Some(0xf2),
+    });
+    assert_eq!(t.run(0xf2).0, Some(vec![named(0xf00, 1)]));
+    assert_eq!(t.env.reads, 2);
+}
+
+/// Attached after instantiation, as with a JAX program: read from memory,
+/// read again only when a setter changes something.
+#[test]
+fn built_before_attach() {
+    let mut t = T::new();
+    t.env
+        .memory
+        .insert(0xe1, vec![named(0xf00, 1), named(0xf01, 2)]);
+    let (nodes, said) = t.run(0xe1);
+    assert!(said);
+    assert_eq!(nodes.unwrap().len(), 2);
+    assert!(!t.run(0xe1).1);
+    assert_eq!(t.env.reads, 1);
+    for _ in 0..3 {
+        for n in [0xa0, 0xa1] {
+            t.g(GraphCall::ExecSetNode {
+                exec: 0xe1,
+                node: n,
+                spec: kernel(0xf00 + (n & 1), 2),
+            });
+        }
+        t.run(0xe1);
+    }
+    assert_eq!(t.env.reads, 2, "read again once, after the first setters");
+    t.env.memory.insert(0xe1, vec![named(0xf02, 9)]);
+    t.g(GraphCall::ExecSetNode {
+        exec: 0xe1,
+        node: 0xa0,
+        spec: kernel(0xf02, 9),
+    });
+    assert_eq!(t.run(0xe1), (Some(vec![named(0xf02, 9)]), true));
+    assert_eq!(t.env.reads, 3);
+}
+
+#[test]
+fn opaque_said_once() {
+    let mut t = T::new();
+    assert_eq!(t.run(0xe9), (None, true));
+    assert_eq!(t.run(0xe9), (None, false));
+    assert_eq!(t.book.take_notes(), vec![GraphNote::Opaque { exec: 0xe9 }]);
+    assert!(t.book.take_notes().is_empty());
+}
+
+#[test]
+fn attached_mid_capture() {
+    let mut t = T::new();
+    // The capture began before the trace: a launch looks like it ran...
+    assert_eq!(t.captured("cuLaunchKernel", launch(0xf00, 1, S)), None);
+    // ...until the driver says the stream is capturing.
+    t.g(GraphCall::CaptureStatus {
+        stream: S,
+        status: Some(1),
+        id: Some(7),
+    });
+    assert_eq!(t.captured("cuLaunchKernel", launch(0xf00, 1, S)), Some(1));
+    t.g(GraphCall::EndCapture {
+        stream: S,
+        graph: Some(0x60),
+    });
+    t.g(GraphCall::Instantiate {
+        graph: 0x60,
+        exec: Some(0xe0),
+    });
+    assert_eq!(t.run(0xe0).0, None, "what it recorded first is not known");
+    // A capture that ends without the trace having seen it at all.
+    t.g(GraphCall::EndCapture {
+        stream: S2,
+        graph: Some(0x61),
+    });
+    let notes = t.book.take_notes();
+    assert!(notes.contains(&GraphNote::MidCapture { stream: S }));
+    assert!(notes.contains(&GraphNote::MidCapture { stream: S2 }));
+}
+
+#[test]
+fn failed_calls_change_nothing() {
+    let mut t = T::new();
+    t.failed(
+        GraphCall::BeginCapture {
+            stream: S,
+            mode: Some(0),
+            graph: None,
+        },
+        900,
+    );
+    assert_eq!(t.captured("cuLaunchKernel", launch(0xf00, 1, S)), None);
+    t.g(GraphCall::BeginCapture {
+        stream: S,
+        mode: Some(0),
+        graph: None,
+    });
+    // Ended from the wrong thread: the capture goes on.
+    t.failed(
+        GraphCall::EndCapture {
+            stream: S,
+            graph: None,
+        },
+        908,
+    );
+    assert_eq!(t.captured("cuLaunchKernel", launch(0xf00, 1, S)), Some(1));
+    // Invalidated: it is over.
+    t.failed(
+        GraphCall::EndCapture {
+            stream: S,
+            graph: None,
+        },
+        901,
+    );
+    assert_eq!(t.captured("cuLaunchKernel", launch(0xf00, 1, S)), None);
+    assert_eq!(t.book.held().0, 0, "its graph was dropped");
+    let mut failed_launch = launch(0xf00, 1, S);
+    t.book
+        .observe("cuLaunchKernel", &mut failed_launch, Some(1), &mut t.env);
+}
+
+#[test]
+fn bounded() {
+    let mut t = T::new();
+    for g in 0..MAX_GRAPHS as u64 + 10 {
+        t.g(GraphCall::Create {
+            graph: Some(0x10_0000 + g),
+        });
+    }
+    assert_eq!(t.book.held().0, MAX_GRAPHS);
+    assert_eq!(t.book.overflowed, 10);
+    // A graph not held reads as unknown: its exec is read from memory.
+    let last = 0x10_0000 + MAX_GRAPHS as u64 + 5;
+    t.add(last, 0x1, kernel(0xf00, 1));
+    t.g(GraphCall::Instantiate {
+        graph: last,
+        exec: Some(0xe5),
+    });
+    assert_eq!(t.run(0xe5).0, None);
+    assert_eq!(t.env.reads, 1);
+    for g in 0..MAX_GRAPHS as u64 + 10 {
+        t.g(GraphCall::Destroy {
+            graph: 0x10_0000 + g,
+        });
+    }
+    assert_eq!(t.book.held().0, 0);
+}
+
+/// XLA edits a child graph through the handle the node hands out, then
+/// swaps it into the executable graph.
+#[test]
+fn child_graph_edited_through_its_node() {
+    let mut t = T::new();
+    build_nodes(&mut t);
+    t.g(GraphCall::ChildGraph {
+        node: 0xb4,
+        graph: Some(0x6c4),
+    });
+    t.add(0x6c4, 0xc9, kernel(0xf01, 6));
+    t.g(GraphCall::ExecSetNode {
+        exec: 0xeb,
+        node: 0xb4,
+        spec: Node::Child {
+            graph: 0x6c4,
+            moved: false,
+        },
+    });
+    let nodes = t.run(0xeb).0.unwrap();
+    assert_eq!(
+        nodes[3..6],
+        [named(0xf02, 4), named(0xf02, 2), named(0xf01, 6)]
+    );
+    // The node's own graph: destroying the parent frees it.
+    t.g(GraphCall::Destroy { graph: 0x6b });
+    assert_eq!(t.book.held().0, 0);
+}
+
+#[test]
+fn nodes_found_in_a_clone() {
+    let mut t = T::new();
+    t.g(GraphCall::Create { graph: Some(0x70) });
+    t.add(0x70, 0x700, kernel(0xf00, 1));
+    t.add(0x70, 0x701, kernel(0xf01, 2));
+    t.g(GraphCall::Clone {
+        original: 0x70,
+        clone: Some(0x71),
+    });
+    t.g(GraphCall::FindInClone {
+        original: 0x701,
+        clone: 0x71,
+        node: Some(0x711),
+    });
+    t.g(GraphCall::DestroyNode { node: 0x711 });
+    t.g(GraphCall::Instantiate {
+        graph: 0x71,
+        exec: Some(0xe1),
+    });
+    assert_eq!(t.run(0xe1).0, Some(vec![named(0xf00, 1)]));
+    t.g(GraphCall::Instantiate {
+        graph: 0x70,
+        exec: Some(0xe0),
+    });
+    assert_eq!(t.run(0xe0).0.unwrap().len(), 2);
+    assert_eq!(t.env.reads, 0);
+}
+
+/// A capture made while an overhead budget had the launch probes off for a
+/// while recorded work the trace never saw: its executable graph is read
+/// from memory, and the user told once. One made while they were on
+/// throughout is followed from its calls.
+#[test]
+fn a_capture_made_while_the_busy_probes_were_off_is_read_from_memory() {
+    let mut t = T::new();
+    t.env.off = vec![(150, 160)];
+    t.env
+        .memory
+        .insert(0xea, vec![named(0xf00, 64), named(0xf01, 8)]);
+    t.env.now = 100;
+    t.begin_capture(S);
+    t.captured("cuLaunchKernel", launch(0xf00, 64, S));
+    // 0xf01 launched at 155, unseen.
+    t.env.now = 200;
+    t.end_capture(S, 0x6a);
+    assert_eq!(
+        t.book.take_notes(),
+        vec![GraphNote::SampledCapture { graph: 0x6a }]
+    );
+    t.instantiate(0x6a, 0xea);
+    assert_eq!(t.run(0xea).0, Some(vec![named(0xf00, 64), named(0xf01, 8)]));
+    assert_eq!(t.env.reads, 1);
+    // On throughout: followed.
+    t.env.now = 300;
+    t.begin_capture(S);
+    t.captured("cuLaunchKernel", launch(0xf02, 16, S));
+    t.env.now = 400;
+    t.end_capture(S, 0x6b);
+    assert!(t.book.take_notes().is_empty());
+    t.instantiate(0x6b, 0xeb);
+    assert_eq!(t.run(0xeb).0, Some(vec![named(0xf02, 16)]));
+    assert_eq!(t.env.reads, 1);
+}

@@ -1,0 +1,95 @@
+//! Events: what the session hands every output ([`Event`]), the probe
+//! records and their decoding and enrichment into calls, the plain data
+//! types of the model, and the JSON schema.
+
+pub mod call;
+pub mod sampling;
+pub mod types;
+
+use std::sync::Arc;
+
+use crate::host::cgroup::Container;
+use crate::model::call::Call;
+pub use crate::nccl::ranks::Collective;
+pub use crate::nccl::ranks::StallEnded;
+pub use crate::nccl::stall::{NcclStall, StuckCall};
+use types::LostCounts;
+
+/// What the session tells every output, in order.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event {
+    /// One traced call, decoded and enriched; `device_bytes` is the device
+    /// memory its process has in use after it, when the call changed it.
+    Call {
+        call: Call,
+        device_bytes: Option<u64>,
+    },
+    /// A process to trace: given by PID, started by gputrace, found mapping
+    /// a probed library, or making its first call. It comes before any of
+    /// the process's calls; a PID seen again after its process exited is a
+    /// new process (the PID was reused).
+    ProcessSeen(ProcessInfo),
+    /// A process seen before has exited, and its last calls have had time
+    /// to be drained (the grace of `session::processes`): no more calls of it
+    /// are expected. `exited_ns`: when the exit was noticed (Unix ns).
+    ProcessGone { pid: u32, exited_ns: u64 },
+    /// What the probes could not record so far (counts since the start),
+    /// sent when it changes and once more at the end.
+    Lost(LostReport),
+    /// What an executable CUDA graph runs: said right before the first
+    /// `cuGraphLaunch` of it that the trace sees, and again after it changed.
+    Graph(crate::graphs::model::GraphRecord),
+    /// Every rank of a communicator has entered one collective (matched by
+    /// communicator id, function and sequence number across the traced
+    /// processes): its arrival skew and the rank that came last.
+    NcclCollective(Collective),
+    /// Ranks have entered a collective that others have not, or a thread
+    /// has been inside an NCCL call, for longer than `--nccl-stall`
+    /// (said once per collective or call).
+    NcclStall(NcclStall),
+    /// A collective stall said before is over: every rank entered.
+    NcclStallEnded(StallEnded),
+    /// `--overhead-budget`: a period of its schedule ended (sent once
+    /// sampling has begun, every period from then on, and once at the end):
+    /// the share of it the busy APIs were traced, and per process the calls
+    /// of those APIs seen and estimated since the start.
+    Sampling(sampling::SamplingReport),
+}
+
+/// Who a process is, read once while it is alive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    /// Its start time (clock ticks since boot, /proc/PID/stat field 22):
+    /// with the PID, what tells it from a later process given the same PID.
+    /// `None` when it had exited before it could be read.
+    pub start_ticks: Option<u64>,
+    /// The kernel's name of the process (15 characters at most).
+    pub comm: Arc<str>,
+    pub container: Container,
+}
+
+impl ProcessInfo {
+    /// A process that had exited before it could be read: its name is the
+    /// one its calls carried (made printable: another user chose it).
+    pub fn exited(pid: u32, comm: &str) -> Self {
+        Self {
+            pid,
+            start_ticks: None,
+            comm: Arc::from(crate::host::discover::printable(comm)),
+            container: Container::default(),
+        }
+    }
+}
+
+/// Calls not recorded: in all, per process, and records that could not be
+/// decoded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LostReport {
+    pub total: LostCounts,
+    /// Processes with calls not recorded, by PID (ascending).
+    pub by_pid: Vec<(u32, u64)>,
+    /// Records that could not be decoded (a bug if ever not zero).
+    pub undecodable: u64,
+}

@@ -1,0 +1,307 @@
+//! The cross-rank records of a JSONL timeline (docs/events.md):
+//! `{"type":"nccl_collective",...}`, `{"type":"nccl_stall",...}`,
+//! `{"type":"nccl_stall_over",...}`, written and read back.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::model::call::Identity;
+use crate::model::call::Unaligned;
+use crate::model::Collective;
+use crate::model::NcclStall;
+use crate::model::StallEnded;
+use crate::model::StuckCall;
+use crate::nccl::hash::format_comm_id;
+use crate::nccl::ranks::Func;
+use crate::nccl::ranks::Stall;
+
+/// A cross-rank record read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NcclRecord {
+    Collective(Collective),
+    Stall(NcclStall),
+    StallOver(StallEnded),
+}
+
+fn id(v: u64) -> Value {
+    Value::from(format_comm_id(v))
+}
+
+pub fn collective_json(c: &Collective) -> Value {
+    json!({
+        "type": "nccl_collective",
+        "comm_id": id(c.comm_id),
+        "nranks": c.nranks,
+        "op": c.func.name(),
+        "seq": c.seq,
+        "first_ts_ns": c.first_ns,
+        "skew_ns": c.skew_ns,
+        "last_rank": c.last_rank,
+        "last_pid": c.last_pid,
+        "delay_ns": c.delay_ns,
+    })
+}
+
+pub fn stall_json(s: &NcclStall) -> Value {
+    match s {
+        NcclStall::Collective { stall: s, host } => json!({
+            "type": "nccl_stall",
+            "kind": "collective",
+            "comm_id": id(s.comm_id),
+            "nranks": s.nranks,
+            "op": s.func.name(),
+            "seq": s.seq,
+            "waiting": s.waiting.iter().map(|(r, p)| json!({"rank": r, "pid": p})).collect::<Vec<_>>(),
+            "missing": s.missing.iter().map(|(r, p)| json!({"rank": r, "pid": p})).collect::<Vec<_>>(),
+            "host": host.as_ref(),
+            "first_ts_ns": s.first_ns,
+            "waited_ns": s.waited_ns,
+        }),
+        NcclStall::Stuck(c) => json!({
+            "type": "nccl_stall",
+            "kind": "inside_call",
+            "pid": c.pid,
+            "tid": c.tid,
+            "process": c.process.as_ref(),
+            "api": c.api,
+            "comm": format!("{:#x}", c.comm),
+            "comm_id": c.ident.comm_id.map(id),
+            "rank": c.ident.rank,
+            "nranks": c.ident.nranks,
+            "seq": c.ident.seq,
+            "unaligned": c.unaligned.map(Unaligned::code),
+            "host": c.host.as_ref(),
+            "entered_ts_ns": c.entered_ns,
+            "waited_ns": c.waited_ns,
+        }),
+    }
+}
+
+pub fn stall_over_json(e: &StallEnded) -> Value {
+    json!({
+        "type": "nccl_stall_over",
+        "comm_id": id(e.comm_id),
+        "op": e.func.name(),
+        "seq": e.seq,
+        "waited_ns": e.waited_ns,
+    })
+}
+
+fn hex(v: &Value, k: &str) -> Result<u64, String> {
+    v.get(k)
+        .and_then(Value::as_str)
+        .and_then(|s| s.strip_prefix("0x"))
+        .and_then(|s| u64::from_str_radix(s, 16).ok())
+        .ok_or_else(|| format!("`{k}` is not a hex string"))
+}
+
+fn opt_hex(v: &Value, k: &str) -> Result<Option<u64>, String> {
+    match v.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => hex(v, k).map(Some),
+    }
+}
+
+fn u(v: &Value, k: &str) -> Result<u64, String> {
+    v.get(k)
+        .and_then(Value::as_u64)
+        .ok_or_else(|| format!("`{k}` is not a number"))
+}
+
+fn u32_of(v: &Value, k: &str) -> Result<u32, String> {
+    u32::try_from(u(v, k)?).map_err(|_| format!("`{k}` is out of range"))
+}
+
+fn opt_u32(v: &Value, k: &str) -> Result<Option<u32>, String> {
+    match v.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => u32_of(v, k).map(Some),
+    }
+}
+
+fn func(v: &Value) -> Result<Func, String> {
+    v.get("op")
+        .and_then(Value::as_str)
+        .and_then(Func::from_name)
+        .ok_or_else(|| "`op` is not a collective".to_string())
+}
+
+fn ranks(v: &Value, k: &str) -> Result<Vec<(u32, Option<u32>)>, String> {
+    v.get(k)
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("`{k}` is not a list"))?
+        .iter()
+        .map(|r| Ok((u32_of(r, "rank")?, opt_u32(r, "pid")?)))
+        .collect()
+}
+
+fn text(v: &Value, k: &str) -> Result<Arc<str>, String> {
+    v.get(k)
+        .and_then(Value::as_str)
+        .map(Arc::from)
+        .ok_or_else(|| format!("`{k}` is not a string"))
+}
+
+/// The record on a line whose `type` is one of these; `None` for other lines.
+pub fn parse_nccl_record(v: &Value) -> Option<Result<NcclRecord, String>> {
+    let kind = v.get("type")?.as_str()?;
+    let r = match kind {
+        "nccl_collective" => (|| {
+            Ok(NcclRecord::Collective(Collective {
+                comm_id: hex(v, "comm_id")?,
+                nranks: u32_of(v, "nranks")?,
+                func: func(v)?,
+                seq: u(v, "seq")?,
+                first_ns: u(v, "first_ts_ns")?,
+                skew_ns: u(v, "skew_ns")?,
+                last_rank: u32_of(v, "last_rank")?,
+                last_pid: u32_of(v, "last_pid")?,
+                delay_ns: u(v, "delay_ns")?,
+            }))
+        })(),
+        "nccl_stall" => parse_stall(v).map(NcclRecord::Stall),
+        "nccl_stall_over" => (|| {
+            Ok(NcclRecord::StallOver(StallEnded {
+                comm_id: hex(v, "comm_id")?,
+                func: func(v)?,
+                seq: u(v, "seq")?,
+                waited_ns: u(v, "waited_ns")?,
+            }))
+        })(),
+        _ => return None,
+    };
+    Some(r)
+}
+
+fn parse_stall(v: &Value) -> Result<NcclStall, String> {
+    if v.get("kind").and_then(Value::as_str) == Some("inside_call") {
+        let api = v
+            .get("api")
+            .and_then(Value::as_str)
+            .ok_or("`api` is not a string")?;
+        let api = crate::catalogue::api_by_name(api)
+            .map(|a| a.name)
+            .ok_or_else(|| format!("`{api}` is not an NCCL call gputrace traces"))?;
+        let unaligned = match v.get("unaligned") {
+            None | Some(Value::Null) => None,
+            Some(x) => Some(
+                x.as_str()
+                    .and_then(Unaligned::from_code)
+                    .ok_or("`unaligned` is not a known reason")?,
+            ),
+        };
+        let seq = match v.get("seq") {
+            None | Some(Value::Null) => None,
+            Some(_) => Some(u(v, "seq")?),
+        };
+        return Ok(NcclStall::Stuck(StuckCall {
+            pid: u32_of(v, "pid")?,
+            tid: u32_of(v, "tid")?,
+            process: text(v, "process")?,
+            api,
+            comm: hex(v, "comm")?,
+            ident: Identity {
+                comm_id: opt_hex(v, "comm_id")?,
+                rank: opt_u32(v, "rank")?,
+                nranks: opt_u32(v, "nranks")?,
+                cuda_dev: None,
+                seq,
+                source: None,
+            },
+            unaligned,
+            entered_ns: u(v, "entered_ts_ns")?,
+            waited_ns: u(v, "waited_ns")?,
+            host: text(v, "host")?,
+        }));
+    }
+    let waiting = ranks(v, "waiting")?
+        .into_iter()
+        .map(|(r, p)| Ok((r, p.ok_or("a waiting rank without a pid")?)))
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(NcclStall::Collective {
+        stall: Stall {
+            comm_id: hex(v, "comm_id")?,
+            nranks: u32_of(v, "nranks")?,
+            func: func(v)?,
+            seq: u(v, "seq")?,
+            waiting,
+            missing: ranks(v, "missing")?,
+            first_ns: u(v, "first_ts_ns")?,
+            waited_ns: u(v, "waited_ns")?,
+        },
+        host: text(v, "host")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let c = Collective {
+            comm_id: 0xfc90_ba46_7d2d_f505,
+            nranks: 2,
+            func: Func::AllReduce,
+            seq: 7,
+            first_ns: 1_700_000_000_000_000_000,
+            skew_ns: 40_000_000,
+            last_rank: 1,
+            last_pid: 4242,
+            delay_ns: 40_000_000,
+        };
+        let stall = NcclStall::Collective {
+            stall: Stall {
+                comm_id: 0xab,
+                nranks: 3,
+                func: Func::Broadcast,
+                seq: 2,
+                waiting: vec![(0, 10)],
+                missing: vec![(1, Some(11)), (2, None)],
+                first_ns: 5,
+                waited_ns: 10_000_000_000,
+            },
+            host: Arc::from("node-a"),
+        };
+        let stuck = NcclStall::Stuck(StuckCall {
+            pid: 9,
+            tid: 10,
+            process: Arc::from("python3"),
+            api: "ncclAllReduce",
+            comm: 0x55d1,
+            ident: Identity {
+                comm_id: Some(0xab),
+                rank: Some(1),
+                nranks: Some(2),
+                cuda_dev: None,
+                seq: Some(3),
+                source: None,
+            },
+            unaligned: None,
+            entered_ns: 1,
+            waited_ns: 2,
+            host: Arc::from("node-a"),
+        });
+        let over = StallEnded {
+            comm_id: 0xab,
+            func: Func::Broadcast,
+            seq: 2,
+            waited_ns: 12,
+        };
+        let back = |v: Value| {
+            let text = v.to_string();
+            parse_nccl_record(&serde_json::from_str(&text).unwrap())
+                .unwrap()
+                .unwrap()
+        };
+        assert_eq!(back(collective_json(&c)), NcclRecord::Collective(c));
+        assert_eq!(back(stall_json(&stall)), NcclRecord::Stall(stall));
+        assert_eq!(back(stall_json(&stuck)), NcclRecord::Stall(stuck));
+        assert_eq!(back(stall_over_json(&over)), NcclRecord::StallOver(over));
+        assert!(parse_nccl_record(&json!({"type": "summary"})).is_none());
+        assert!(parse_nccl_record(&json!({"type": "nccl_collective"}))
+            .unwrap()
+            .is_err());
+    }
+}

@@ -1,0 +1,241 @@
+//! NCCL stalls as the session reports them, and the one line each makes
+//! on stderr (`gputrace: NCCL stall: ...`).
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use crate::model::call::Identity;
+use crate::model::call::Unaligned;
+use crate::nccl::hash::format_comm_id;
+use crate::nccl::ranks::Stall;
+use crate::nccl::ranks::StallEnded;
+
+/// Ranks that entered a collective while others have not, or a thread
+/// inside an NCCL call, for longer than `--nccl-stall`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NcclStall {
+    /// A collective entered by some ranks and not by others.
+    Collective { stall: Stall, host: Arc<str> },
+    /// An NCCL call not returned (not covered by a collective stall).
+    Stuck(StuckCall),
+}
+
+/// A thread inside an NCCL call for longer than the threshold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StuckCall {
+    pub pid: u32,
+    pub tid: u32,
+    /// The process's name.
+    pub process: Arc<str>,
+    pub api: &'static str,
+    /// The `ncclComm_t`.
+    pub comm: u64,
+    pub ident: Identity,
+    /// Why its collective is not named across ranks (`None`: it is).
+    pub unaligned: Option<Unaligned>,
+    /// When it entered (Unix ns).
+    pub entered_ns: u64,
+    pub waited_ns: u64,
+    pub host: Arc<str>,
+}
+
+fn secs(ns: u64) -> String {
+    format!("{:.1} s", ns as f64 / 1e9)
+}
+
+fn rank_list(out: &mut String, ranks: &[(u32, String)]) {
+    for (i, (r, who)) in ranks.iter().enumerate() {
+        let sep = match i {
+            0 => "",
+            _ if i + 1 == ranks.len() => " and ",
+            _ => ", ",
+        };
+        let _ = write!(out, "{sep}{r} ({who})");
+    }
+}
+
+impl NcclStall {
+    /// The stderr line, without a newline.
+    pub fn line(&self) -> String {
+        let mut o = String::from("gputrace: NCCL stall: ");
+        match self {
+            NcclStall::Collective { stall: s, host } => {
+                let _ = write!(
+                    o,
+                    "communicator {} ({} ranks) {} seq {}: ",
+                    format_comm_id(s.comm_id),
+                    s.nranks,
+                    s.func.name(),
+                    s.seq
+                );
+                let missing: Vec<(u32, String)> = s
+                    .missing
+                    .iter()
+                    .map(|(r, pid)| {
+                        (
+                            *r,
+                            match pid {
+                                Some(p) => format!("pid {p} on {host}"),
+                                None => "not traced here".into(),
+                            },
+                        )
+                    })
+                    .collect();
+                o.push_str(if missing.len() == 1 {
+                    "rank "
+                } else {
+                    "ranks "
+                });
+                rank_list(&mut o, &missing);
+                o.push_str(if missing.len() == 1 {
+                    " has not entered it; "
+                } else {
+                    " have not entered it; "
+                });
+                let waiting: Vec<(u32, String)> = s
+                    .waiting
+                    .iter()
+                    .map(|(r, p)| (*r, format!("pid {p}")))
+                    .collect();
+                o.push_str(if waiting.len() == 1 {
+                    "rank "
+                } else {
+                    "ranks "
+                });
+                rank_list(&mut o, &waiting);
+                let _ = write!(
+                    o,
+                    " {} waited {}",
+                    if waiting.len() == 1 { "has" } else { "have" },
+                    secs(s.waited_ns)
+                );
+            }
+            NcclStall::Stuck(c) => {
+                let _ = write!(
+                    o,
+                    "pid {} ({}) on {} has been inside {} for {}",
+                    c.pid,
+                    c.process,
+                    c.host,
+                    c.api,
+                    secs(c.waited_ns)
+                );
+                match (c.ident.comm_id, c.ident.rank) {
+                    (Some(id), Some(r)) => {
+                        let _ = write!(o, " as rank {r} of communicator {}", format_comm_id(id));
+                        if let Some(n) = c.ident.nranks {
+                            let _ = write!(o, " ({n} ranks)");
+                        }
+                        if let Some(seq) = c.ident.seq {
+                            let _ = write!(o, ", seq {seq}");
+                        }
+                    }
+                    _ => {
+                        let _ = write!(
+                            o,
+                            " on ncclComm_t {:#x} (communicator not identified",
+                            c.comm
+                        );
+                        if let Some(u) = c.unaligned {
+                            let _ = write!(o, ": {}", u.reason());
+                        }
+                        o.push(')');
+                    }
+                }
+            }
+        }
+        o
+    }
+}
+
+/// The line for a stall that ended.
+pub fn ended_line(e: &StallEnded) -> String {
+    format!(
+        "gputrace: NCCL stall over: communicator {} {} seq {}: every rank entered it after {}",
+        format_comm_id(e.comm_id),
+        e.func.name(),
+        e.seq,
+        secs(e.waited_ns)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nccl::ranks::Func;
+
+    #[test]
+    fn lines() {
+        let s = NcclStall::Collective {
+            stall: Stall {
+                comm_id: 0x5b3f,
+                nranks: 3,
+                func: Func::AllReduce,
+                seq: 41,
+                waiting: vec![(0, 100), (2, 102)],
+                missing: vec![(1, Some(101))],
+                first_ns: 0,
+                waited_ns: 10_049_000_000,
+            },
+            host: Arc::from("node-a"),
+        };
+        assert_eq!(
+            s.line(),
+            "gputrace: NCCL stall: communicator 0x5b3f (3 ranks) AllReduce seq 41: rank 1 (pid 101 on node-a) \
+             has not entered it; ranks 0 (pid 100) and 2 (pid 102) have waited 10.0 s"
+        );
+        let NcclStall::Collective { mut stall, host } = s else {
+            unreachable!()
+        };
+        stall.missing = vec![(1, None), (2, Some(7))];
+        stall.waiting = vec![(0, 100)];
+        assert_eq!(
+            NcclStall::Collective { stall, host }.line(),
+            "gputrace: NCCL stall: communicator 0x5b3f (3 ranks) AllReduce seq 41: ranks 1 (not traced here) \
+             and 2 (pid 7 on node-a) have not entered it; rank 0 (pid 100) has waited 10.0 s"
+        );
+        let stuck = StuckCall {
+            pid: 9,
+            tid: 9,
+            process: Arc::from("python3"),
+            api: "ncclAllReduce",
+            comm: 0x55d1,
+            ident: Identity::default(),
+            unaligned: Some(Unaligned::NoIdentity),
+            entered_ns: 0,
+            waited_ns: 12_000_000_000,
+            host: Arc::from("node-a"),
+        };
+        assert_eq!(
+            NcclStall::Stuck(stuck.clone()).line(),
+            "gputrace: NCCL stall: pid 9 (python3) on node-a has been inside ncclAllReduce for 12.0 s \
+             on ncclComm_t 0x55d1 (communicator not identified: communicator id or rank unknown)"
+        );
+        let known = StuckCall {
+            ident: Identity {
+                comm_id: Some(0xab),
+                rank: Some(1),
+                nranks: Some(2),
+                cuda_dev: None,
+                seq: Some(3),
+                source: None,
+            },
+            unaligned: None,
+            ..stuck
+        };
+        assert_eq!(
+            NcclStall::Stuck(known).line(),
+            "gputrace: NCCL stall: pid 9 (python3) on node-a has been inside ncclAllReduce for 12.0 s \
+             as rank 1 of communicator 0xab (2 ranks), seq 3"
+        );
+        assert_eq!(
+            ended_line(&StallEnded {
+                comm_id: 0xab,
+                func: Func::Broadcast,
+                seq: 2,
+                waited_ns: 1_500_000_000
+            }),
+            "gputrace: NCCL stall over: communicator 0xab Broadcast seq 2: every rank entered it after 1.5 s"
+        );
+    }
+}

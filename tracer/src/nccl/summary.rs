@@ -1,0 +1,249 @@
+//! The summary across ranks: the collectives of every traced process
+//! matched by (communicator id, function, sequence number), per
+//! communicator the arrival skew and per rank how often it came last and
+//! the delay it caused; the stalls said during the trace; and where
+//! alignment could not be established, why. Computed from the calls
+//! themselves, so `gputrace stats` gives the same from a timeline.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use crate::model::call::Args;
+use crate::model::call::Call;
+use crate::model::call::Unaligned;
+use crate::model::NcclStall;
+use crate::model::StallEnded;
+use crate::nccl::enrich::arrival;
+use crate::nccl::hash::format_comm_id;
+use crate::nccl::ranks::CrossRank;
+use crate::summary::render::fmt_ns;
+
+/// `ncclRemoteError`: a peer failed while this rank was in the collective
+/// (it did enter it).
+const NCCL_REMOTE_ERROR: i64 = 6;
+
+/// Why collectives of one communicator in one process have no sequence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnalignedComm {
+    pub comm_id: Option<u64>,
+    pub reason: Unaligned,
+    pub collectives: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct NcclSummary {
+    pub cross: CrossRank,
+    /// Stalls said during the trace, each with how long it lasted when it
+    /// ended (`None`: it had not ended).
+    pub stalls: Vec<(NcclStall, Option<u64>)>,
+    /// (pid, `ncclComm_t`) → collectives without a sequence number.
+    pub unaligned: BTreeMap<(u32, u64), UnalignedComm>,
+}
+
+impl NcclSummary {
+    pub fn record(&mut self, c: &Call) {
+        let Args::Nccl(n) = &c.args else { return };
+        if c.ret.is_some_and(|r| r != 0 && r != NCCL_REMOTE_ERROR) {
+            return;
+        }
+        if let Some(why) = n.unaligned {
+            let u = self
+                .unaligned
+                .entry((c.pid, n.comm))
+                .or_insert(UnalignedComm {
+                    comm_id: n.ident.comm_id,
+                    reason: why,
+                    collectives: 0,
+                });
+            u.collectives += 1;
+            u.reason = why;
+            return;
+        }
+        if let Some(a) = arrival(c.pid, c.ts_ns, n) {
+            self.cross.arrive(a);
+        }
+    }
+
+    pub fn stall(&mut self, s: &NcclStall) {
+        self.stalls.push((s.clone(), None));
+    }
+
+    pub fn stall_over(&mut self, e: &StallEnded) {
+        for (s, over) in self.stalls.iter_mut().rev() {
+            if let NcclStall::Collective { stall, .. } = s {
+                if (stall.comm_id, stall.func, stall.seq) == (e.comm_id, e.func, e.seq) {
+                    *over = Some(e.waited_ns);
+                    return;
+                }
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cross.comms().is_empty() && self.stalls.is_empty() && self.unaligned.is_empty()
+    }
+
+    /// The text section: one block per communicator, then the stalls and
+    /// what could not be aligned.
+    pub fn render_text(&self, out: &mut String) {
+        for (id, c) in self.cross.comms() {
+            let _ = writeln!(
+                out,
+                "\n== NCCL communicator {} ({} ranks, {} traced) ==",
+                format_comm_id(id),
+                c.nranks,
+                c.ranks.values().filter(|r| r.collectives > 0).count()
+            );
+            let _ = write!(out, "Collectives every rank entered: {}", c.complete);
+            match c.skew_ns_avg() {
+                Some(avg) => {
+                    let _ = writeln!(
+                        out,
+                        "; arrival skew (last entry - first): avg {}, max {}",
+                        fmt_ns(avg as f64),
+                        fmt_ns(c.skew_ns_max as f64)
+                    );
+                }
+                None => out.push('\n'),
+            }
+            let (open, before) = self.cross.pending_of(id);
+            let (incomplete, before) = (c.incomplete + open, c.before_trace + before);
+            if incomplete > 0 || c.conflicts > 0 {
+                let _ = writeln!(
+                    out,
+                    "Not every rank seen: {incomplete} collectives; sequence conflicts: {}",
+                    c.conflicts
+                );
+            }
+            if before > 0 {
+                let _ = writeln!(
+                    out,
+                    "Entered by a rank before it was traced (not compared): {before} collectives"
+                );
+            }
+            let _ = writeln!(
+                out,
+                " {:>5}  {:>8}  {:>11}  {:>10}  {:>12}",
+                "Rank", "PID", "Collectives", "Times last", "Delay caused"
+            );
+            let _ = writeln!(
+                out,
+                " {:->5}  {:->8}  {:->11}  {:->10}  {:->12}",
+                "", "", "", "", ""
+            );
+            for (rank, r) in &c.ranks {
+                let _ = writeln!(
+                    out,
+                    " {:>5}  {:>8}  {:>11}  {:>10}  {:>12}",
+                    rank,
+                    r.pid,
+                    r.collectives,
+                    r.times_last,
+                    fmt_ns(r.delay_ns_total as f64)
+                );
+            }
+        }
+        if !self.stalls.is_empty() {
+            let _ = writeln!(out, "\nNCCL stalls:");
+            for (s, over) in &self.stalls {
+                let line = s.line();
+                let line = line.strip_prefix("gputrace: NCCL stall: ").unwrap_or(&line);
+                let _ = match over {
+                    Some(w) => writeln!(out, " {line} (over after {})", fmt_ns(*w as f64)),
+                    None => writeln!(out, " {line}"),
+                };
+            }
+        }
+        for ((pid, comm), u) in &self.unaligned {
+            let who = u.comm_id.map_or(format!("ncclComm_t {comm:#x}"), |id| {
+                format!("communicator {}", format_comm_id(id))
+            });
+            let _ = writeln!(
+                out,
+                "NCCL: process {pid}, {who}: {} collectives not matched across ranks: alignment not established ({})",
+                u.collectives,
+                u.reason.reason()
+            );
+        }
+    }
+
+    /// `nccl_ranks`: one entry per (communicator, rank).
+    pub fn ranks_json(&self) -> Value {
+        let mut out = Vec::new();
+        for (id, c) in self.cross.comms() {
+            for (rank, r) in &c.ranks {
+                out.push(json!({
+                    "comm_id": format_comm_id(id),
+                    "rank": rank,
+                    "nranks": c.nranks,
+                    "pid": r.pid,
+                    "collectives": r.collectives,
+                    "times_last": r.times_last,
+                    "delay_ns_total": r.delay_ns_total,
+                }));
+            }
+        }
+        Value::Array(out)
+    }
+
+    /// `nccl_comms`: per communicator, the skew and what was not matched.
+    pub fn comms_json(&self) -> Value {
+        let comms = self.cross.comms();
+        Value::Array(
+            comms
+                .iter()
+                .map(|(id, c)| {
+                    let (open, before) = self.cross.pending_of(*id);
+                    json!({
+                        "comm_id": format_comm_id(*id),
+                        "nranks": c.nranks,
+                        "ranks_traced": c.ranks.values().filter(|r| r.collectives > 0).count(),
+                        "collectives_complete": c.complete,
+                        "collectives_incomplete": c.incomplete + open,
+                        "collectives_before_trace": c.before_trace + before,
+                        "sequence_conflicts": c.conflicts,
+                        "skew_ns_avg": c.skew_ns_avg(),
+                        "skew_ns_max": (c.complete > 0).then_some(c.skew_ns_max),
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    /// `nccl_stalls`: what was said, and how long each lasted.
+    pub fn stalls_json(&self) -> Value {
+        Value::Array(
+            self.stalls
+                .iter()
+                .map(|(s, over)| {
+                    let mut v = crate::nccl::json::stall_json(s);
+                    if let Some(m) = v.as_object_mut() {
+                        m.remove("type");
+                        m.insert("over_after_ns".into(), json!(over));
+                    }
+                    v
+                })
+                .collect(),
+        )
+    }
+
+    /// `nccl_unaligned`: collectives that could not be matched, and why.
+    pub fn unaligned_json(&self) -> Value {
+        Value::Array(
+            self.unaligned
+                .iter()
+                .map(|((pid, comm), u)| {
+                    json!({
+                        "pid": pid,
+                        "comm": format!("{comm:#x}"),
+                        "comm_id": u.comm_id.map(format_comm_id),
+                        "collectives": u.collectives,
+                        "reason": u.reason.code(),
+                    })
+                })
+                .collect(),
+        )
+    }
+}

@@ -1,0 +1,358 @@
+//! The daemon's metrics: what the calls add up to, per process, for
+//! Prometheus (rendered by [`exposition`]).
+//!
+//! One label set per traced process (`pid`, `comm`, and `container_id` /
+//! `pod_uid` where its cgroup shows them), read when the session saw the
+//! process. Once the session says a process is gone, its series are kept
+//! `--keep-exited` (so the last values are scraped), then dropped, which
+//! keeps the number of series bounded on a busy node.
+
+mod exposition;
+mod nccl;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub use exposition::Cursor;
+
+use crate::host::cgroup::Container;
+use crate::model::call::Args;
+use crate::model::call::Call;
+use crate::model::types::Direction;
+use crate::model::types::LostCounts;
+use crate::model::types::NcclOp;
+use crate::model::Event;
+use crate::model::ProcessInfo;
+use crate::outputs::Sink;
+use crate::outputs::Status;
+
+/// Upper bounds of the latency histogram's buckets, in nanoseconds: host-side
+/// API latencies run from about a microsecond (a queued launch) to seconds
+/// (a synchronisation, a communicator's creation).
+#[rustfmt::skip]
+pub const BUCKETS_NS: [u64; 22] = [
+    1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000, 25_000_000, 50_000_000,
+    100_000_000, 250_000_000, 500_000_000, 1_000_000_000, 2_500_000_000,
+    5_000_000_000, 10_000_000_000,
+];
+
+#[derive(Clone, Debug, Default)]
+struct ApiSeries {
+    calls: u64,
+    /// Per bucket (not cumulative); the last slot is +Inf.
+    buckets: [u64; BUCKETS_NS.len() + 1],
+    timed: u64,
+    sum_ns: u128,
+}
+
+impl ApiSeries {
+    fn record(&mut self, dur_ns: Option<u64>) {
+        self.calls += 1;
+        if let Some(d) = dur_ns {
+            let i = BUCKETS_NS.partition_point(|b| *b < d);
+            self.buckets[i] += 1;
+            self.timed += 1;
+            self.sum_ns += u128::from(d);
+        }
+    }
+}
+
+/// The series of one process.
+#[derive(Clone, Debug)]
+struct ProcessSeries {
+    /// `pid="…",comm="…"[,container_id="…"][,pod_uid="…"]`, rendered once.
+    labels: String,
+    apis: BTreeMap<&'static str, ApiSeries>,
+    memcpy: BTreeMap<Direction, u64>,
+    nccl: BTreeMap<NcclOp, u64>,
+    device_bytes: u64,
+    /// Kernels run as nodes of graph launches; `None` until it launched a
+    /// graph (so processes without graphs have no such series).
+    graph_kernels: Option<u64>,
+    /// When the session said the process is gone.
+    gone_at: Option<Instant>,
+    /// `--overhead-budget`: estimated calls of its sampled APIs, and the
+    /// share of time each family was traced (absent: exact).
+    estimated: BTreeMap<&'static str, f64>,
+    ratios: BTreeMap<&'static str, f64>,
+    /// The end of the last period settled (Unix ns): the estimates count
+    /// the calls made up to then.
+    estimated_until_ns: Option<u64>,
+}
+
+impl ProcessSeries {
+    fn new(pid: u32, comm: &str, container: &Container) -> Self {
+        let mut labels = format!("pid=\"{pid}\",comm=\"");
+        escape_into(&mut labels, comm);
+        labels.push('"');
+        for (name, value) in [
+            ("container_id", &container.container_id),
+            ("pod_uid", &container.pod_uid),
+        ] {
+            if let Some(v) = value {
+                let _ = write!(labels, ",{name}=\"");
+                escape_into(&mut labels, v);
+                labels.push('"');
+            }
+        }
+        Self {
+            labels,
+            apis: BTreeMap::new(),
+            memcpy: BTreeMap::new(),
+            nccl: BTreeMap::new(),
+            device_bytes: 0,
+            graph_kernels: None,
+            gone_at: None,
+            estimated: BTreeMap::new(),
+            ratios: BTreeMap::new(),
+            estimated_until_ns: None,
+        }
+    }
+}
+
+/// Writes a label value with `\`, `"` and newlines escaped.
+fn escape_into(out: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// What the tracer itself reports alongside the calls.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TracerGauges {
+    pub probes: usize,
+    pub library_files: usize,
+    /// Processes whose decoding state (allocations, kernel names) is held.
+    pub process_states: usize,
+}
+
+/// Every metric the daemon serves.
+pub struct Metrics {
+    procs: BTreeMap<u32, ProcessSeries>,
+    /// Processes seen, by PID, that have no series yet (or whose series
+    /// are an earlier process's, gone since): their first call starts them.
+    seen: HashMap<u32, ProcessInfo>,
+    lost: LostCounts,
+    gauges: TracerGauges,
+    keep_exited: Duration,
+    /// Per (communicator, rank), across processes.
+    nccl: nccl::NcclMetrics,
+    /// `--overhead-budget`: what a probe hit costs here.
+    pub hit_cost: Option<crate::budget::hitcost::HitCost>,
+    /// The budget's in-place ratio (`SamplingReport::cost_ratio`).
+    pub cost_ratio: Option<f64>,
+}
+
+impl Metrics {
+    /// `keep_exited`: how long the series of a gone process are kept.
+    pub fn new(keep_exited: Duration) -> Self {
+        Self {
+            procs: BTreeMap::new(),
+            seen: HashMap::new(),
+            lost: LostCounts::default(),
+            gauges: TracerGauges::default(),
+            keep_exited,
+            nccl: nccl::NcclMetrics::default(),
+            hit_cost: None,
+            cost_ratio: None,
+        }
+    }
+
+    /// A period of the `--overhead-budget` schedule: each process's
+    /// estimates replace its counts of the sampled APIs, and its families'
+    /// ratios are the period's.
+    pub fn sampling(&mut self, r: &crate::model::sampling::SamplingReport) {
+        self.hit_cost = Some(r.hit_cost);
+        self.cost_ratio = Some(r.cost_ratio);
+        for p in &r.processes {
+            let Some(series) = self.procs.get_mut(&p.pid) else {
+                continue;
+            };
+            for a in &p.apis {
+                series.estimated.insert(a.api, a.estimated);
+            }
+            series.estimated_until_ns = Some(r.end_ns);
+            for f in p.families() {
+                series.ratios.insert(f.name(), r.ratio());
+            }
+        }
+    }
+
+    /// A process the session saw: its series are labelled with what was
+    /// read of it then (a short-lived process may be gone from /proc by
+    /// the time its calls are counted).
+    pub fn seen(&mut self, info: &ProcessInfo) {
+        self.seen.insert(info.pid, info.clone());
+    }
+
+    /// Counts one call.
+    pub fn record(&mut self, c: &Call, device_bytes: Option<u64>) {
+        let info = self.seen.remove(&c.pid);
+        let fresh = || match &info {
+            Some(i) => ProcessSeries::new(c.pid, &i.comm, &i.container),
+            None => ProcessSeries::new(c.pid, &c.comm, &Container::default()),
+        };
+        let p = match self.procs.entry(c.pid) {
+            std::collections::btree_map::Entry::Vacant(v) => v.insert(fresh()),
+            std::collections::btree_map::Entry::Occupied(o) => {
+                let p = o.into_mut();
+                // A new process was given a gone one's PID.
+                if p.gone_at.is_some() && info.is_some() {
+                    *p = fresh();
+                }
+                p
+            }
+        };
+        p.apis.entry(c.api).or_default().record(c.dur_ns);
+        if let Some(b) = device_bytes {
+            p.device_bytes = b;
+        }
+        if c.failed() {
+            return;
+        }
+        match &c.args {
+            // Recorded by a stream capture: it did not run.
+            Args::Memcpy(m) if m.captured.is_some() => {}
+            Args::Graph(g) if g.captured.is_none() => {
+                let n = g
+                    .contents
+                    .as_ref()
+                    .map_or(0, |c| c.kernels().count() as u64);
+                let k = p.graph_kernels.get_or_insert(0);
+                *k = k.saturating_add(n);
+            }
+            Args::Memcpy(m) => {
+                let b = p.memcpy.entry(m.direction).or_default();
+                *b = b.saturating_add(m.bytes);
+            }
+            Args::Nccl(n) => {
+                let b = p.nccl.entry(n.op).or_default();
+                *b = b.saturating_add(n.bytes().unwrap_or(0));
+                self.nccl.record(c);
+            }
+            _ => {}
+        }
+    }
+
+    /// The session says `pid` is gone: its series stay `keep_exited` from
+    /// `now`.
+    pub fn gone(&mut self, pid: u32, now: Instant) {
+        self.seen.remove(&pid);
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.gone_at.get_or_insert(now);
+        }
+    }
+
+    pub fn set_lost(&mut self, lost: LostCounts) {
+        self.lost = lost;
+    }
+
+    pub fn set_gauges(&mut self, g: TracerGauges) {
+        self.gauges = g;
+    }
+
+    /// Drops the series of processes gone longer than `keep_exited`.
+    pub fn sweep(&mut self, now: Instant) {
+        let keep = self.keep_exited;
+        self.procs.retain(|_, p| {
+            p.gone_at
+                .is_none_or(|t| now.saturating_duration_since(t) < keep)
+        });
+    }
+
+    /// Processes with series (gone ones within `keep_exited` included).
+    pub fn processes(&self) -> usize {
+        self.procs.len()
+    }
+}
+
+/// How often gone processes' series are swept.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// The metrics as a sink: shared with the HTTP server, which renders them
+/// for each scrape.
+pub struct MetricsSink {
+    metrics: Arc<Mutex<Metrics>>,
+    last_sweep: Instant,
+    /// Calls counted, and the last lost counts (for the daemon's last line).
+    pub calls: u64,
+    pub lost: LostCounts,
+}
+
+/// The metrics, locked (a panic elsewhere does not take them down).
+pub fn lock(m: &Mutex<Metrics>) -> MutexGuard<'_, Metrics> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl MetricsSink {
+    pub fn new(metrics: Arc<Mutex<Metrics>>) -> Self {
+        Self {
+            metrics,
+            last_sweep: Instant::now(),
+            calls: 0,
+            lost: LostCounts::default(),
+        }
+    }
+}
+
+impl Sink for MetricsSink {
+    fn event(&mut self, event: &Event) {
+        match event {
+            Event::Call { call, device_bytes } => {
+                self.calls += 1;
+                lock(&self.metrics).record(call, *device_bytes);
+            }
+            Event::ProcessSeen(info) => lock(&self.metrics).seen(info),
+            // The launch that follows carries what the graph runs.
+            Event::Graph(_) => {}
+            Event::ProcessGone { pid, .. } => lock(&self.metrics).gone(*pid, Instant::now()),
+            Event::Lost(report) => {
+                self.lost = report.total;
+                lock(&self.metrics).set_lost(report.total);
+            }
+            Event::NcclCollective(c) => lock(&self.metrics).nccl.collective(c),
+            Event::NcclStall(s) => lock(&self.metrics).nccl.stall(s),
+            Event::NcclStallEnded(e) => lock(&self.metrics).nccl.stall_over(e),
+            Event::Sampling(r) => lock(&self.metrics).sampling(r),
+        }
+    }
+
+    fn tick(&mut self, status: &Status) {
+        lock(&self.metrics).set_gauges(TracerGauges {
+            probes: status.probes,
+            library_files: status.library_files,
+            process_states: status.process_states,
+        });
+        if let Some(c) = status.hit_cost {
+            lock(&self.metrics).hit_cost = Some(c);
+        }
+        if status.now.saturating_duration_since(self.last_sweep) >= SWEEP_EVERY {
+            self.last_sweep = status.now;
+            lock(&self.metrics).sweep(status.now);
+            release_free_memory();
+        }
+    }
+}
+
+/// Hands memory freed since (series of exited processes, large /metrics
+/// bodies built on the HTTP threads) back to the system. glibc keeps freed
+/// memory in its per-thread arenas otherwise, so a burst of short-lived
+/// processes would leave the daemon's RSS at its peak for good.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of the allocator's own heaps.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+mod tests;

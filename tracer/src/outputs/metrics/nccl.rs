@@ -1,0 +1,315 @@
+//! The per-(communicator, rank) NCCL series: what each rank of each
+//! communicator did (collectives by operation, its last sequence number),
+//! the arrival skew of the collectives every traced rank entered, how
+//! often a rank came last and the delay it caused, and stalls.
+//!
+//! Labels are `comm_id` (as NCCL prints it), `rank`, `nranks`, `op`: no
+//! pid, so a series lives as long as its communicator. The number of
+//! communicators is bounded ([`MAX_COMMS`]; the least recently active is
+//! dropped), so the number of series is too. Across a cluster, each node's
+//! daemon serves its own ranks; `last_seq` per rank lets Prometheus find
+//! the rank that lags wherever it runs (deploy/prometheus/).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::model::call::Args;
+use crate::model::call::Call;
+use crate::model::Collective;
+use crate::model::NcclStall;
+use crate::model::StallEnded;
+use crate::nccl::hash::format_comm_id;
+use crate::nccl::ranks::Func;
+use crate::outputs::metrics::exposition::seconds;
+use crate::outputs::metrics::BUCKETS_NS;
+
+/// Communicators with series at once.
+pub const MAX_COMMS: usize = 64;
+
+#[derive(Clone, Debug, Default)]
+struct RankSeries {
+    pid: u32,
+    /// Per `Func` index: collectives entered, last sequence number.
+    collectives: [u64; 5],
+    last_seq: [Option<u64>; 5],
+    times_last: u64,
+    delay_ns: u128,
+    stalls: u64,
+    /// The first entry (Unix ns) of the collective the others wait in for
+    /// this rank now (`None`: not stalled).
+    stalled_since: Option<u64>,
+    stuck_calls: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+struct CommSeries {
+    nranks: u32,
+    ranks: BTreeMap<u32, RankSeries>,
+    /// Arrival skew histogram (per bucket, the last slot +Inf).
+    skew: [u64; BUCKETS_NS.len() + 1],
+    skew_count: u64,
+    skew_sum_ns: u128,
+    /// Collectives stalled now: (func, seq) → the missing ranks.
+    stalled: BTreeMap<(Func, u64), Vec<u32>>,
+    /// Last activity (a counter of events, for dropping the idlest).
+    active: u64,
+}
+
+/// The NCCL series of the daemon.
+#[derive(Clone, Debug, Default)]
+pub struct NcclMetrics {
+    comms: BTreeMap<u64, CommSeries>,
+    tick: u64,
+}
+
+impl NcclMetrics {
+    fn comm(&mut self, comm_id: u64, nranks: u32) -> &mut CommSeries {
+        self.tick += 1;
+        if !self.comms.contains_key(&comm_id) && self.comms.len() >= MAX_COMMS {
+            if let Some(idle) = self
+                .comms
+                .iter()
+                .min_by_key(|(_, c)| c.active)
+                .map(|(k, _)| *k)
+            {
+                self.comms.remove(&idle);
+            }
+        }
+        let c = self.comms.entry(comm_id).or_default();
+        c.nranks = nranks;
+        c.active = self.tick;
+        c
+    }
+
+    /// A successful call with its communicator identified.
+    pub fn record(&mut self, call: &Call) {
+        let Args::Nccl(n) = &call.args else { return };
+        let (Some(id), Some(rank), Some(nranks)) = (n.ident.comm_id, n.ident.rank, n.ident.nranks)
+        else {
+            return;
+        };
+        let Some(func) = n.op.func().and_then(|f| Func::ALL.get(f as usize).copied()) else {
+            return;
+        };
+        let r = self.comm(id, nranks).ranks.entry(rank).or_default();
+        r.pid = call.pid;
+        r.collectives[func.index()] += 1;
+        if let Some(seq) = n.ident.seq {
+            let last = &mut r.last_seq[func.index()];
+            *last = Some(last.map_or(seq, |s| s.max(seq)));
+        }
+    }
+
+    pub fn collective(&mut self, c: &Collective) {
+        let s = self.comm(c.comm_id, c.nranks);
+        let i = BUCKETS_NS.partition_point(|b| *b < c.skew_ns);
+        s.skew[i] += 1;
+        s.skew_count += 1;
+        s.skew_sum_ns += u128::from(c.skew_ns);
+        if c.nranks > 1 {
+            let r = s.ranks.entry(c.last_rank).or_default();
+            r.pid = c.last_pid;
+            r.times_last += 1;
+            r.delay_ns += u128::from(c.delay_ns);
+        }
+    }
+
+    pub fn stall(&mut self, stall: &NcclStall) {
+        match stall {
+            NcclStall::Collective { stall: s, .. } => {
+                let c = self.comm(s.comm_id, s.nranks);
+                let mut missing = Vec::new();
+                for (rank, pid) in &s.missing {
+                    let r = c.ranks.entry(*rank).or_default();
+                    if let Some(pid) = pid {
+                        r.pid = *pid;
+                    }
+                    r.stalls += 1;
+                    r.stalled_since =
+                        Some(r.stalled_since.map_or(s.first_ns, |t| t.min(s.first_ns)));
+                    missing.push(*rank);
+                }
+                c.stalled.insert((s.func, s.seq), missing);
+            }
+            NcclStall::Stuck(call) => {
+                if let (Some(id), Some(rank), Some(nranks)) =
+                    (call.ident.comm_id, call.ident.rank, call.ident.nranks)
+                {
+                    self.comm(id, nranks)
+                        .ranks
+                        .entry(rank)
+                        .or_default()
+                        .stuck_calls += 1;
+                }
+            }
+        }
+    }
+
+    pub fn stall_over(&mut self, e: &StallEnded) {
+        let Some(c) = self.comms.get_mut(&e.comm_id) else {
+            return;
+        };
+        c.stalled.remove(&(e.func, e.seq));
+        let still: Vec<u32> = c.stalled.values().flatten().copied().collect();
+        for (rank, r) in c.ranks.iter_mut() {
+            if !still.contains(rank) {
+                r.stalled_since = None;
+            }
+        }
+    }
+
+    /// The NCCL families; `now_ns`: the wall clock (Unix ns), for how long
+    /// a stall has lasted.
+    pub fn render(&self, o: &mut String, now_ns: u64) {
+        let labels = |id: u64, c: &CommSeries, rank: u32| {
+            format!(
+                "comm_id=\"{}\",rank=\"{rank}\",nranks=\"{}\"",
+                format_comm_id(id),
+                c.nranks
+            )
+        };
+        header(
+            o,
+            "gputrace_nccl_rank_info",
+            "gauge",
+            "1 per rank of a communicator traced here, with its process.",
+        );
+        for (id, c) in &self.comms {
+            for (rank, r) in c.ranks.iter().filter(|(_, r)| r.pid != 0) {
+                let _ = writeln!(
+                    o,
+                    "gputrace_nccl_rank_info{{{},pid=\"{}\"}} 1",
+                    labels(*id, c, *rank),
+                    r.pid
+                );
+            }
+        }
+        header(
+            o,
+            "gputrace_nccl_collectives_total",
+            "counter",
+            "Collectives a rank entered (successful calls), by communicator, rank and operation.",
+        );
+        for (id, c) in &self.comms {
+            for (rank, r) in &c.ranks {
+                for f in Func::ALL.iter().filter(|f| r.collectives[f.index()] > 0) {
+                    let _ = writeln!(
+                        o,
+                        "gputrace_nccl_collectives_total{{{},op=\"{}\"}} {}",
+                        labels(*id, c, *rank),
+                        f.name(),
+                        r.collectives[f.index()]
+                    );
+                }
+            }
+        }
+        header(
+            o,
+            "gputrace_nccl_last_seq",
+            "gauge",
+            "The sequence number (NCCL's seqNumber) of the last collective a rank entered, by operation: a rank behind the others of its communicator lags.",
+        );
+        for (id, c) in &self.comms {
+            for (rank, r) in &c.ranks {
+                for f in Func::ALL {
+                    if let Some(seq) = r.last_seq[f.index()] {
+                        let _ = writeln!(
+                            o,
+                            "gputrace_nccl_last_seq{{{},op=\"{}\"}} {seq}",
+                            labels(*id, c, *rank),
+                            f.name()
+                        );
+                    }
+                }
+            }
+        }
+        header(
+            o,
+            "gputrace_nccl_arrival_skew_seconds",
+            "histogram",
+            "Per collective every traced rank entered: last entry minus first.",
+        );
+        for (id, c) in self.comms.iter().filter(|(_, c)| c.skew_count > 0) {
+            let l = format!(
+                "comm_id=\"{}\",nranks=\"{}\"",
+                format_comm_id(*id),
+                c.nranks
+            );
+            let mut cumulative = 0;
+            for (i, bound) in BUCKETS_NS.iter().enumerate() {
+                cumulative += c.skew[i];
+                let _ = writeln!(
+                    o,
+                    "gputrace_nccl_arrival_skew_seconds_bucket{{{l},le=\"{}\"}} {cumulative}",
+                    seconds(u128::from(*bound))
+                );
+            }
+            let _ = writeln!(
+                o,
+                "gputrace_nccl_arrival_skew_seconds_bucket{{{l},le=\"+Inf\"}} {}",
+                c.skew_count
+            );
+            let _ = writeln!(
+                o,
+                "gputrace_nccl_arrival_skew_seconds_sum{{{l}}} {}",
+                seconds(c.skew_sum_ns)
+            );
+            let _ = writeln!(
+                o,
+                "gputrace_nccl_arrival_skew_seconds_count{{{l}}} {}",
+                c.skew_count
+            );
+        }
+        type Value = fn(&RankSeries, u64) -> String;
+        let per_rank: [(&str, &str, &str, Value); 5] = [
+            (
+                "gputrace_nccl_last_arrivals_total",
+                "counter",
+                "Collectives this rank entered last (the others waited for it).",
+                |r, _| r.times_last.to_string(),
+            ),
+            (
+                "gputrace_nccl_delay_caused_seconds_total",
+                "counter",
+                "When this rank came last: its entry minus the entry before it, summed.",
+                |r, _| seconds(r.delay_ns),
+            ),
+            (
+                "gputrace_nccl_stalls_total",
+                "counter",
+                "Collectives reported stalled (--nccl-stall) with this rank missing.",
+                |r, _| r.stalls.to_string(),
+            ),
+            (
+                "gputrace_nccl_stalled_seconds",
+                "gauge",
+                "How long other ranks have been waiting for this rank in a collective it has not entered (0: none).",
+                |r, now| seconds(u128::from(r.stalled_since.map_or(0, |t| now.saturating_sub(t)))),
+            ),
+            (
+                "gputrace_nccl_stuck_calls_total",
+                "counter",
+                "NCCL calls this rank stayed inside longer than --nccl-stall.",
+                |r, _| r.stuck_calls.to_string(),
+            ),
+        ];
+        for (name, kind, help, value) in per_rank {
+            header(o, name, kind, help);
+            for (id, c) in &self.comms {
+                for (rank, r) in &c.ranks {
+                    let _ = writeln!(
+                        o,
+                        "{name}{{{}}} {}",
+                        labels(*id, c, *rank),
+                        value(r, now_ns)
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn header(o: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(o, "# HELP {name} {help}");
+    let _ = writeln!(o, "# TYPE {name} {kind}");
+}

@@ -1,0 +1,325 @@
+//! The metrics' tests: counting, labels, retention, chunked rendering.
+
+use std::sync::Arc;
+
+use crate::model::call::Memcpy;
+use crate::model::call::Nccl;
+use crate::model::types::Family;
+use crate::outputs::metrics::*;
+
+fn call(pid: u32, api: &'static str, dur: u64, args: Args) -> Call {
+    Call {
+        ts_ns: 1,
+        dur_ns: Some(dur),
+        pid,
+        tid: pid,
+        comm: Arc::from("py\"thon"),
+        api,
+        family: Some(Family::Launch),
+        ret: Some(0),
+        stack: None,
+        args,
+    }
+}
+
+/// Processes 1 to 9 seen, 2 in a container.
+fn metrics() -> Metrics {
+    let mut m = Metrics::new(Duration::from_secs(60));
+    for pid in 1..10 {
+        let container = if pid == 2 {
+            Container {
+                container_id: Some("abc123def456".into()),
+                pod_uid: Some("8a6b1f2e-3c4d-4e5f-9a0b-1c2d3e4f5a6b".into()),
+            }
+        } else {
+            Container::default()
+        };
+        m.seen(&ProcessInfo {
+            pid,
+            start_ticks: Some(pid.into()),
+            comm: Arc::from("py\"thon"),
+            container,
+        });
+    }
+    m
+}
+
+fn other() -> Args {
+    Args::Other(Default::default())
+}
+
+#[test]
+fn renders_counters_histograms_and_labels() {
+    let mut m = metrics();
+    for _ in 0..7 {
+        m.record_call(&call(1, "cuLaunchKernel", 3_000, other()));
+    }
+    m.record_call(&call(1, "cuLaunchKernel", 20_000_000_000, other()));
+    m.record_call(&call(
+        2,
+        "cuMemcpyHtoD_v2",
+        1_000,
+        Args::Memcpy(Memcpy {
+            dst: 1,
+            src: Some(2),
+            bytes: 4096,
+            direction: Direction::HtoD,
+            stream: None,
+            value: None,
+            readable: (false, true),
+            captured: None,
+        }),
+    ));
+    m.record_call(&call(
+        2,
+        "ncclAllReduce",
+        1_000,
+        Args::Nccl(Nccl {
+            op: NcclOp::AllReduce,
+            count: 1024,
+            datatype: 7,
+            redop: Some(0),
+            root: None,
+            peer: None,
+            comm: 1,
+            stream: 2,
+            ident: Default::default(),
+            unaligned: None,
+        }),
+    ));
+    m.record(&call(2, "cuMemAlloc_v2", 1_000, other()), Some(1 << 20));
+    m.set_lost(LostCounts {
+        ring_full: 5,
+        ..Default::default()
+    });
+    let text = m.render();
+    let l1 = r#"pid="1",comm="py\"thon""#;
+    let l2 = r#"pid="2",comm="py\"thon",container_id="abc123def456",pod_uid="8a6b1f2e-3c4d-4e5f-9a0b-1c2d3e4f5a6b""#;
+    for line in [
+        format!("gputrace_api_calls_total{{api=\"cuLaunchKernel\",{l1}}} 8"),
+        format!(
+            "gputrace_api_duration_seconds_bucket{{api=\"cuLaunchKernel\",{l1},le=\"0.0000025\"}} 0"
+        ),
+        format!(
+            "gputrace_api_duration_seconds_bucket{{api=\"cuLaunchKernel\",{l1},le=\"0.000005\"}} 7"
+        ),
+        format!("gputrace_api_duration_seconds_bucket{{api=\"cuLaunchKernel\",{l1},le=\"10\"}} 7"),
+        format!(
+            "gputrace_api_duration_seconds_bucket{{api=\"cuLaunchKernel\",{l1},le=\"+Inf\"}} 8"
+        ),
+        format!("gputrace_api_duration_seconds_sum{{api=\"cuLaunchKernel\",{l1}}} 20.000021"),
+        format!("gputrace_api_duration_seconds_count{{api=\"cuLaunchKernel\",{l1}}} 8"),
+        format!("gputrace_memcpy_bytes_total{{direction=\"HtoD\",{l2}}} 4096"),
+        format!("gputrace_nccl_bytes_total{{op=\"AllReduce\",{l2}}} 4096"),
+        format!("gputrace_device_memory_bytes{{{l2}}} 1048576"),
+        format!("gputrace_device_memory_bytes{{{l1}}} 0"),
+        "gputrace_events_lost_total{reason=\"ring_full\"} 5".to_string(),
+        "# TYPE gputrace_api_duration_seconds histogram".to_string(),
+        "# TYPE gputrace_api_calls_total counter".to_string(),
+        "# TYPE gputrace_device_memory_bytes gauge".to_string(),
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line}\n---\n{text}"
+        );
+    }
+    // Every sample line is `name{labels} value` or `name value`.
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        let (_, v) = l.rsplit_once(' ').unwrap();
+        assert!(v.parse::<f64>().is_ok(), "{l}");
+        assert!(l.starts_with("gputrace_"), "{l}");
+    }
+}
+
+#[test]
+fn gone_processes_are_dropped_after_keep_exited() {
+    let mut m = metrics();
+    m.keep_exited = Duration::from_secs(5);
+    m.record_call(&call(1, "cuLaunchKernel", 1, other()));
+    m.record_call(&call(3, "cuLaunchKernel", 1, other()));
+    let t0 = Instant::now();
+    m.gone(3, t0);
+    m.sweep(t0);
+    assert_eq!(
+        m.processes(),
+        2,
+        "kept while gone for less than keep_exited"
+    );
+    m.sweep(t0 + Duration::from_secs(4));
+    assert_eq!(m.processes(), 2);
+    m.sweep(t0 + Duration::from_secs(6));
+    assert_eq!(m.processes(), 1);
+    assert!(!m.render().contains("pid=\"3\""));
+}
+
+#[test]
+fn what_was_read_when_seen_labels_later_calls() {
+    let mut m = metrics();
+    m.seen(&ProcessInfo {
+        pid: 42,
+        start_ticks: Some(1),
+        comm: Arc::from("trainer"),
+        container: Container {
+            container_id: Some("c0ffee".into()),
+            pod_uid: None,
+        },
+    });
+    m.record_call(&call(42, "cuLaunchKernel", 1, other()));
+    let text = m.render();
+    assert!(
+        text.contains("pid=\"42\",comm=\"trainer\",container_id=\"c0ffee\"}"),
+        "{text}"
+    );
+    assert!(!m.seen.contains_key(&42));
+}
+
+#[test]
+fn a_reused_pid_starts_afresh() {
+    let mut m = metrics();
+    m.record_call(&call(4, "cuLaunchKernel", 1, other()));
+    m.gone(4, Instant::now());
+    // A late call of the gone process still counts with it.
+    m.record_call(&call(4, "cuLaunchKernel", 1, other()));
+    let late = r#"gputrace_api_calls_total{api="cuLaunchKernel",pid="4",comm="py\"thon"} 2"#;
+    assert!(m.render().lines().any(|l| l == late), "{}", m.render());
+    // Seen again: a new process with the same PID.
+    m.seen(&ProcessInfo::exited(4, "next"));
+    m.record_call(&call(4, "cuMemFree_v2", 1, other()));
+    let text = m.render();
+    assert!(!text.contains("cuLaunchKernel"), "{text}");
+    assert!(
+        text.contains(r#"api="cuMemFree_v2",pid="4",comm="next""#),
+        "{text}"
+    );
+}
+
+#[test]
+fn chunks_add_up_to_the_whole() {
+    let mut m = metrics();
+    for pid in 1..200 {
+        for api in ["cuLaunchKernel", "cuMemAlloc_v2", "ncclAllReduce"] {
+            m.record_call(&call(pid, api, pid as u64 * 1000, other()));
+        }
+    }
+    let whole = m.render();
+    let mut cursor = Cursor::default();
+    let mut joined = String::new();
+    let mut chunks = 0;
+    while let Some(c) = m.render_chunk(&mut cursor, 4096) {
+        // The target, plus at most one process's series of one family.
+        assert!(c.len() < 4096 + 16384, "{}", c.len());
+        joined.push_str(&c);
+        chunks += 1;
+    }
+    assert_eq!(joined, whole);
+    assert!(chunks > 10);
+    assert_eq!(m.render_chunk(&mut cursor, 4096), None);
+}
+
+/// Two ranks of one communicator: collectives, a late rank, a stall.
+#[test]
+fn nccl_series_per_communicator_and_rank() {
+    use crate::model::call::Identity;
+    use crate::model::Collective;
+    use crate::model::NcclStall;
+    use crate::model::StallEnded;
+    use crate::nccl::ranks::Func;
+    use crate::nccl::ranks::Stall;
+    let mut m = metrics();
+    for (pid, rank) in [(3, 0), (4, 1)] {
+        for seq in 0..3 {
+            m.record_call(&call(
+                pid,
+                "ncclAllReduce",
+                1_000,
+                Args::Nccl(Nccl {
+                    op: NcclOp::AllReduce,
+                    count: 1,
+                    datatype: 7,
+                    redop: Some(0),
+                    root: None,
+                    peer: None,
+                    comm: 0x10,
+                    stream: 2,
+                    ident: Identity {
+                        comm_id: Some(0xab),
+                        rank: Some(rank),
+                        nranks: Some(2),
+                        cuda_dev: None,
+                        seq: Some(seq),
+                        source: None,
+                    },
+                    unaligned: None,
+                }),
+            ));
+        }
+    }
+    let done = |seq, delay_ns| Collective {
+        comm_id: 0xab,
+        nranks: 2,
+        func: Func::AllReduce,
+        seq,
+        first_ns: 1,
+        skew_ns: delay_ns,
+        last_rank: 1,
+        last_pid: 4,
+        delay_ns,
+    };
+    m.nccl.collective(&done(0, 2_000));
+    m.nccl.collective(&done(1, 300_000_000));
+    let now = crate::decode::enrich::Clock::measure()
+        .to_unix_ns(crate::decode::enrich::Clock::now_mono_ns());
+    let stall = Stall {
+        comm_id: 0xab,
+        nranks: 2,
+        func: Func::AllReduce,
+        seq: 3,
+        waiting: vec![(0, 3)],
+        missing: vec![(1, Some(4))],
+        first_ns: now - 5_000_000_000,
+        waited_ns: 5_000_000_000,
+    };
+    m.nccl.stall(&NcclStall::Collective {
+        stall,
+        host: Arc::from("h"),
+    });
+    let text = m.render();
+    let id = |r| format!("comm_id=\"0xab\",rank=\"{r}\",nranks=\"2\"");
+    for line in [
+        format!("gputrace_nccl_rank_info{{{},pid=\"4\"}} 1", id(1)),
+        format!("gputrace_nccl_collectives_total{{{},op=\"AllReduce\"}} 3", id(0)),
+        format!("gputrace_nccl_last_seq{{{},op=\"AllReduce\"}} 2", id(1)),
+        "gputrace_nccl_arrival_skew_seconds_bucket{comm_id=\"0xab\",nranks=\"2\",le=\"0.0000025\"} 1".into(),
+        "gputrace_nccl_arrival_skew_seconds_bucket{comm_id=\"0xab\",nranks=\"2\",le=\"0.25\"} 1".into(),
+        "gputrace_nccl_arrival_skew_seconds_bucket{comm_id=\"0xab\",nranks=\"2\",le=\"0.5\"} 2".into(),
+        "gputrace_nccl_arrival_skew_seconds_sum{comm_id=\"0xab\",nranks=\"2\"} 0.300002".into(),
+        format!("gputrace_nccl_last_arrivals_total{{{}}} 2", id(1)),
+        format!("gputrace_nccl_delay_caused_seconds_total{{{}}} 0.300002", id(1)),
+        format!("gputrace_nccl_delay_caused_seconds_total{{{}}} 0", id(0)),
+        format!("gputrace_nccl_stalls_total{{{}}} 1", id(1)),
+        format!("gputrace_nccl_stalled_seconds{{{}}} 0", id(0)),
+    ] {
+        assert!(text.contains(&format!("{line}\n")), "missing {line}\n{text}");
+    }
+    let stalled = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("gputrace_nccl_stalled_seconds{{{}}} ", id(1))))
+        .unwrap();
+    let s: f64 = stalled.parse().unwrap();
+    assert!((5.0..60.0).contains(&s), "{s}");
+    m.nccl.stall_over(&StallEnded {
+        comm_id: 0xab,
+        func: Func::AllReduce,
+        seq: 3,
+        waited_ns: 6_000_000_000,
+    });
+    assert!(m
+        .render()
+        .contains(&format!("gputrace_nccl_stalled_seconds{{{}}} 0\n", id(1))));
+}
+
+impl Metrics {
+    fn record_call(&mut self, c: &Call) {
+        self.record(c, None);
+    }
+}

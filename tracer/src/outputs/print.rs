@@ -1,0 +1,146 @@
+//! `--print`: one line per call on stdout, as calls come.
+
+use std::fmt::Write as _;
+use std::io::{BufWriter, Stdout, Write};
+
+use crate::error::Failure;
+use crate::json::write_args;
+use crate::model::call::Call;
+use crate::model::Event;
+use crate::outputs::Halt;
+use crate::outputs::Sink;
+use crate::summary::render::fmt_ns;
+
+/// Prints each call; the lines are flushed after each bite of calls, so
+/// they appear promptly. A reader that goes away (`| head`) stops the
+/// trace quietly; any other write error stops it with a failure.
+pub struct PrintSink {
+    out: BufWriter<Stdout>,
+    line: String,
+    error: Option<std::io::Error>,
+}
+
+impl PrintSink {
+    pub fn stdout() -> Self {
+        Self {
+            out: BufWriter::with_capacity(1 << 16, std::io::stdout()),
+            line: String::with_capacity(512),
+            error: None,
+        }
+    }
+}
+
+fn halt(e: &std::io::Error) -> Halt {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Halt::ReaderGone
+    } else {
+        Halt::Failed(Failure::runtime(format!(
+            "writing to stdout failed: {e}; tracing stopped"
+        )))
+    }
+}
+
+impl Sink for PrintSink {
+    fn event(&mut self, event: &Event) {
+        match event {
+            Event::Call { call, .. } if self.error.is_none() => {
+                self.line.clear();
+                format_line(&mut self.line, call);
+                self.line.push('\n');
+                if let Err(e) = self.out.write_all(self.line.as_bytes()) {
+                    self.error = Some(e);
+                }
+            }
+            // One line per call only: stalls go to stderr (trace, daemon).
+            Event::Call { .. }
+            | Event::ProcessSeen(_)
+            | Event::ProcessGone { .. }
+            | Event::Graph(_)
+            | Event::Lost(_)
+            | Event::NcclCollective(_)
+            | Event::NcclStall(_)
+            | Event::NcclStallEnded(_)
+            | Event::Sampling(_) => {}
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), Halt> {
+        if self.error.is_none() {
+            if let Err(e) = self.out.flush() {
+                self.error = Some(e);
+            }
+        }
+        self.error.as_ref().map_or(Ok(()), |e| Err(halt(e)))
+    }
+}
+
+/// Names of common CUresult / ncclResult_t codes, for the printed line.
+pub fn result_name(api: &str, ret: i64) -> Option<&'static str> {
+    if api.starts_with("nccl") {
+        return Some(match ret {
+            0 => "ncclSuccess",
+            1 => "ncclUnhandledCudaError",
+            2 => "ncclSystemError",
+            3 => "ncclInternalError",
+            4 => "ncclInvalidArgument",
+            5 => "ncclInvalidUsage",
+            6 => "ncclRemoteError",
+            7 => "ncclInProgress",
+            _ => return None,
+        });
+    }
+    Some(match ret {
+        0 => "CUDA_SUCCESS",
+        1 => "CUDA_ERROR_INVALID_VALUE",
+        2 => "CUDA_ERROR_OUT_OF_MEMORY",
+        3 => "CUDA_ERROR_NOT_INITIALIZED",
+        4 => "CUDA_ERROR_DEINITIALIZED",
+        100 => "CUDA_ERROR_NO_DEVICE",
+        101 => "CUDA_ERROR_INVALID_DEVICE",
+        200 => "CUDA_ERROR_INVALID_IMAGE",
+        201 => "CUDA_ERROR_INVALID_CONTEXT",
+        400 => "CUDA_ERROR_INVALID_HANDLE",
+        500 => "CUDA_ERROR_NOT_FOUND",
+        600 => "CUDA_ERROR_NOT_READY",
+        700 => "CUDA_ERROR_ILLEGAL_ADDRESS",
+        701 => "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+        719 => "CUDA_ERROR_LAUNCH_FAILED",
+        999 => "CUDA_ERROR_UNKNOWN",
+        _ => return None,
+    })
+}
+
+/// Formats one call: `HH:MM:SS.uuuuuu comm[pid/tid] api dur ret {args}`.
+pub fn format_line(out: &mut String, c: &Call) {
+    let secs = c.ts_ns / 1_000_000_000;
+    let micros = (c.ts_ns % 1_000_000_000) / 1000;
+    let day = secs % 86_400;
+    let _ = write!(
+        out,
+        "{:02}:{:02}:{:02}.{:06} {}[{}/{}] {} ",
+        day / 3600,
+        (day / 60) % 60,
+        day % 60,
+        micros,
+        c.comm,
+        c.pid,
+        c.tid,
+        c.api
+    );
+    match c.dur_ns {
+        Some(d) => out.push_str(&fmt_ns(d as f64)),
+        None => out.push('-'),
+    }
+    match c.ret {
+        Some(r) => match result_name(c.api, r) {
+            Some(n) if r != 0 => {
+                let _ = write!(out, " ret={r} ({n}) ");
+            }
+            _ => {
+                let _ = write!(out, " ret={r} ");
+            }
+        },
+        None => out.push(' '),
+    }
+    write_args(out, &c.args);
+}

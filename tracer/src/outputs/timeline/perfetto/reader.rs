@@ -1,0 +1,648 @@
+//! Reads back what [`crate::outputs::timeline::perfetto::PerfettoWriter`] writes: the calls, in the
+//! order they were written, and the summary at the end.
+//!
+//! Streams packet by packet; what it keeps is bounded by the writer's
+//! interning limit (a file that interns more is refused, not buffered).
+//! A packet that cannot be decoded is reported with its number and byte
+//! offset and skipped; a broken frame (a truncated file) ends the reading.
+
+use std::io::{BufReader, Read};
+use std::sync::Arc;
+
+use prost::Message as _;
+use rustc_hash::FxHashMap;
+use serde_json::{Map, Value};
+
+use crate::json::parse_call;
+use crate::model::call::Call;
+use crate::outputs::timeline::perfetto::args::parse_launch_text;
+use crate::outputs::timeline::perfetto::proto::*;
+use crate::outputs::timeline::perfetto::writer::FORMAT_KEY;
+use crate::outputs::timeline::perfetto::writer::FORMAT_VERSION;
+use crate::outputs::timeline::perfetto::writer::RECORD_TRACK_PREFIX;
+use crate::outputs::timeline::perfetto::writer::SUMMARY_KEY;
+
+/// Largest packet accepted (gputrace's are under a few KiB, the summary
+/// aside).
+const MAX_PACKET: u64 = 64 << 20;
+/// Interned bytes a sequence may hold (the writer stays under 1 MiB).
+const MAX_INTERNED: usize = 64 << 20;
+const NOT_OURS: &str =
+    "not a trace written by gputrace (no gputrace.format attribute before its events)";
+/// Slices open on one track (calls nested in calls).
+const MAX_DEPTH: usize = 256;
+
+/// A packet that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadProblem {
+    /// 1-based packet number.
+    pub packet: u64,
+    /// Byte offset of the packet's frame in the file.
+    pub offset: u64,
+    pub what: String,
+}
+
+#[derive(Default)]
+struct SequenceState {
+    track: Option<u64>,
+    /// The delta clock: (its value, REALTIME − value).
+    clock: Option<(u64, u64)>,
+    delta_default: bool,
+    names: FxHashMap<u64, String>,
+    annotation_names: FxHashMap<u64, String>,
+    strings: FxHashMap<u64, String>,
+    bytes: usize,
+}
+
+/// A begun slice waiting for its end.
+struct Open {
+    ts: u64,
+    call: Map<String, Value>,
+}
+
+enum Track {
+    Thread {
+        pid: u32,
+        tid: u32,
+    },
+    /// A lane of non-call records (`Record`) of a process: counted, and
+    /// `sampling` ones read back (the estimates of `--overhead-budget`).
+    Record {
+        pid: Option<u32>,
+        kind: String,
+    },
+    Other,
+}
+
+pub struct PerfettoReader<R: Read> {
+    input: BufReader<R>,
+    offset: u64,
+    packets: u64,
+    buf: Vec<u8>,
+    sequences: FxHashMap<u32, SequenceState>,
+    tracks: FxHashMap<u64, Track>,
+    comms: FxHashMap<u32, Arc<str>>,
+    open: FxHashMap<u64, Vec<Open>>,
+    header: bool,
+    summary: Option<Value>,
+    records: u64,
+    /// Process tracks, to tell a record lane's process.
+    process_tracks: FxHashMap<u64, u32>,
+    /// Record slices begun and not ended, per track.
+    open_records: FxHashMap<u64, Vec<Map<String, Value>>>,
+    /// `sampling` records read, as their JSONL objects.
+    sampling: Vec<Value>,
+    done: bool,
+    /// The packets of the bundle being read (inflated), and the next one's
+    /// start in it.
+    inner: Vec<u8>,
+    inner_at: usize,
+    /// The bundle's offset in the file (for messages).
+    bundle_at: u64,
+}
+
+fn varint_from(r: &mut impl Read, first: u8) -> std::io::Result<Option<u64>> {
+    let mut v = u64::from(first & 0x7f);
+    let mut b = first;
+    let mut shift = 7;
+    while b & 0x80 != 0 {
+        if shift > 63 {
+            return Ok(None);
+        }
+        let mut one = [0u8];
+        r.read_exact(&mut one)?;
+        b = one[0];
+        v |= u64::from(b & 0x7f) << shift;
+        shift += 7;
+    }
+    Ok(Some(v))
+}
+
+type Step = Result<Option<Call>, String>;
+
+impl<R: Read> PerfettoReader<R> {
+    pub fn new(input: R) -> Self {
+        Self {
+            input: BufReader::with_capacity(1 << 20, input),
+            offset: 0,
+            packets: 0,
+            buf: Vec::new(),
+            sequences: FxHashMap::default(),
+            tracks: FxHashMap::default(),
+            comms: FxHashMap::default(),
+            open: FxHashMap::default(),
+            header: false,
+            summary: None,
+            records: 0,
+            process_tracks: FxHashMap::default(),
+            open_records: FxHashMap::default(),
+            sampling: Vec::new(),
+            done: false,
+            inner: Vec::new(),
+            inner_at: 0,
+            bundle_at: 0,
+        }
+    }
+
+    /// The next packet of the current bundle into `buf`; Ok(false) when the
+    /// bundle is done.
+    fn next_inner(&mut self) -> Result<bool, String> {
+        let rest = &self.inner[self.inner_at..];
+        if rest.is_empty() {
+            return Ok(false);
+        }
+        self.packets += 1;
+        let bad = || "a corrupt compressed bundle".to_string();
+        if rest[0] != 0x0a {
+            self.inner_at = self.inner.len();
+            return Err(bad());
+        }
+        let mut body = &rest[1..];
+        let len = prost::encoding::decode_varint(&mut body).map_err(|_| bad())?;
+        if len > body.len() as u64 {
+            self.inner_at = self.inner.len();
+            return Err(bad());
+        }
+        self.buf.clear();
+        self.buf.extend_from_slice(&body[..len as usize]);
+        self.inner_at += rest.len() - body.len() + len as usize;
+        Ok(true)
+    }
+
+    /// Inflates a bundle (at most [`MAX_PACKET`] bytes of packets).
+    fn inflate(&mut self, packed: &[u8]) -> Result<(), String> {
+        self.inner.clear();
+        self.inner_at = 0;
+        flate2::read::ZlibDecoder::new(packed)
+            .take(MAX_PACKET + 1)
+            .read_to_end(&mut self.inner)
+            .map_err(|e| format!("a compressed bundle that does not inflate: {e}"))?;
+        if self.inner.len() as u64 > MAX_PACKET {
+            self.inner.clear();
+            return Err(format!("a compressed bundle of over {MAX_PACKET} bytes"));
+        }
+        Ok(())
+    }
+
+    /// The summary written at the end (`None` until read, or if the file
+    /// was cut short).
+    pub fn summary(&self) -> Option<&Value> {
+        self.summary.as_ref()
+    }
+
+    /// Packets read so far (those inside compressed bundles included).
+    /// The `sampling` records read (as their JSONL objects), for the
+    /// estimates of a trace made under `--overhead-budget`.
+    pub fn sampling_records(&self) -> &[Value] {
+        &self.sampling
+    }
+
+    /// Non-call records read (and skipped).
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    pub fn packets(&self) -> u64 {
+        self.packets
+    }
+
+    /// Slices begun and never ended (a file cut between the two).
+    pub fn unfinished(&self) -> usize {
+        self.open.values().map(Vec::len).sum()
+    }
+
+    fn problem(&self, start: u64, what: String) -> ReadProblem {
+        ReadProblem {
+            packet: self.packets,
+            offset: start,
+            what,
+        }
+    }
+
+    /// Reads the next packet's bytes into `buf`; Ok(false) at a clean end.
+    fn next_packet(&mut self) -> Result<bool, String> {
+        let mut first = [0u8];
+        loop {
+            match self.input.read(&mut first) {
+                Ok(0) => return Ok(false),
+                Ok(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("read error: {e}")),
+            }
+        }
+        self.packets += 1;
+        if first[0] != 0x0a {
+            return Err(format!(
+                "byte {:#04x} where a packet should start (not a Perfetto trace, or corrupt)",
+                first[0]
+            ));
+        }
+        let eof = |e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                "truncated packet (the file was cut short)".to_string()
+            } else {
+                format!("read error: {e}")
+            }
+        };
+        let mut b = [0u8];
+        self.input.read_exact(&mut b).map_err(eof)?;
+        let len = varint_from(&mut self.input, b[0])
+            .map_err(eof)?
+            .ok_or("malformed packet length")?;
+        if len > MAX_PACKET {
+            return Err(format!(
+                "packet of {len} bytes (over {MAX_PACKET}): corrupt"
+            ));
+        }
+        self.buf.clear();
+        (&mut self.input)
+            .take(len)
+            .read_to_end(&mut self.buf)
+            .map_err(eof)?;
+        if (self.buf.len() as u64) < len {
+            return Err("truncated packet (the file was cut short)".into());
+        }
+        let frame = 1 + prost::encoding::encoded_len_varint(len) as u64;
+        self.offset += frame + len;
+        Ok(true)
+    }
+
+    fn step(&mut self, p: TracePacket) -> Step {
+        let seq_id = p.trusted_packet_sequence_id.unwrap_or(0);
+        if let Some(attrs) = &p.trace_attributes {
+            for a in &attrs.attribute {
+                match a.key.as_deref() {
+                    Some(FORMAT_KEY) => {
+                        let v = a.long_value.unwrap_or(0);
+                        if v > FORMAT_VERSION {
+                            return Err(format!(
+                                "written by a newer gputrace (format {v}; this one reads {FORMAT_VERSION})"
+                            ));
+                        }
+                        self.header = true;
+                    }
+                    Some(SUMMARY_KEY) => {
+                        let s = a.string_value.as_deref().unwrap_or("");
+                        self.summary = Some(
+                            serde_json::from_str(s)
+                                .map_err(|e| format!("the summary is not valid JSON: {e}"))?,
+                        );
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if !self.header
+            && (p.track_event.is_some()
+                || p.track_descriptor.is_some()
+                || p.trace_packet_defaults.is_some())
+        {
+            return Err(NOT_OURS.into());
+        }
+        if let Some(d) = &p.track_descriptor {
+            self.descriptor(d)?;
+        }
+        let seq = self.sequences.entry(seq_id).or_default();
+        if p.sequence_flags.unwrap_or(0) & SEQ_INCREMENTAL_STATE_CLEARED != 0 {
+            *seq = SequenceState::default();
+        }
+        if let Some(d) = &p.trace_packet_defaults {
+            seq.delta_default = d.timestamp_clock_id == Some(CLOCK_INCREMENTAL);
+            seq.track = d.track_event_defaults.as_ref().and_then(|t| t.track_uuid);
+        }
+        if let Some(i) = &p.interned_data {
+            intern(seq, i)?;
+        }
+        if let Some(cs) = &p.clock_snapshot {
+            let real = cs
+                .clocks
+                .iter()
+                .find(|c| c.clock_id == Some(CLOCK_REALTIME))
+                .and_then(|c| c.timestamp);
+            if let Some(delta) = cs
+                .clocks
+                .iter()
+                .find(|c| c.clock_id == Some(CLOCK_INCREMENTAL) && c.is_incremental == Some(true))
+            {
+                let v = delta.timestamp.unwrap_or(0);
+                let real = real.ok_or("a clock snapshot without REALTIME")?;
+                seq.clock = Some((v, real.wrapping_sub(v)));
+            }
+            return Ok(None);
+        }
+        let Some(te) = &p.track_event else {
+            return Ok(None);
+        };
+        let ts = match (p.timestamp, p.timestamp_clock_id) {
+            (None, _) => return Err("a track event without a timestamp".into()),
+            (Some(t), Some(CLOCK_REALTIME)) => t,
+            (Some(t), None) if !seq.delta_default => t,
+            (Some(d), None | Some(CLOCK_INCREMENTAL)) => {
+                let (v, off) = seq
+                    .clock
+                    .as_mut()
+                    .ok_or("a delta timestamp before its clock snapshot")?;
+                *v = v.wrapping_add(d);
+                v.wrapping_add(*off)
+            }
+            (Some(_), Some(c)) => {
+                return Err(format!(
+                    "timestamp on clock {c}, which gputrace does not write"
+                ))
+            }
+        };
+        let kind = te.r#type.unwrap_or(0);
+        if kind == TYPE_COUNTER {
+            return Ok(None);
+        }
+        let track = te
+            .track_uuid
+            .or(seq.track)
+            .ok_or("a track event without a track")?;
+        if let Some(Track::Record { pid, kind: name }) = self.tracks.get(&track) {
+            if kind != TYPE_SLICE_END {
+                self.records += 1;
+            }
+            if name == "sampling" {
+                let done = crate::outputs::timeline::perfetto::records::step(
+                    &mut self.open_records,
+                    track,
+                    *pid,
+                    te,
+                    kind,
+                    ts,
+                )?;
+                if let Some(r) = done {
+                    if self.sampling.len() < crate::outputs::timeline::perfetto::records::MAX_KEPT {
+                        self.sampling.push(r);
+                    }
+                }
+            }
+            return Ok(None);
+        }
+        match kind {
+            TYPE_SLICE_BEGIN | TYPE_INSTANT => {
+                let call = self.begin(seq_id, track, te, kind == TYPE_INSTANT)?;
+                if kind == TYPE_INSTANT {
+                    return finish(call, ts, None).map(Some);
+                }
+                let open = self.open.entry(track).or_default();
+                if open.len() >= MAX_DEPTH {
+                    return Err(format!("over {MAX_DEPTH} slices open on one track"));
+                }
+                open.push(Open { ts, call });
+                Ok(None)
+            }
+            TYPE_SLICE_END => {
+                let o = self
+                    .open
+                    .get_mut(&track)
+                    .and_then(Vec::pop)
+                    .ok_or("a slice end without its begin")?;
+                if ts < o.ts {
+                    return Err("a slice that ends before it begins".into());
+                }
+                finish(o.call, o.ts, Some(ts - o.ts)).map(Some)
+            }
+            other => Err(format!(
+                "track event of type {other}, which gputrace does not write"
+            )),
+        }
+    }
+
+    fn descriptor(&mut self, d: &TrackDescriptor) -> Result<(), String> {
+        let uuid = d.uuid.ok_or("a track descriptor without a uuid")?;
+        let pid_of = |p: Option<i32>| p.map(|p| p as u32).ok_or("a descriptor without a pid");
+        if let Some(p) = &d.process {
+            let pid = pid_of(p.pid)?;
+            self.comms
+                .insert(pid, Arc::from(p.process_name.as_deref().unwrap_or("?")));
+            self.tracks.insert(uuid, Track::Other);
+            self.process_tracks.insert(uuid, pid);
+        } else if let Some(t) = &d.thread {
+            let pid = pid_of(t.pid)?;
+            let tid = t
+                .tid
+                .and_then(|t| u32::try_from(t).ok())
+                .ok_or("a thread without a tid")?;
+            self.tracks.insert(uuid, Track::Thread { pid, tid });
+        } else if d.counter.is_none()
+            && d.name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(RECORD_TRACK_PREFIX))
+        {
+            let kind = d.name.as_deref().unwrap_or("")[RECORD_TRACK_PREFIX.len()..].to_string();
+            let pid = d
+                .parent_uuid
+                .and_then(|p| self.process_tracks.get(&p).copied());
+            self.tracks.insert(uuid, Track::Record { pid, kind });
+        } else {
+            self.tracks.insert(uuid, Track::Other);
+        }
+        Ok(())
+    }
+
+    /// The JSONL object of a begun call (all but `ts_ns`/`dur_ns`).
+    fn begin(
+        &self,
+        seq_id: u32,
+        track: u64,
+        te: &TrackEvent,
+        instant: bool,
+    ) -> Result<Map<String, Value>, String> {
+        let seq = &self.sequences[&seq_id];
+        let (pid, tid) = match self.tracks.get(&track) {
+            Some(Track::Thread { pid, tid }) => (*pid, *tid),
+            Some(Track::Other | Track::Record { .. }) => {
+                return Err(format!("a call on track {track}, which is not a thread's"))
+            }
+            None => return Err(format!("a call on track {track}, never described")),
+        };
+        let api = match (te.name_iid, &te.name) {
+            (Some(iid), _) => seq
+                .names
+                .get(&iid)
+                .ok_or_else(|| format!("event name {iid} not interned"))?
+                .as_str(),
+            (None, Some(n)) => n.as_str(),
+            (None, None) => return Err("a call without a name".into()),
+        };
+        let mut args = Map::new();
+        let mut ret = if instant { Value::Null } else { Value::from(0) };
+        for a in &te.debug_annotations {
+            let name = match (a.name_iid, &a.name) {
+                (Some(iid), _) => seq
+                    .annotation_names
+                    .get(&iid)
+                    .ok_or_else(|| format!("annotation name {iid} not interned"))?
+                    .as_str(),
+                (None, Some(n)) => n.as_str(),
+                (None, None) => return Err("an annotation without a name".into()),
+            };
+            let string = match (a.string_value_iid, &a.string_value) {
+                (Some(iid), _) => Some(
+                    seq.strings
+                        .get(&iid)
+                        .ok_or_else(|| format!("string {iid} not interned"))?
+                        .as_str(),
+                ),
+                (None, Some(s)) => Some(s.as_str()),
+                (None, None) => None,
+            };
+            let value = if let Some(s) = string {
+                // Arguments written as one JSON object (graph calls).
+                if name == "args" {
+                    match serde_json::from_str::<Value>(s) {
+                        Ok(Value::Object(m)) => args.extend(m),
+                        _ => return Err(format!("a malformed `args` annotation `{s}`")),
+                    }
+                    continue;
+                }
+                if name == "kernel" {
+                    parse_launch_text(s, &mut args)
+                        .ok_or_else(|| format!("a malformed launch description `{s}`"))?;
+                    continue;
+                }
+                Value::from(s)
+            } else if let Some(v) = a.uint_value {
+                Value::from(v)
+            } else if let Some(v) = a.int_value {
+                if name == "ret" {
+                    ret = Value::from(v);
+                    continue;
+                }
+                Value::from(v)
+            } else if let Some(v) = a.pointer_value {
+                Value::from(format!("{v:#x}"))
+            } else if let Some(j) = &a.legacy_json_value {
+                serde_json::from_str(j).map_err(|e| format!("annotation `{name}`: {e}"))?
+            } else if let Some(b) = a.bool_value {
+                Value::from(b)
+            } else if let Some(d) = a.double_value {
+                Value::from(d)
+            } else {
+                return Err(format!("annotation `{name}` without a value"));
+            };
+            if name == "no_ret" {
+                ret = Value::Null;
+                continue;
+            }
+            args.insert(name.to_string(), value);
+        }
+        let mut call = Map::new();
+        call.insert("pid".into(), Value::from(pid));
+        call.insert("tid".into(), Value::from(tid));
+        let comm = self.comms.get(&pid).map_or("?", |c| &**c);
+        call.insert("comm".into(), Value::from(comm));
+        call.insert("api".into(), Value::from(api));
+        call.insert("ret".into(), ret);
+        call.insert("args".into(), Value::Object(args));
+        Ok(call)
+    }
+}
+
+fn finish(mut call: Map<String, Value>, ts: u64, dur: Option<u64>) -> Result<Call, String> {
+    call.insert("ts_ns".into(), Value::from(ts));
+    call.insert("dur_ns".into(), dur.map_or(Value::Null, Value::from));
+    parse_call(&Value::Object(call)).map_err(|e| e.to_string())
+}
+
+fn intern(seq: &mut SequenceState, i: &InternedData) -> Result<(), String> {
+    let mut add = |table: u8, iid: Option<u64>, s: String| -> Result<(), String> {
+        let iid = iid.ok_or("an interned entry without an iid")?;
+        seq.bytes += s.len() + 16;
+        if seq.bytes > MAX_INTERNED {
+            return Err(format!(
+                "over {} MiB interned on one sequence",
+                MAX_INTERNED >> 20
+            ));
+        }
+        let map = match table {
+            0 => &mut seq.names,
+            1 => &mut seq.annotation_names,
+            _ => &mut seq.strings,
+        };
+        map.insert(iid, s);
+        Ok(())
+    };
+    for n in &i.event_names {
+        add(0, n.iid, n.name.clone().unwrap_or_default())?;
+    }
+    for n in &i.debug_annotation_names {
+        add(1, n.iid, n.name.clone().unwrap_or_default())?;
+    }
+    for s in &i.debug_annotation_string_values {
+        let text = String::from_utf8(s.str.clone().unwrap_or_default())
+            .map_err(|_| "an interned string that is not UTF-8")?;
+        add(2, s.iid, text)?;
+    }
+    Ok(())
+}
+
+impl<R: Read> Iterator for PerfettoReader<R> {
+    type Item = Result<Call, ReadProblem>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            let start = self.bundle_at;
+            match self.next_inner() {
+                Ok(true) => match TracePacket::decode(&self.buf[..]) {
+                    Ok(p) => match self.step(p) {
+                        Ok(Some(c)) => return Some(Ok(c)),
+                        Ok(None) => continue,
+                        Err(e) => {
+                            return Some(Err(
+                                self.problem(start, format!("in a compressed bundle: {e}"))
+                            ))
+                        }
+                    },
+                    Err(e) => {
+                        return Some(Err(self.problem(
+                            start,
+                            format!("in a compressed bundle: corrupt packet: {e}"),
+                        )))
+                    }
+                },
+                Ok(false) => {}
+                Err(e) => return Some(Err(self.problem(start, e))),
+            }
+            let start = self.offset;
+            match self.next_packet() {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.done = true;
+                    if !self.header {
+                        return Some(Err(self.problem(start, NOT_OURS.into())));
+                    }
+                    return None;
+                }
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(self.problem(start, e)));
+                }
+            }
+            let packet = match TracePacket::decode(&self.buf[..]) {
+                Ok(p) => p,
+                Err(e) => return Some(Err(self.problem(start, format!("corrupt packet: {e}")))),
+            };
+            if let Some(packed) = &packet.compressed_packets {
+                self.bundle_at = start;
+                if let Err(e) = self.inflate(packed) {
+                    return Some(Err(self.problem(start, e)));
+                }
+                continue;
+            }
+            match self.step(packet) {
+                Ok(Some(c)) => return Some(Ok(c)),
+                Ok(None) => {}
+                Err(e) => {
+                    if !self.header {
+                        self.done = true;
+                    }
+                    return Some(Err(self.problem(start, e)));
+                }
+            }
+        }
+        None
+    }
+}

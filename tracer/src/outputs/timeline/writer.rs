@@ -1,0 +1,282 @@
+//! The timeline sink: calls are formatted and written on a thread of their
+//! own. Formatting JSON and writing the file are half of the work per
+//! event, and the thread that drains the ring buffer must keep up with the
+//! probes. Calls go over in batches; a bounded queue means a disk that
+//! cannot keep up slows the draining (and the kernel then counts what the
+//! ring could not take) rather than memory growing without end.
+
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::error::Failure;
+use crate::graphs::model::GraphRecord;
+use crate::model::call::Call;
+use crate::model::Event;
+use crate::nccl::json::collective_json;
+use crate::nccl::json::stall_json;
+use crate::nccl::json::stall_over_json;
+use crate::outputs::timeline::TimelineFile;
+use crate::outputs::Halt;
+use crate::outputs::Sink;
+use crate::outputs::Status;
+
+const BATCH: usize = 1024;
+const QUEUED_BATCHES: usize = 64;
+
+/// A call (with device memory in use after it, when that changed), or what
+/// an executable graph runs (written before the launch that follows it).
+// Calls are nearly every item: boxing them to shrink the rare graph record
+// would cost an allocation per call.
+#[allow(clippy::large_enum_variant)]
+enum Item {
+    Call(Call, Option<u64>),
+    Graph(GraphRecord),
+}
+
+type Batch = Vec<Item>;
+
+enum Message {
+    Calls(Batch),
+    Record(crate::outputs::timeline::record::Record),
+    Lost(crate::model::types::LostCounts),
+    /// An NCCL cross-rank record (JSON, as JSONL writes it).
+    CrossRank(serde_json::Value),
+    Flush,
+}
+
+/// What a write error does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnError {
+    /// Stop the trace, which then fails (`gputrace --output`).
+    Stop,
+    /// Say so once and write no more; everything else goes on (the daemon).
+    Disable,
+}
+
+pub struct TimelineSink<T: TimelineFile> {
+    /// What is written, for messages: `writing trace.jsonl`.
+    what: String,
+    on_error: OnError,
+    /// Make the file readable this often (else only when the buffer fills).
+    flush_every: Option<Duration>,
+    last_flush: Instant,
+    tx: Option<SyncSender<Message>>,
+    batch: Batch,
+    thread: Option<JoinHandle<T>>,
+    /// The first write error, set by the writer thread.
+    error: Arc<Mutex<Option<std::io::Error>>>,
+}
+
+fn write_messages<T: TimelineFile>(
+    mut file: T,
+    rx: Receiver<Message>,
+    error: Arc<Mutex<Option<std::io::Error>>>,
+) -> T {
+    let mut failed = false;
+    for message in rx {
+        if failed {
+            continue; // keep receiving, so the sender never blocks
+        }
+        let result = match message {
+            Message::Calls(batch) => batch.iter().try_for_each(|item| match item {
+                Item::Call(call, device_bytes) => file.write(call, *device_bytes),
+                Item::Graph(record) => file.graph(record),
+            }),
+            Message::Record(r) => file.record(&r),
+            Message::Lost(lost) => {
+                file.lost(lost);
+                Ok(())
+            }
+            Message::CrossRank(r) => file.cross_rank(&r),
+            Message::Flush => file.flush(),
+        };
+        if let Err(e) = result {
+            *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            failed = true;
+        }
+    }
+    file
+}
+
+impl<T: TimelineFile> TimelineSink<T> {
+    /// Starts the writer thread for `file`; `what` names it in messages
+    /// (`writing trace.jsonl`).
+    pub fn start(file: T, what: String, on_error: OnError) -> std::io::Result<Self> {
+        let (tx, rx) = sync_channel(QUEUED_BATCHES);
+        let error = Arc::new(Mutex::new(None));
+        let e = error.clone();
+        let thread = std::thread::Builder::new()
+            .name("gputrace-writer".into())
+            .spawn(move || write_messages(file, rx, e))?;
+        Ok(Self {
+            what,
+            on_error,
+            flush_every: None,
+            last_flush: Instant::now(),
+            tx: Some(tx),
+            batch: Vec::with_capacity(BATCH),
+            thread: Some(thread),
+            error,
+        })
+    }
+
+    /// Makes what was written readable in the file about this often.
+    pub fn flush_every(mut self, every: Duration) -> Self {
+        self.flush_every = Some(every);
+        self
+    }
+
+    /// What it writes, as said in messages.
+    pub fn what(&self) -> &str {
+        &self.what
+    }
+
+    /// Whether it stopped writing after an error ([`OnError::Disable`]).
+    pub fn is_disabled(&self) -> bool {
+        self.tx.is_none()
+    }
+
+    fn push(&mut self, call: Call, device_bytes: Option<u64>) {
+        if self.tx.is_none() {
+            return; // disabled after an error
+        }
+        self.push_item(Item::Call(call, device_bytes));
+    }
+
+    fn push_item(&mut self, item: Item) {
+        if self.tx.is_none() {
+            return; // disabled after an error
+        }
+        self.batch.push(item);
+        if self.batch.len() >= BATCH {
+            self.send_batch();
+        }
+    }
+
+    fn send(&mut self, message: Message) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(message);
+        }
+    }
+
+    fn send_batch(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        self.send(Message::Calls(batch));
+    }
+
+    /// Queues a non-call entry, in order with the calls before it.
+    pub fn record(&mut self, r: crate::outputs::timeline::record::Record) {
+        self.queue(Message::Record(r));
+    }
+
+    /// A cross-rank record, after the calls before it.
+    fn cross_rank(&mut self, record: serde_json::Value) {
+        self.queue(Message::CrossRank(record));
+    }
+
+    /// Sends what is batched, then `m` (so it stays in order with the calls).
+    fn queue(&mut self, m: Message) {
+        if self.tx.is_none() {
+            return;
+        }
+        self.send_batch();
+        self.send(m);
+    }
+
+    fn take_error(&self) -> Option<std::io::Error> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Writes everything queued, then the ending. `summary`: the summary
+    /// of the whole trace, for files that end with it.
+    pub fn finish(mut self, summary: Option<&serde_json::Value>) -> std::io::Result<()> {
+        self.send_batch();
+        drop(self.tx.take());
+        let file = self
+            .thread
+            .take()
+            .expect("joined once")
+            .join()
+            .map_err(|_| std::io::Error::other("the writer thread panicked"))?;
+        if let Some(e) = self.take_error() {
+            return Err(e);
+        }
+        file.finish(summary)
+    }
+}
+
+impl<T: TimelineFile> Sink for TimelineSink<T> {
+    fn event(&mut self, event: &Event) {
+        match event {
+            Event::Call { call, device_bytes } => self.push(call.clone(), *device_bytes),
+            Event::Graph(record) => self.push_item(Item::Graph(record.clone())),
+            Event::Lost(report) => {
+                self.send_batch();
+                self.send(Message::Lost(report.total));
+            }
+            Event::NcclCollective(c) => self.cross_rank(collective_json(c)),
+            Event::NcclStall(s) => self.cross_rank(stall_json(s)),
+            Event::NcclStallEnded(e) => self.cross_rank(stall_over_json(e)),
+            // One `sampling` record per process and sampled period, with
+            // the process's estimates so far (periods traced in full have none).
+            Event::Sampling(r) if !r.exact() => {
+                for p in &r.processes {
+                    self.record(crate::outputs::timeline::record::Record {
+                        kind: "sampling",
+                        ts_ns: r.start_ns,
+                        dur_ns: Some(r.end_ns.saturating_sub(r.start_ns)),
+                        pid: p.pid,
+                        tid: None,
+                        fields: r.record_fields(p),
+                    });
+                }
+            }
+            Event::Sampling(_) | Event::ProcessSeen(_) | Event::ProcessGone { .. } => {}
+        }
+    }
+
+    fn take(&mut self, event: Event) {
+        match event {
+            Event::Call { call, device_bytes } => self.push(call, device_bytes),
+            Event::Graph(record) => self.push_item(Item::Graph(record)),
+            other => self.event(&other),
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), Halt> {
+        self.send_batch();
+        let Some(e) = self.take_error() else {
+            return Ok(());
+        };
+        match self.on_error {
+            OnError::Stop => Err(Halt::Failed(Failure::runtime(format!(
+                "{} failed: {e}; tracing stopped",
+                self.what
+            )))),
+            OnError::Disable => {
+                eprintln!(
+                    "gputrace: {} failed: {e}; no more timelines are written (metrics go on)",
+                    self.what
+                );
+                self.tx = None;
+                self.batch.clear();
+                Ok(())
+            }
+        }
+    }
+
+    fn tick(&mut self, status: &Status) {
+        if let Some(every) = self.flush_every {
+            if status.now.saturating_duration_since(self.last_flush) >= every {
+                self.last_flush = status.now;
+                self.send_batch();
+                self.send(Message::Flush);
+            }
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! The binary timeline formats for `gputrace stats`: `.jsonl.zst` (the
+//! JSONL reader behind a streaming zstd decoder) and `.pftrace` (Perfetto
+//! packets). Chosen by the file's first bytes, not its name.
+
+use std::cell::Cell;
+use std::io::{BufRead, BufReader, Read};
+
+use crate::outputs::timeline::perfetto::PerfettoReader;
+use crate::read::lost_from;
+use crate::read::read_text_timeline;
+use crate::read::Problems;
+use crate::read::StatsInput;
+use crate::summary::Summary;
+
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// What a timeline's first bytes say it is.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Kind {
+    Zstd,
+    /// A protobuf `Trace`: field 1 (`packet`), length-delimited.
+    Perfetto,
+    /// JSONL or a Chrome trace.
+    Text,
+}
+
+pub fn sniff(head: &[u8]) -> Kind {
+    if head.starts_with(&ZSTD_MAGIC) {
+        Kind::Zstd
+    } else if head.first() == Some(&0x0a) {
+        Kind::Perfetto
+    } else {
+        Kind::Text
+    }
+}
+
+/// Counts bytes read (the compressed offset for messages).
+struct Counted<'a, R> {
+    inner: R,
+    bytes: &'a Cell<u64>,
+}
+
+impl<R: Read> Read for Counted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bytes.set(self.bytes.get() + n as u64);
+        Ok(n)
+    }
+}
+
+/// Ends the stream at the first decoding error instead of failing it, so
+/// what came before is still summarised; remembers the error.
+struct UntilError<R> {
+    inner: R,
+    error: Option<std::io::Error>,
+    newlines: u64,
+    bytes: u64,
+}
+
+impl<R: Read> Read for UntilError<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.error.is_some() {
+            return Ok(0);
+        }
+        loop {
+            match self.inner.read(buf) {
+                Ok(n) => {
+                    self.newlines += buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
+                    self.bytes += n as u64;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.error = Some(e);
+                    return Ok(0);
+                }
+            }
+        }
+    }
+}
+
+/// `.jsonl.zst`: decompressed as it is read; a damaged or cut-short
+/// stream is summarised up to the damage and reported at that line.
+pub fn read_zst<R: Read>(input: R, folded: bool) -> std::io::Result<StatsInput> {
+    let compressed = Cell::new(0);
+    let counted = Counted {
+        inner: input,
+        bytes: &compressed,
+    };
+    let decoder = zstd::stream::read::Decoder::new(counted)?;
+    let mut inner = UntilError {
+        inner: decoder,
+        error: None,
+        newlines: 0,
+        bytes: 0,
+    };
+    let mut out = read_text_timeline(&mut inner, folded)?;
+    if let Some(e) = inner.error.take() {
+        let what = format!(
+            "zstd: {e}: the compressed data is damaged or cut short (after {} bytes of JSONL, at compressed byte {})",
+            inner.bytes,
+            compressed.get()
+        );
+        out.problems.add(inner.newlines + 1, what);
+        out.summary.unreadable = out.problems.count;
+        out.complete = false;
+    }
+    Ok(out)
+}
+
+/// `.pftrace`: problems are numbered by packet.
+pub fn read_perfetto<R: Read>(input: R) -> std::io::Result<StatsInput> {
+    let mut reader = PerfettoReader::new(input);
+    let mut summary = Summary::default();
+    let mut problems = Problems {
+        unit: "packet",
+        ..Problems::default()
+    };
+    for item in &mut reader {
+        match item {
+            Ok(call) => summary.record(&call),
+            Err(p) => problems.add(p.packet, format!("at byte {}: {}", p.offset, p.what)),
+        }
+    }
+    // `--overhead-budget` periods: the estimates, as from JSONL.
+    for v in reader.sampling_records() {
+        if v.get("on_fraction").is_some() {
+            summary
+                .sampling
+                .get_or_insert_with(Default::default)
+                .add_record(v);
+        }
+    }
+    summary.apply_estimates();
+    let complete = match reader.summary() {
+        Some(v) => {
+            if let Some(l) = lost_from(v) {
+                summary.lost = l;
+            }
+            true
+        }
+        None => false,
+    };
+    let unfinished = reader.unfinished();
+    if unfinished > 0 {
+        problems.add(
+            reader.packets(),
+            format!("{unfinished} call(s) begun and never ended (the file was cut short)"),
+        );
+    }
+    summary.unreadable = problems.count;
+    Ok(StatsInput {
+        summary,
+        problems,
+        complete,
+        records: reader.records(),
+        // Perfetto traces carry no stacks yet (`--folded` reads JSONL or Chrome).
+        folded: None,
+    })
+}
+
+/// Reads any timeline gputrace writes, by its first bytes.
+pub fn read_any<R: Read>(input: R, folded: bool) -> std::io::Result<StatsInput> {
+    let mut r = BufReader::with_capacity(1 << 16, input);
+    let kind = sniff(r.fill_buf()?);
+    match kind {
+        Kind::Zstd => read_zst(r, folded),
+        Kind::Perfetto => read_perfetto(r),
+        Kind::Text => read_text_timeline(r, folded),
+    }
+}

@@ -1,0 +1,477 @@
+//! The end-of-trace summary, modelled on `nsys stats`: per process and in
+//! total, an API table, kernels by name, copies by direction, allocations,
+//! NCCL by operation and communicator, and events lost. The live run and
+//! `gputrace stats FILE` feed the same [`Summary`] with the same calls.
+
+pub mod histogram;
+pub mod render;
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
+use std::sync::Arc;
+
+use crate::decode::memory::MemoryBook;
+use crate::graphs::model::Node;
+use crate::model::call::Args;
+use crate::model::call::Call;
+use crate::model::types::Direction;
+use crate::model::types::LostCounts;
+use crate::model::types::NcclOp;
+use crate::nccl::summary::NcclSummary;
+use crate::stacks::sites::CallSites;
+use crate::summary::histogram::Histogram;
+
+/// Host-side latency statistics of one API.
+#[derive(Clone, Debug, Default)]
+pub struct ApiStats {
+    pub calls: u64,
+    pub failed: u64,
+    /// Calls with a measured duration.
+    pub timed: u64,
+    pub total_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    mean: f64,
+    m2: f64,
+    pub hist: Histogram,
+    /// The durations themselves while there are few (exact medians for
+    /// rare APIs); dropped past [`EXACT_SAMPLES`], the histogram goes on.
+    samples: Option<Vec<u64>>,
+    /// `--overhead-budget` sampled this API: the calls estimated.
+    pub estimated: Option<f64>,
+}
+
+/// Up to this many calls an API's median is exact.
+pub const EXACT_SAMPLES: usize = 1024;
+
+impl ApiStats {
+    fn record(&mut self, dur: Option<u64>, failed: bool) {
+        self.calls += 1;
+        self.failed += failed as u64;
+        let Some(d) = dur else { return };
+        self.timed += 1;
+        self.total_ns = self.total_ns.saturating_add(d);
+        self.min_ns = if self.timed == 1 {
+            d
+        } else {
+            self.min_ns.min(d)
+        };
+        self.max_ns = self.max_ns.max(d);
+        // Welford's running mean and variance.
+        let x = d as f64;
+        let delta = x - self.mean;
+        self.mean += delta / self.timed as f64;
+        self.m2 += delta * (x - self.mean);
+        self.hist.record(d);
+        self.keep_sample(d);
+    }
+
+    fn keep_sample(&mut self, d: u64) {
+        if self.timed == 1 {
+            self.samples = Some(Vec::new());
+        }
+        if let Some(s) = &mut self.samples {
+            if s.len() < EXACT_SAMPLES {
+                s.push(d);
+            } else {
+                self.samples = None;
+            }
+        }
+    }
+
+    fn merge(&mut self, o: &ApiStats) {
+        if o.timed > 0 {
+            self.samples = match (self.timed, self.samples.take(), &o.samples) {
+                (0, _, theirs) => theirs.clone(),
+                (_, Some(mut mine), Some(theirs)) if mine.len() + theirs.len() <= EXACT_SAMPLES => {
+                    mine.extend_from_slice(theirs);
+                    Some(mine)
+                }
+                _ => None,
+            };
+            let n = self.timed + o.timed;
+            let delta = o.mean - self.mean;
+            let mean = self.mean + delta * o.timed as f64 / n as f64;
+            self.m2 += o.m2 + delta * delta * self.timed as f64 * o.timed as f64 / n as f64;
+            self.mean = mean;
+            self.min_ns = if self.timed == 0 {
+                o.min_ns
+            } else {
+                self.min_ns.min(o.min_ns)
+            };
+            self.max_ns = self.max_ns.max(o.max_ns);
+            self.timed = n;
+            self.total_ns = self.total_ns.saturating_add(o.total_ns);
+            self.hist.merge(&o.hist);
+        }
+        if self.estimated.is_some() || o.estimated.is_some() {
+            let mine = self.estimated.unwrap_or(self.calls as f64);
+            self.estimated = Some(mine + o.estimated.unwrap_or(o.calls as f64));
+        }
+        self.calls += o.calls;
+        self.failed += o.failed;
+    }
+
+    /// The calls to show: the estimate where sampled.
+    pub fn shown_calls(&self) -> u64 {
+        self.estimated
+            .map_or(self.calls, |e| (e.round() as u64).max(self.calls))
+    }
+
+    /// The median: exact while few calls were timed (the lower middle value
+    /// of an even count, as the histogram's nearest rank does), else from the
+    /// histogram, kept within the exact min and max.
+    pub fn median_ns(&self) -> Option<u64> {
+        if let Some(s) = self
+            .samples
+            .as_ref()
+            .filter(|s| !s.is_empty() && s.len() as u64 == self.timed)
+        {
+            let mut v = s.clone();
+            let mid = (v.len() - 1) / 2;
+            return Some(*v.select_nth_unstable(mid).1);
+        }
+        self.hist
+            .quantile(0.5)
+            .map(|m| m.clamp(self.min_ns, self.max_ns))
+    }
+
+    pub fn avg_ns(&self) -> Option<f64> {
+        (self.timed > 0).then_some(self.total_ns as f64 / self.timed as f64)
+    }
+
+    /// Sample standard deviation, as `nsys stats` reports it.
+    pub fn stddev_ns(&self) -> Option<f64> {
+        match self.timed {
+            0 => None,
+            1 => Some(0.0),
+            n => Some((self.m2 / (n - 1) as f64).max(0.0).sqrt()),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct KernelStats {
+    /// Direct launches (captured ones excluded: they did not run).
+    pub launches: u64,
+    /// Runs as a node of an executable graph (one per graph launch).
+    pub graph_launches: u64,
+    configs: HashMap<([u32; 3], [u32; 3]), u64>,
+}
+
+impl KernelStats {
+    /// Runs in all: direct and through graphs.
+    pub fn runs(&self) -> u64 {
+        self.launches + self.graph_launches
+    }
+
+    /// The most frequent (grid, block); ties go to the smallest.
+    pub fn top_config(&self) -> Option<([u32; 3], [u32; 3])> {
+        self.configs
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .map(|(k, _)| *k)
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct CopyStats {
+    pub count: u64,
+    pub bytes: u64,
+    pub total_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GraphStats {
+    /// `cuGraphLaunch` calls that ran (not launched into a capture).
+    pub launches: u64,
+    /// Of those, launches of executable graphs whose nodes are not known.
+    pub opaque: u64,
+    /// Kernel nodes run through graph launches.
+    pub kernels: u64,
+    /// Launches, copies and graph launches recorded by a stream capture.
+    pub captured: u64,
+}
+
+impl GraphStats {
+    fn merge(&mut self, o: &GraphStats) {
+        self.launches += o.launches;
+        self.opaque += o.opaque;
+        self.kernels += o.kernels;
+        self.captured += o.captured;
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct NcclStats {
+    pub count: u64,
+    pub bytes: u64,
+    pub total_ns: u64,
+    /// The communicator as its calls named it (id, this rank, the size).
+    pub comm_id: Option<u64>,
+    pub rank: Option<u32>,
+    pub nranks: Option<u32>,
+}
+
+/// Everything summarised for one process.
+#[derive(Clone, Debug, Default)]
+pub struct ProcessSummary {
+    pub pid: u32,
+    pub comm: String,
+    pub events: u64,
+    pub apis: HashMap<&'static str, ApiStats>,
+    /// Kernel name (`None` when it is not known) → launches.
+    pub kernels: HashMap<Option<Arc<str>>, KernelStats>,
+    pub copies: BTreeMap<Direction, CopyStats>,
+    pub memory: MemoryBook,
+    pub nccl: BTreeMap<(NcclOp, u64), NcclStats>,
+    /// Graphs: launches (run, not captured), launches whose contents are
+    /// not known, and work recorded by captures (not run, not counted).
+    pub graphs: GraphStats,
+    /// Communicator → (nranks, rank) from comm init.
+    pub comms: HashMap<u64, (i64, Option<i64>)>,
+    pub first_ts: u64,
+    pub last_ts: u64,
+    /// For the total: (live, peak) summed over processes.
+    total_memory: Option<(u64, u64)>,
+    /// This is the sum over processes, not one process.
+    pub is_total: bool,
+    /// Calls with a stack (`--stacks`) by API and call site.
+    pub sites: CallSites,
+}
+
+impl ProcessSummary {
+    pub fn live_bytes(&self) -> u64 {
+        self.total_memory.map_or(self.memory.in_use(), |m| m.0)
+    }
+
+    pub fn peak_bytes(&self) -> u64 {
+        self.total_memory.map_or(self.memory.peak(), |m| m.1)
+    }
+
+    /// Adds one call (the summary and `top`'s per-second windows use this).
+    pub fn record(&mut self, c: &Call) {
+        if self.events == 0 || c.ts_ns < self.first_ts {
+            self.first_ts = c.ts_ns;
+        }
+        // Saturating: a timeline read back may carry any numbers.
+        self.last_ts = self
+            .last_ts
+            .max(c.ts_ns.saturating_add(c.dur_ns.unwrap_or(0)));
+        self.events += 1;
+        if self.comm.is_empty() {
+            self.comm = c.comm.to_string();
+        }
+        self.apis
+            .entry(c.api)
+            .or_default()
+            .record(c.dur_ns, c.failed());
+        if let Some(stack) = &c.stack {
+            self.sites.add(c.api, &stack.frames, c.dur_ns);
+        }
+        let ok = !c.failed();
+        match &c.args {
+            Args::Launch(l) if ok && l.captured.is_some() => self.graphs.captured += 1,
+            Args::Memcpy(m) if ok && m.captured.is_some() => self.graphs.captured += 1,
+            Args::Graph(g) if ok && g.captured.is_some() => self.graphs.captured += 1,
+            Args::Launch(l) if ok => {
+                let k = self.kernels.entry(l.kernel.clone()).or_default();
+                k.launches += 1;
+                *k.configs.entry((l.grid, l.block)).or_default() += 1;
+            }
+            Args::Graph(g) if ok => {
+                self.graphs.launches += 1;
+                let Some(contents) = &g.contents else {
+                    self.graphs.opaque += 1;
+                    return;
+                };
+                for node in &contents.nodes {
+                    match node {
+                        Node::Kernel(n) => {
+                            self.graphs.kernels += 1;
+                            let k = self.kernels.entry(n.kernel.clone()).or_default();
+                            k.graph_launches += 1;
+                            *k.configs.entry((n.grid, n.block)).or_default() += 1;
+                        }
+                        Node::Memcpy { bytes, direction } => self.graph_copy(*direction, *bytes),
+                        Node::Memset { bytes } => self.graph_copy(Direction::Memset, *bytes),
+                        _ => {}
+                    }
+                }
+            }
+            Args::Memcpy(m) if ok => {
+                let s = self.copies.entry(m.direction).or_default();
+                s.count += 1;
+                s.bytes = s.bytes.saturating_add(m.bytes);
+                s.total_ns = s.total_ns.saturating_add(c.dur_ns.unwrap_or(0));
+            }
+            Args::Nccl(n) if ok => {
+                let s = self.nccl.entry((n.op, n.comm)).or_default();
+                s.count += 1;
+                s.bytes = s.bytes.saturating_add(n.bytes().unwrap_or(0));
+                s.total_ns = s.total_ns.saturating_add(c.dur_ns.unwrap_or(0));
+                s.comm_id = n.ident.comm_id.or(s.comm_id);
+                s.rank = n.ident.rank.or(s.rank);
+                s.nranks = n.ident.nranks.or(s.nranks);
+            }
+            Args::CommInit {
+                comm: Some(comm),
+                nranks,
+                rank,
+                ..
+            } if ok => {
+                self.comms.insert(*comm, (*nranks, *rank));
+            }
+            args => {
+                self.memory.apply(args, ok);
+            }
+        }
+    }
+
+    /// A copy or memset run as a node of a graph (no host time of its own).
+    fn graph_copy(&mut self, direction: Direction, bytes: u64) {
+        let s = self.copies.entry(direction).or_default();
+        s.count += 1;
+        s.bytes = s.bytes.saturating_add(bytes);
+    }
+
+    /// Adds another summary's calls; memory in use is not merged (it is a
+    /// state, not a count).
+    pub fn merge(&mut self, o: &ProcessSummary) {
+        if self.events == 0 || (o.events > 0 && o.first_ts < self.first_ts) {
+            self.first_ts = o.first_ts;
+        }
+        self.last_ts = self.last_ts.max(o.last_ts);
+        self.events += o.events;
+        for (api, s) in &o.apis {
+            self.apis.entry(api).or_default().merge(s);
+        }
+        for (name, k) in &o.kernels {
+            let mine = self.kernels.entry(name.clone()).or_default();
+            mine.launches += k.launches;
+            mine.graph_launches += k.graph_launches;
+            for (cfg, n) in &k.configs {
+                *mine.configs.entry(*cfg).or_default() += n;
+            }
+        }
+        for (d, s) in &o.copies {
+            let mine = self.copies.entry(*d).or_default();
+            mine.count += s.count;
+            mine.bytes += s.bytes;
+            mine.total_ns += s.total_ns;
+        }
+        for (k, s) in &o.nccl {
+            let mine = self.nccl.entry(*k).or_default();
+            mine.count += s.count;
+            mine.bytes += s.bytes;
+            mine.total_ns += s.total_ns;
+            mine.comm_id = mine.comm_id.or(s.comm_id);
+            mine.rank = mine.rank.or(s.rank);
+            mine.nranks = mine.nranks.or(s.nranks);
+        }
+        self.comms.extend(o.comms.iter().map(|(k, v)| (*k, *v)));
+        self.graphs.merge(&o.graphs);
+        self.sites.merge(&o.sites);
+    }
+
+    /// APIs sorted by total time, then calls, then name.
+    pub fn api_rows(&self) -> Vec<(&'static str, &ApiStats)> {
+        let mut rows: Vec<_> = self.apis.iter().map(|(n, s)| (*n, s)).collect();
+        rows.sort_by(|a, b| {
+            b.1.total_ns
+                .cmp(&a.1.total_ns)
+                .then(b.1.calls.cmp(&a.1.calls))
+                .then(a.0.cmp(b.0))
+        });
+        rows
+    }
+
+    pub fn kernel_rows(&self) -> Vec<(&Option<Arc<str>>, &KernelStats)> {
+        let mut rows: Vec<_> = self.kernels.iter().collect();
+        rows.sort_by(|a, b| b.1.runs().cmp(&a.1.runs()).then(a.0.cmp(b.0)));
+        rows
+    }
+}
+
+/// The whole summary.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub processes: BTreeMap<u32, ProcessSummary>,
+    pub lost: LostCounts,
+    /// Lines that could not be read (from `stats FILE`).
+    pub unreadable: u64,
+    /// Across ranks: communicators, stalls.
+    pub nccl: NcclSummary,
+    /// `--overhead-budget`: what it did (`None` without one).
+    pub sampling: Option<crate::budget::summary::SamplingSummary>,
+}
+
+impl Summary {
+    /// A period of `--overhead-budget`'s schedule.
+    pub fn sampling(&mut self, r: &crate::model::sampling::SamplingReport) {
+        self.sampling.get_or_insert_with(Default::default).add(r);
+        self.apply_estimates();
+    }
+
+    /// Puts the estimates of sampled APIs on the API rows: each process's
+    /// count times its estimated over seen (the same calls in a live
+    /// trace; a file of a rotated timeline may hold part of them).
+    pub fn apply_estimates(&mut self) {
+        let Some(s) = &self.sampling else { return };
+        if !s.sampled {
+            return;
+        }
+        for (&(pid, api), &(seen, est)) in &s.estimates {
+            let Some(a) = self
+                .processes
+                .get_mut(&pid)
+                .and_then(|p| p.apis.get_mut(api))
+            else {
+                continue;
+            };
+            if seen > 0 {
+                a.estimated = Some(a.calls as f64 * est / seen as f64);
+            }
+        }
+    }
+
+    pub fn record(&mut self, c: &Call) {
+        self.nccl.record(c);
+        let p = self
+            .processes
+            .entry(c.pid)
+            .or_insert_with(|| ProcessSummary {
+                pid: c.pid,
+                ..Default::default()
+            });
+        p.record(c);
+    }
+
+    pub fn events(&self) -> u64 {
+        self.processes.values().map(|p| p.events).sum()
+    }
+
+    pub fn total(&self) -> ProcessSummary {
+        let mut t = ProcessSummary {
+            comm: "all".into(),
+            ..Default::default()
+        };
+        t.is_total = true;
+        for p in self.processes.values() {
+            t.merge(p);
+        }
+        // Live and peak memory of the total are sums over processes.
+        let live = self.processes.values().map(|p| p.live_bytes()).sum();
+        let peak = self.processes.values().map(|p| p.peak_bytes()).sum();
+        t.memory.allocations = self.processes.values().map(|p| p.memory.allocations).sum();
+        t.memory.allocated_bytes = self
+            .processes
+            .values()
+            .map(|p| p.memory.allocated_bytes)
+            .sum();
+        t.memory.frees = self.processes.values().map(|p| p.memory.frees).sum();
+        t.total_memory = Some((live, peak));
+        t
+    }
+}
