@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::catalogue::ProbeSelection;
+use crate::units::parse_duration;
 
 /// Trace what running GPU programs ask of the CUDA driver and NCCL, from
 /// outside the process: eBPF uprobes, no restart, no LD_PRELOAD.
@@ -229,18 +230,6 @@ pub fn parse_budget(s: &str) -> Result<f64, String> {
 /// `--overhead-budget` as the session takes it: `None` for off (0).
 pub fn budget(v: Option<f64>) -> Option<f64> {
     v.filter(|p| *p > 0.0)
-}
-
-/// `10s`, `2m`, `500ms`, `1h`, or plain seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    if let Ok(secs) = s.parse::<f64>() {
-        if let Ok(d) = Duration::try_from_secs_f64(secs) {
-            return Ok(d);
-        }
-    }
-    humantime::parse_duration(s)
-        .map_err(|e| format!("`{s}` is not a duration like 10s, 2m or 500ms ({e})"))
 }
 
 /// `--nccl-stall`: `None` for 0 (stalls not looked for).

@@ -86,11 +86,11 @@ impl Config {
                 })?;
         }
         if let Some(v) = text("GPUTRACE_DETACH_AFTER")? {
-            c.detach_after = crate::cli::parse_duration(&v)
+            c.detach_after = crate::units::parse_duration(&v)
                 .map_err(|e| format!("GPUTRACE_DETACH_AFTER: {e}"))?;
         }
         if let Some(v) = text("GPUTRACE_SAMPLE_PERIOD")? {
-            c.sample_period = crate::cli::parse_duration(&v)
+            c.sample_period = crate::units::parse_duration(&v)
                 .ok()
                 .filter(|d| (Duration::from_millis(100)..=Duration::from_secs(60)).contains(d))
                 .ok_or_else(|| {

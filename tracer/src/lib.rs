@@ -28,7 +28,9 @@ pub mod read;
 pub mod session;
 pub mod stacks;
 pub mod summary;
+pub mod text;
 pub mod tui;
+pub mod units;
 
 /// The eBPF object built from `tracer-ebpf` by build.rs.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));

@@ -29,7 +29,7 @@ pub fn run() -> Result<ExitCode> {
         rows.push((pid, comm, names.join(","), container));
         for l in libs {
             let shown =
-                discover::printable_path(&l.path).replacen(&format!("/proc/{pid}/root"), "", 1);
+                crate::text::printable_path(&l.path).replacen(&format!("/proc/{pid}/root"), "", 1);
             files
                 .entry((l.dev, l.inode))
                 .or_insert_with(|| (shown, Vec::new()))

@@ -388,7 +388,7 @@ impl Enricher {
                     eprintln!(
                         "gputrace: process {} ({}) launches CUDA graphs built before gputrace attached (first {exec:#x}) whose nodes cannot be read: their launches are counted, their kernels are not (\"nodes\":null)",
                         e.pid,
-                        discover::printable(&state.comm)
+                        crate::text::printable(&state.comm)
                     );
                 }
                 GraphNote::MidCapture { stream } if !state.said_mid_capture => {
@@ -396,7 +396,7 @@ impl Enricher {
                     eprintln!(
                         "gputrace: process {} ({}) was capturing stream {stream:#x} into a CUDA graph when gputrace attached: work issued to it before that was seen may have been counted as run",
                         e.pid,
-                        discover::printable(&state.comm)
+                        crate::text::printable(&state.comm)
                     );
                 }
                 GraphNote::SampledCapture { graph } if !state.said_sampled_capture => {
@@ -404,7 +404,7 @@ impl Enricher {
                     eprintln!(
                         "gputrace: process {} ({}) captured CUDA graph {graph:#x} while the overhead budget had the launch probes off or not all attached: its kernels are read from the process's memory where the layout allows, else its launches are counted without them (\"nodes\":null)",
                         e.pid,
-                        discover::printable(&state.comm)
+                        crate::text::printable(&state.comm)
                     );
                 }
                 _ => {}

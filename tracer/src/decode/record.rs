@@ -293,9 +293,9 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
         Shape::ModuleGetFunction | Shape::LibraryGetKernel => Args::GetFunction {
             handle: out(0),
             // Read from the traced process: no escape sequence for a terminal.
-            name: raw.name.map(|n| {
-                crate::host::discover::printable(&String::from_utf8_lossy(n)).into_owned()
-            }),
+            name: raw
+                .name
+                .map(|n| crate::text::printable(&String::from_utf8_lossy(n)).into_owned()),
             parent: a(1),
             kind: if api.shape == Shape::ModuleGetFunction {
                 HandleKind::Function

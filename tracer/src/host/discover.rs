@@ -6,6 +6,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::catalogue::Lib;
+use crate::text::printable;
+use crate::text::printable_path;
 
 /// A library file, identified by device and inode so that the same file seen
 /// through different paths (containers, symlinks) is probed once.
@@ -179,24 +181,6 @@ pub fn stat(pid: u32) -> Option<ProcStat> {
 /// Whether a process exists and has not exited (a zombie has exited).
 pub fn is_alive(pid: u32) -> bool {
     stat(pid).is_some_and(|s| !s.exited())
-}
-
-/// Text another user chose (a command name, a path) made safe to print on
-/// a terminal: control characters, which start escape sequences, become `?`.
-pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.chars().any(char::is_control) {
-        s.chars()
-            .map(|c| if c.is_control() { '?' } else { c })
-            .collect::<String>()
-            .into()
-    } else {
-        s.into()
-    }
-}
-
-/// A path another user chose, printable (see [`printable`]).
-pub fn printable_path(p: &Path) -> String {
-    printable(&p.to_string_lossy()).into_owned()
 }
 
 /// The process's command name (`/proc/PID/comm`), printable.

@@ -12,7 +12,8 @@ use crate::host::cgroup::Container;
 use crate::model::call::Call;
 pub use crate::nccl::ranks::Collective;
 pub use crate::nccl::ranks::StallEnded;
-pub use crate::nccl::stall::{NcclStall, StuckCall};
+pub use crate::nccl::stall::NcclStall;
+pub use crate::nccl::stall::StuckCall;
 use types::LostCounts;
 
 /// What the session tells every output, in order.
@@ -77,7 +78,7 @@ impl ProcessInfo {
         Self {
             pid,
             start_ticks: None,
-            comm: Arc::from(crate::host::discover::printable(comm)),
+            comm: Arc::from(crate::text::printable(comm)),
             container: Container::default(),
         }
     }

@@ -91,13 +91,13 @@ impl KernelNamer {
         match &result {
             Err(e) => eprintln!(
                 "gputrace: kernel names from handles are off for {}: {} (names still come from calls made while traced)",
-                discover::printable_path(&file.found_at),
-                discover::printable(e)
+                crate::text::printable_path(&file.found_at),
+                crate::text::printable(e)
             ),
             Ok(Found { exec: Err(e), .. }) => eprintln!(
                 "gputrace: CUDA graphs built before gputrace attached will be opaque for {}: {} (graphs built while traced are followed from their calls)",
-                discover::printable_path(&file.found_at),
-                discover::printable(e)
+                crate::text::printable_path(&file.found_at),
+                crate::text::printable(e)
             ),
             Ok(_) => {}
         }
@@ -112,7 +112,7 @@ impl KernelNamer {
         let (lib, untrusted) = match trust::judge(file) {
             Trust::Trusted(f) => (f, None),
             Trust::Untrusted(why) => {
-                let why = discover::printable(&why).into_owned();
+                let why = crate::text::printable(&why).into_owned();
                 // Counted before the file is even hashed: a local user can
                 // make as many files as they like, each as large as allowed.
                 if self.sandboxed >= MAX_SANDBOXED {
@@ -140,7 +140,7 @@ impl KernelNamer {
             Some(why) => {
                 eprintln!(
                     "gputrace: {} is not trusted ({why}): calibrating it in a sandbox (uid {}, no capabilities; its result is not cached)",
-                    discover::printable_path(&file.found_at),
+                    crate::text::printable_path(&file.found_at),
                     crate::host::sandbox::NOBODY
                 );
                 run_helper(&lib, Helper::Sandboxed, SANDBOXED_TIMEOUT)
@@ -243,7 +243,7 @@ impl KernelNamer {
             .stubs
             .name(pid, stub)
             .filter(|n| n.starts_with("_Z"))
-            .map(|n| demangle(&discover::printable(&n)));
+            .map(|n| demangle(&crate::text::printable(&n)));
         self.procs
             .entry(pid)
             .or_default()

@@ -18,7 +18,7 @@ use crate::model::StallEnded;
 use crate::nccl::enrich::arrival;
 use crate::nccl::hash::format_comm_id;
 use crate::nccl::ranks::CrossRank;
-use crate::summary::render::fmt_ns;
+use crate::units::fmt_ns;
 
 /// `ncclRemoteError`: a peer failed while this rank was in the collective
 /// (it did enter it).

@@ -9,7 +9,7 @@ use crate::model::call::Call;
 use crate::model::Event;
 use crate::outputs::Halt;
 use crate::outputs::Sink;
-use crate::summary::render::fmt_ns;
+use crate::units::fmt_ns;
 
 /// Prints each call; the lines are flushed after each bite of calls, so
 /// they appear promptly. A reader that goes away (`| head`) stops the

@@ -68,7 +68,7 @@ impl NcclWatch {
         Self {
             cross: CrossRank::new(),
             threshold,
-            host: Arc::from(crate::host::discover::printable(&hostname())),
+            host: Arc::from(crate::text::printable(&hostname())),
             inflight,
             stuck_reported: HashSet::new(),
         }

@@ -255,7 +255,7 @@ impl NodeWatch {
 
 /// A path without the `/proc/PID/root` it was reached through, printable.
 fn shown(path: &std::path::Path) -> String {
-    let s = discover::printable_path(path);
+    let s = crate::text::printable_path(path);
     if let Some(rest) = s.strip_prefix("/proc/") {
         if let Some((pid, tail)) = rest.split_once("/root/") {
             if pid.bytes().all(|b| b.is_ascii_digit()) {

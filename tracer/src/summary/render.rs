@@ -8,41 +8,13 @@ use crate::nccl::hash::format_comm_id;
 use crate::summary::NcclStats;
 use crate::summary::ProcessSummary;
 use crate::summary::Summary;
+use crate::units::fmt_bytes;
+use crate::units::fmt_ns;
 
 /// "Top call sites" (`--stacks`): the APIs with the most host time, and
 /// each one's top sites.
 const SITES_APIS: usize = 8;
 const SITES_PER_API: usize = 5;
-
-/// `1.23 ms`, `456 ns`.
-pub fn fmt_ns(ns: f64) -> String {
-    let ns = ns.max(0.0);
-    if ns < 1e3 {
-        format!("{ns:.0} ns")
-    } else if ns < 1e6 {
-        format!("{:.2} us", ns / 1e3)
-    } else if ns < 1e9 {
-        format!("{:.2} ms", ns / 1e6)
-    } else {
-        format!("{:.2} s", ns / 1e9)
-    }
-}
-
-/// `4.0 KiB`, `12 B`.
-pub fn fmt_bytes(b: f64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b.max(0.0);
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{v:.0} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
 
 fn opt_ns(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_string(), fmt_ns)

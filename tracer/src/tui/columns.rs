@@ -2,10 +2,10 @@
 //! when the terminal is narrow) and how `top` writes its numbers.
 
 use crate::model::types::Direction;
-use crate::summary::render::fmt_ns;
 use crate::tui::app::ApiSort;
 use crate::tui::app::ProcessRow;
 use crate::tui::app::ProcessSort;
+use crate::units::fmt_ns;
 
 /// `15.0k`, `1.50M`, `950`, `2.5`: at most 5 characters.
 pub fn fmt_rate(x: f64) -> String {
