@@ -8,125 +8,7 @@
 //! decoded in `events::graph`; the handles a call creates (graph, node,
 //! executable graph) are read through its out-pointer at return.
 
-use tracer_common::ProbeCookie;
-
-/// What a node-parameter argument points to (or holds).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Params {
-    /// `CUDA_KERNEL_NODE_PARAMS_v1` (56 bytes).
-    KernelV1,
-    /// `CUDA_KERNEL_NODE_PARAMS_v2` (72 bytes: + `kern`, `ctx`).
-    KernelV2,
-    /// `CUDA_MEMCPY3D` (200 bytes).
-    Memcpy,
-    /// `CUDA_MEMSET_NODE_PARAMS` (40 bytes).
-    Memset,
-    /// `CUgraphNodeParams` (256 bytes: the type, then a union at 16).
-    Generic,
-    /// A `CUgraph` passed by value: a child graph, cloned into the node.
-    Child,
-    /// A `CUevent` by value (event record / wait nodes).
-    EventRecord,
-    EventWait,
-    /// No parameters the trace needs.
-    Empty,
-    /// A node type gputrace does not look into (host function, memory
-    /// allocation or free, external semaphores, batch memory operations).
-    Opaque(OpaqueNode),
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OpaqueNode {
-    Host,
-    MemAlloc,
-    MemFree,
-    SemaphoresSignal,
-    SemaphoresWait,
-    BatchMemOp,
-}
-
-impl Params {
-    /// Bytes to copy at entry from the argument, when it is a pointer.
-    pub fn blob_bytes(self) -> Option<usize> {
-        Some(match self {
-            Params::KernelV1 => 56,
-            Params::KernelV2 => 72,
-            Params::Memcpy => 200,
-            Params::Memset => 40,
-            Params::Generic => 256,
-            _ => return None,
-        })
-    }
-}
-
-/// What a graph API does; where its arguments are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GraphOp {
-    /// cuStreamBeginCapture(stream[, mode]) / cuStreamBeginCaptureToGraph
-    /// (stream, graph, deps, depData, numDeps, mode).
-    BeginCapture { mode: Option<u8>, to_graph: bool },
-    /// cuStreamEndCapture(stream, CUgraph *out).
-    EndCapture,
-    /// cuStreamIsCapturing(stream, status *out).
-    IsCapturing,
-    /// cuStreamGetCaptureInfo*(stream, status *out, id *out, ...).
-    CaptureInfo,
-    /// cuGraphCreate(CUgraph *out, flags).
-    Create,
-    /// cuGraphAdd*Node(CUgraphNode *out, graph, deps, ..., params at `at`).
-    AddNode { params: Params, at: u8 },
-    /// cuGraph*NodeSetParams(node, params).
-    SetNode { params: Params },
-    /// cuGraphClone(CUgraph *out, original).
-    Clone,
-    /// cuGraphNodeFindInClone(CUgraphNode *out, original node, clone).
-    FindInClone,
-    /// cuGraphChildGraphNodeGetGraph(node, CUgraph *out).
-    ChildGraph,
-    /// cuGraphDestroyNode(node).
-    DestroyNode,
-    /// cuGraphDestroy(graph).
-    Destroy,
-    /// cuGraphInstantiate*(CUgraphExec *out, graph, ...).
-    Instantiate,
-    /// cuGraphExecUpdate*(exec, graph, ...).
-    ExecUpdate,
-    /// cuGraphExec*NodeSetParams(exec, node, params).
-    ExecSetNode { params: Params },
-    /// cuGraphNodeSetEnabled(exec, node, enabled).
-    ExecSetEnabled,
-    /// cuGraphUpload(exec, stream).
-    Upload,
-    /// cuGraphExecDestroy(exec).
-    ExecDestroy,
-}
-
-impl GraphOp {
-    /// The cookie bits this operation needs beyond `c` (the API id).
-    pub fn cookie(self, c: ProbeCookie) -> ProbeCookie {
-        let blob = |c: ProbeCookie, params: Params, arg: u32| match params.blob_bytes() {
-            Some(n) => c.with_blob_arg(arg, n),
-            None => c,
-        };
-        match self {
-            GraphOp::BeginCapture { .. }
-            | GraphOp::DestroyNode
-            | GraphOp::Destroy
-            | GraphOp::ExecUpdate
-            | GraphOp::ExecSetEnabled
-            | GraphOp::Upload
-            | GraphOp::ExecDestroy => c,
-            GraphOp::EndCapture | GraphOp::IsCapturing | GraphOp::ChildGraph => c.with_out(0, 1),
-            GraphOp::CaptureInfo => c.with_out(0, 1).with_out(1, 2),
-            GraphOp::Create | GraphOp::Clone | GraphOp::FindInClone | GraphOp::Instantiate => {
-                c.with_out(0, 0)
-            }
-            GraphOp::AddNode { params, at } => blob(c.with_out(0, 0), params, at as u32),
-            GraphOp::SetNode { params } => blob(c, params, 1),
-            GraphOp::ExecSetNode { params } => blob(c, params, 2),
-        }
-    }
-}
+use crate::model::graph::{GraphOp, OpaqueNode, Params};
 
 /// One row: the symbol, its suffixes, what it does.
 pub struct GraphRow(pub &'static str, pub &'static [&'static str], pub GraphOp);
@@ -202,6 +84,7 @@ pub fn rows() -> Vec<GraphRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tracer_common::ProbeCookie;
 
     #[test]
     fn cookies_point_at_the_right_arguments() {

@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 
 use tracer_common::ProbeCookie;
 
-use crate::catalogue::graph_apis::GraphOp;
 use crate::catalogue::graph_apis::GraphRow;
+use crate::model::graph::GraphOp;
 use crate::model::types::AllocKind;
 use crate::model::types::Direction;
 use crate::model::types::Family;

@@ -4,5 +4,6 @@
 //! ([`memory`]).
 
 pub mod enrich;
+pub mod graph;
 pub mod memory;
 pub mod record;

@@ -7,13 +7,6 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::catalogue::graph_apis::GraphOp;
-use crate::graphs::model::ExecContents;
-use crate::graphs::model::GraphCall;
-use crate::graphs::model::GraphLaunch;
-use crate::graphs::model::GraphRecord;
-use crate::graphs::model::KernelNode;
-use crate::graphs::model::Node;
 use crate::json::dims;
 use crate::json::field;
 use crate::json::get_dim;
@@ -28,6 +21,13 @@ use crate::json::opt_hex;
 use crate::json::opt_string;
 use crate::json::string;
 use crate::json::ParseError;
+use crate::model::graph::ExecContents;
+use crate::model::graph::GraphCall;
+use crate::model::graph::GraphLaunch;
+use crate::model::graph::GraphOp;
+use crate::model::graph::GraphRecord;
+use crate::model::graph::KernelNode;
+use crate::model::graph::Node;
 use crate::model::types::Direction;
 
 /// Appends a node as a JSON object.

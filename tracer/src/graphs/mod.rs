@@ -7,4 +7,3 @@ pub mod book;
 pub mod capture;
 pub mod json;
 pub mod layout;
-pub mod model;

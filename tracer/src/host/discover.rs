@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 
 use crate::catalogue::Lib;
 use crate::text::printable;
-use crate::text::printable_path;
 
 /// A library file, identified by device and inode so that the same file seen
 /// through different paths (containers, symlinks) is probed once.

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::graphs::model::GraphCall;
-use crate::graphs::model::GraphLaunch;
+use crate::model::graph::GraphCall;
+use crate::model::graph::GraphLaunch;
 use crate::model::types::AllocKind;
 use crate::model::types::Direction;
 use crate::model::types::Family;

@@ -3,6 +3,7 @@
 //! types of the model, and the JSON schema.
 
 pub mod call;
+pub mod graph;
 pub mod sampling;
 pub mod types;
 
@@ -40,7 +41,7 @@ pub enum Event {
     Lost(LostReport),
     /// What an executable CUDA graph runs: said right before the first
     /// `cuGraphLaunch` of it that the trace sees, and again after it changed.
-    Graph(crate::graphs::model::GraphRecord),
+    Graph(crate::model::graph::GraphRecord),
     /// Every rank of a communicator has entered one collective (matched by
     /// communicator id, function and sequence number across the traced
     /// processes): its arrival skew and the rank that came last.

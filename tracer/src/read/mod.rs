@@ -14,10 +14,10 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::graphs::json::parse_record;
-use crate::graphs::model::ExecContents;
 use crate::json::parse_call;
 use crate::model::call::Args;
 use crate::model::call::Call;
+use crate::model::graph::ExecContents;
 use crate::model::types::LostCounts;
 use crate::nccl::json::parse_nccl_record;
 use crate::nccl::json::NcclRecord;

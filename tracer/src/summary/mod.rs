@@ -12,9 +12,9 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use crate::decode::memory::MemoryBook;
-use crate::graphs::model::Node;
 use crate::model::call::Args;
 use crate::model::call::Call;
+use crate::model::graph::Node;
 use crate::model::types::Direction;
 use crate::model::types::LostCounts;
 use crate::model::types::NcclOp;

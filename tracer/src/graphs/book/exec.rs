@@ -10,9 +10,9 @@ use crate::graphs::book::GraphEnv;
 use crate::graphs::book::GraphNote;
 use crate::graphs::book::MAX_EXECS;
 use crate::graphs::book::MAX_NODES;
-use crate::graphs::model::ExecContents;
-use crate::graphs::model::GraphCall;
-use crate::graphs::model::Node;
+use crate::model::graph::ExecContents;
+use crate::model::graph::GraphCall;
+use crate::model::graph::Node;
 
 /// A node of an executable graph.
 #[derive(Clone, Debug, PartialEq)]

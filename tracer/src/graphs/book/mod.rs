@@ -19,11 +19,11 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use crate::graphs::capture::CaptureBook;
-use crate::graphs::model::ExecContents;
-use crate::graphs::model::GraphCall;
-use crate::graphs::model::KernelNode;
-use crate::graphs::model::Node;
 use crate::model::call::Args;
+use crate::model::graph::ExecContents;
+use crate::model::graph::GraphCall;
+use crate::model::graph::KernelNode;
+use crate::model::graph::Node;
 use exec::ExecDef;
 
 mod exec;

@@ -1,7 +1,7 @@
 use crate::graphs::book::*;
-use crate::graphs::model::GraphLaunch;
 use crate::model::call::Launch;
 use crate::model::call::Memcpy;
+use crate::model::graph::GraphLaunch;
 use crate::model::types::Direction;
 
 const S: u64 = 0x5100;

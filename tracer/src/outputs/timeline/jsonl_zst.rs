@@ -10,8 +10,8 @@
 
 use std::io::Write;
 
-use crate::graphs::model::GraphRecord;
 use crate::model::call::Call;
+use crate::model::graph::GraphRecord;
 use crate::outputs::timeline::jsonl::JsonlLines;
 
 pub const LEVEL: i32 = 1;

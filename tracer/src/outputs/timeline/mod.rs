@@ -22,8 +22,8 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
 
-use crate::graphs::model::GraphRecord;
 use crate::model::call::Call;
+use crate::model::graph::GraphRecord;
 use crate::model::types::LostCounts;
 
 /// Where a timeline sink writes: one file, or the rotated files.

@@ -22,9 +22,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::graphs::model::GraphRecord;
 use crate::model::call::Args;
 use crate::model::call::Call;
+use crate::model::graph::GraphRecord;
 use crate::model::types::LostCounts;
 use crate::outputs::files::OutputDir;
 use crate::outputs::timeline::jsonl::JsonlWriter;
@@ -317,11 +317,11 @@ mod tests {
     /// two kernels counts them, in every file; a captured launch nowhere.
     #[test]
     fn each_file_says_what_its_graph_launches_run() {
-        use crate::graphs::model::ExecContents;
-        use crate::graphs::model::GraphLaunch;
-        use crate::graphs::model::GraphRecord;
-        use crate::graphs::model::KernelNode;
-        use crate::graphs::model::Node;
+        use crate::model::graph::ExecContents;
+        use crate::model::graph::GraphLaunch;
+        use crate::model::graph::GraphRecord;
+        use crate::model::graph::KernelNode;
+        use crate::model::graph::Node;
         use crate::read::read_timeline;
         let dir = std::env::temp_dir().join(format!("gputrace-rotate-g-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);

@@ -11,8 +11,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::Failure;
-use crate::graphs::model::GraphRecord;
 use crate::model::call::Call;
+use crate::model::graph::GraphRecord;
 use crate::model::Event;
 use crate::nccl::json::collective_json;
 use crate::nccl::json::stall_json;
