@@ -313,6 +313,7 @@ fn ld_cache() -> BTreeMap<String, PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text::printable_path;
 
     #[test]
     fn classify_by_basename() {
