@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use clap::Parser;
-use gputrace::cli::parse_duration;
 use gputrace::cli::Cli;
+use gputrace::units::parse_duration;
 use proptest::prelude::*;
 
 /// Pieces a command line is built from: every option, and values good and bad.

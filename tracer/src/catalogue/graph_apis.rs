@@ -8,7 +8,9 @@
 //! decoded in `events::graph`; the handles a call creates (graph, node,
 //! executable graph) are read through its out-pointer at return.
 
-use crate::model::graph::{GraphOp, OpaqueNode, Params};
+use crate::model::graph::GraphOp;
+use crate::model::graph::OpaqueNode;
+use crate::model::graph::Params;
 
 /// One row: the symbol, its suffixes, what it does.
 pub struct GraphRow(pub &'static str, pub &'static [&'static str], pub GraphOp);

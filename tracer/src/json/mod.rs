@@ -13,6 +13,8 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use crate::model::call::*;
+use crate::model::nccl::Identity;
+use crate::model::nccl::Unaligned;
 
 /// Appends `"0x…"` (lowercase, no leading zeros), without `core::fmt`:
 /// this is the hot path of every event.

@@ -6,6 +6,9 @@ use serde_json::{Map, Value};
 
 use crate::catalogue::api_by_name;
 use crate::model::call::*;
+use crate::model::nccl::Identity;
+use crate::model::nccl::SeqSource;
+use crate::model::nccl::Unaligned;
 use crate::model::types::AllocKind;
 use crate::model::types::Direction;
 use crate::model::types::NcclOp;

@@ -4,13 +4,12 @@ use std::sync::Arc;
 
 use crate::model::graph::GraphCall;
 use crate::model::graph::GraphLaunch;
+use crate::model::nccl::Identity;
+use crate::model::nccl::Unaligned;
 use crate::model::types::AllocKind;
 use crate::model::types::Direction;
 use crate::model::types::Family;
 use crate::model::types::NcclOp;
-pub use crate::nccl::tracker::Identity;
-pub use crate::nccl::tracker::SeqSource;
-pub use crate::nccl::tracker::Unaligned;
 use crate::stacks::table::CallStack;
 
 /// One traced call.

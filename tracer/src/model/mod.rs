@@ -4,6 +4,7 @@
 
 pub mod call;
 pub mod graph;
+pub mod nccl;
 pub mod sampling;
 pub mod types;
 
@@ -11,10 +12,9 @@ use std::sync::Arc;
 
 use crate::host::cgroup::Container;
 use crate::model::call::Call;
-pub use crate::nccl::ranks::Collective;
-pub use crate::nccl::ranks::StallEnded;
-pub use crate::nccl::stall::NcclStall;
-pub use crate::nccl::stall::StuckCall;
+use crate::model::nccl::Collective;
+use crate::model::nccl::NcclStall;
+use crate::model::nccl::StallEnded;
 use types::LostCounts;
 
 /// What the session tells every output, in order.

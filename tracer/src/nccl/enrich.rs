@@ -8,12 +8,12 @@ use crate::decode::record::comm_memory;
 use crate::decode::record::comm_slot;
 use crate::model::call::Args;
 use crate::model::call::Nccl;
+use crate::model::nccl::Arrival;
+use crate::model::nccl::Func;
+use crate::model::nccl::Identity;
+use crate::model::nccl::Unaligned;
 use crate::nccl::libs::NcclLibraries;
-use crate::nccl::ranks::Arrival;
-use crate::nccl::ranks::Func;
-use crate::nccl::tracker::Identity;
 use crate::nccl::tracker::ProcessComms;
-use crate::nccl::tracker::Unaligned;
 
 /// `ncclInProgress`: a non-blocking init returned before the communicator
 /// is complete (its pointer is written all the same).

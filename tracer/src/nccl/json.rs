@@ -6,15 +6,15 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use crate::model::call::Identity;
-use crate::model::call::Unaligned;
-use crate::model::Collective;
-use crate::model::NcclStall;
-use crate::model::StallEnded;
-use crate::model::StuckCall;
+use crate::model::nccl::Collective;
+use crate::model::nccl::Func;
+use crate::model::nccl::Identity;
+use crate::model::nccl::NcclStall;
+use crate::model::nccl::Stall;
+use crate::model::nccl::StallEnded;
+use crate::model::nccl::StuckCall;
+use crate::model::nccl::Unaligned;
 use crate::nccl::hash::format_comm_id;
-use crate::nccl::ranks::Func;
-use crate::nccl::ranks::Stall;
 
 /// A cross-rank record read back.
 #[derive(Clone, Debug, PartialEq, Eq)]

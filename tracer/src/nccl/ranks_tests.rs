@@ -1,6 +1,10 @@
 //! Unit tests of the cross-rank analysis (nccl/ranks.rs).
 
 use super::*;
+use crate::model::nccl::Arrival;
+use crate::model::nccl::Func;
+use crate::model::nccl::Stall;
+use crate::model::nccl::StallEnded;
 
 const MS: u64 = 1_000_000;
 

@@ -2,42 +2,10 @@
 //! on stderr (`gputrace: NCCL stall: ...`).
 
 use std::fmt::Write;
-use std::sync::Arc;
 
-use crate::model::call::Identity;
-use crate::model::call::Unaligned;
+use crate::model::nccl::NcclStall;
+use crate::model::nccl::StallEnded;
 use crate::nccl::hash::format_comm_id;
-use crate::nccl::ranks::Stall;
-use crate::nccl::ranks::StallEnded;
-
-/// Ranks that entered a collective while others have not, or a thread
-/// inside an NCCL call, for longer than `--nccl-stall`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NcclStall {
-    /// A collective entered by some ranks and not by others.
-    Collective { stall: Stall, host: Arc<str> },
-    /// An NCCL call not returned (not covered by a collective stall).
-    Stuck(StuckCall),
-}
-
-/// A thread inside an NCCL call for longer than the threshold.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StuckCall {
-    pub pid: u32,
-    pub tid: u32,
-    /// The process's name.
-    pub process: Arc<str>,
-    pub api: &'static str,
-    /// The `ncclComm_t`.
-    pub comm: u64,
-    pub ident: Identity,
-    /// Why its collective is not named across ranks (`None`: it is).
-    pub unaligned: Option<Unaligned>,
-    /// When it entered (Unix ns).
-    pub entered_ns: u64,
-    pub waited_ns: u64,
-    pub host: Arc<str>,
-}
 
 fn secs(ns: u64) -> String {
     format!("{:.1} s", ns as f64 / 1e9)
@@ -162,7 +130,9 @@ pub fn ended_line(e: &StallEnded) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nccl::ranks::Func;
+    use crate::model::nccl::Func;
+    use crate::model::nccl::{Identity, Stall, StuckCall, Unaligned};
+    use std::sync::Arc;
 
     #[test]
     fn lines() {

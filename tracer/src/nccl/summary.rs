@@ -12,9 +12,9 @@ use serde_json::{json, Value};
 
 use crate::model::call::Args;
 use crate::model::call::Call;
-use crate::model::call::Unaligned;
-use crate::model::NcclStall;
-use crate::model::StallEnded;
+use crate::model::nccl::NcclStall;
+use crate::model::nccl::StallEnded;
+use crate::model::nccl::Unaligned;
 use crate::nccl::enrich::arrival;
 use crate::nccl::hash::format_comm_id;
 use crate::nccl::ranks::CrossRank;

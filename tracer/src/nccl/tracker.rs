@@ -13,10 +13,13 @@
 
 use std::collections::HashMap;
 
+use crate::model::nccl::Func;
+use crate::model::nccl::Identity;
+use crate::model::nccl::SeqSource;
+use crate::model::nccl::Unaligned;
 use crate::nccl::hash::comm_hash;
 use crate::nccl::hash::split_hash;
 use crate::nccl::hash::NcclVersion;
-use crate::nccl::ranks::Func;
 
 /// What the probe read from the communicator at the call's entry (`None`
 /// where the layout has no offset or the read failed).
@@ -43,85 +46,6 @@ impl CommMemory {
             source: self.seq.map(|_| SeqSource::Counter),
         }
     }
-}
-
-/// Where a collective's sequence number came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SeqSource {
-    /// NCCL's `seqNumber` counter, read at entry.
-    Counter,
-    /// Counted from the communicator's init, which was traced.
-    FromInit,
-}
-
-/// Why a communicator's collectives have no sequence number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unaligned {
-    /// No counter in the layout (NCCL before 2.26, a stripped file, or an
-    /// undecodable one) and the init happened before gputrace attached.
-    NoCounter,
-    /// The communicator's id or rank is unknown.
-    NoIdentity,
-    /// The layout read disagreed with what the traced init said: memory
-    /// reads are not trusted for this process any more.
-    LayoutMismatch,
-}
-
-impl SeqSource {
-    /// Its name in the JSON schema (`seq_from`).
-    pub fn name(self) -> &'static str {
-        match self {
-            SeqSource::Counter => "counter",
-            SeqSource::FromInit => "init",
-        }
-    }
-
-    pub fn from_name(s: &str) -> Option<Self> {
-        [SeqSource::Counter, SeqSource::FromInit]
-            .into_iter()
-            .find(|x| x.name() == s)
-    }
-}
-
-impl Unaligned {
-    const ALL: [Unaligned; 3] = [
-        Unaligned::NoCounter,
-        Unaligned::NoIdentity,
-        Unaligned::LayoutMismatch,
-    ];
-
-    /// Its code in the JSON schema (`unaligned`).
-    pub fn code(self) -> &'static str {
-        match self {
-            Unaligned::NoCounter => "no_counter",
-            Unaligned::NoIdentity => "no_identity",
-            Unaligned::LayoutMismatch => "layout_mismatch",
-        }
-    }
-
-    pub fn from_code(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|x| x.code() == s)
-    }
-
-    pub fn reason(self) -> &'static str {
-        match self {
-            Unaligned::NoCounter => "no NCCL counter readable and the init was not traced",
-            Unaligned::NoIdentity => "communicator id or rank unknown",
-            Unaligned::LayoutMismatch => "the communicator's memory disagreed with its traced init",
-        }
-    }
-}
-
-/// Who a collective call belongs to, as far as known.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Identity {
-    pub comm_id: Option<u64>,
-    pub rank: Option<u32>,
-    pub nranks: Option<u32>,
-    pub cuda_dev: Option<u32>,
-    /// Collectives only (not p2p).
-    pub seq: Option<u64>,
-    pub source: Option<SeqSource>,
 }
 
 #[derive(Debug, Default)]

@@ -21,12 +21,12 @@ use crate::decode::enrich::Clock;
 use crate::decode::enrich::Enricher;
 use crate::model::call::Args;
 use crate::model::call::Call;
+use crate::model::nccl::Arrival;
+use crate::model::nccl::Func;
+use crate::model::nccl::NcclStall;
+use crate::model::nccl::StuckCall;
 use crate::model::Event;
-use crate::model::NcclStall;
-use crate::model::StuckCall;
-use crate::nccl::ranks::Arrival;
 use crate::nccl::ranks::CrossRank;
-use crate::nccl::ranks::Func;
 
 /// Stuck calls remembered (reported once each) before the set is cleared.
 const MAX_STUCK_REPORTED: usize = 4096;

@@ -324,8 +324,8 @@ impl Model {
     }
 
     /// A stall said by the session.
-    pub fn nccl_stall(&mut self, s: &crate::model::NcclStall) {
-        use crate::model::NcclStall;
+    pub fn nccl_stall(&mut self, s: &crate::model::nccl::NcclStall) {
+        use crate::model::nccl::NcclStall;
         let key = match s {
             NcclStall::Collective { stall, .. } => (stall.comm_id, stall.func.name(), stall.seq),
             // Keyed by the process: a stuck call is shown until it exits.
@@ -335,7 +335,7 @@ impl Model {
     }
 
     /// A collective stall is over.
-    pub fn nccl_stall_over(&mut self, e: &crate::model::StallEnded) {
+    pub fn nccl_stall_over(&mut self, e: &crate::model::nccl::StallEnded) {
         self.nccl_stalls.remove(&(e.comm_id, e.func.name(), e.seq));
     }
 
@@ -516,10 +516,10 @@ mod tests {
 
     #[test]
     fn nccl_stalls_shown_until_over_or_gone() {
-        use crate::model::NcclStall;
-        use crate::model::StallEnded;
-        use crate::nccl::ranks::Func;
-        use crate::nccl::ranks::Stall;
+        use crate::model::nccl::Func;
+        use crate::model::nccl::NcclStall;
+        use crate::model::nccl::Stall;
+        use crate::model::nccl::StallEnded;
         let mut m = Model::default();
         let stall = Stall {
             comm_id: 0xab,

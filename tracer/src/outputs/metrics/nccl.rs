@@ -15,11 +15,11 @@ use std::fmt::Write;
 
 use crate::model::call::Args;
 use crate::model::call::Call;
-use crate::model::Collective;
-use crate::model::NcclStall;
-use crate::model::StallEnded;
+use crate::model::nccl::Collective;
+use crate::model::nccl::Func;
+use crate::model::nccl::NcclStall;
+use crate::model::nccl::StallEnded;
 use crate::nccl::hash::format_comm_id;
-use crate::nccl::ranks::Func;
 use crate::outputs::metrics::exposition::seconds;
 use crate::outputs::metrics::BUCKETS_NS;
 

@@ -219,12 +219,12 @@ fn chunks_add_up_to_the_whole() {
 /// Two ranks of one communicator: collectives, a late rank, a stall.
 #[test]
 fn nccl_series_per_communicator_and_rank() {
-    use crate::model::call::Identity;
-    use crate::model::Collective;
-    use crate::model::NcclStall;
-    use crate::model::StallEnded;
-    use crate::nccl::ranks::Func;
-    use crate::nccl::ranks::Stall;
+    use crate::model::nccl::Collective;
+    use crate::model::nccl::Func;
+    use crate::model::nccl::Identity;
+    use crate::model::nccl::NcclStall;
+    use crate::model::nccl::Stall;
+    use crate::model::nccl::StallEnded;
     let mut m = metrics();
     for (pid, rank) in [(3, 0), (4, 1)] {
         for seq in 0..3 {

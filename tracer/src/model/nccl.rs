@@ -1,0 +1,263 @@
+//! NCCL in the event model: who a collective belongs to (communicator, rank,
+//! sequence number), the ranks' arrivals at one collective across processes,
+//! and the stalls when some ranks wait for others.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// NCCL's `ncclFunc_t` for the five collectives that have a sequence
+/// number (`comm->seqNumber[func]`); point-to-point calls have none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Func {
+    Broadcast = 0,
+    Reduce = 1,
+    AllGather = 2,
+    ReduceScatter = 3,
+    AllReduce = 4,
+}
+
+impl Func {
+    pub const ALL: [Func; 5] = [
+        Func::Broadcast,
+        Func::Reduce,
+        Func::AllGather,
+        Func::ReduceScatter,
+        Func::AllReduce,
+    ];
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The operation's name as gputrace writes it (`op` in events).
+    pub fn name(self) -> &'static str {
+        match self {
+            Func::Broadcast => "Broadcast",
+            Func::Reduce => "Reduce",
+            Func::AllGather => "AllGather",
+            Func::ReduceScatter => "ReduceScatter",
+            Func::AllReduce => "AllReduce",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Func> {
+        Func::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
+/// One rank's entry into one collective.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    pub comm_id: u64,
+    pub nranks: u32,
+    pub rank: u32,
+    pub pid: u32,
+    pub func: Func,
+    /// The collective's number among this communicator's collectives of
+    /// `func` (0 for the first), the same on every rank.
+    pub seq: u64,
+    /// When the rank entered it (Unix ns).
+    pub entry_ns: u64,
+}
+
+/// A collective every rank has entered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Collective {
+    pub comm_id: u64,
+    pub nranks: u32,
+    pub func: Func,
+    pub seq: u64,
+    /// The first entry (Unix ns).
+    pub first_ns: u64,
+    /// Last entry minus first.
+    pub skew_ns: u64,
+    pub last_rank: u32,
+    pub last_pid: u32,
+    /// The last rank's entry minus the entry before it: what it cost the
+    /// others (0 for a 1-rank communicator).
+    pub delay_ns: u64,
+}
+
+/// A collective that ranks have entered while others have not, for longer
+/// than the threshold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stall {
+    pub comm_id: u64,
+    pub nranks: u32,
+    pub func: Func,
+    pub seq: u64,
+    /// The ranks that have entered it, with their pids.
+    pub waiting: Vec<(u32, u32)>,
+    /// The ranks that have not: rank and pid, when this tracer has seen a
+    /// process of that rank (else the rank is not traced here).
+    pub missing: Vec<(u32, Option<u32>)>,
+    /// When the first rank entered it (Unix ns).
+    pub first_ns: u64,
+    /// How long the first rank in has waited (ns).
+    pub waited_ns: u64,
+}
+
+/// A stall that ended: the missing ranks came.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StallEnded {
+    pub comm_id: u64,
+    pub func: Func,
+    pub seq: u64,
+    pub waited_ns: u64,
+}
+
+/// What one rank of one communicator did, for the summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RankStats {
+    pub pid: u32,
+    /// Collectives this rank entered.
+    pub collectives: u64,
+    /// Complete collectives it entered last.
+    pub times_last: u64,
+    /// Sum of the delays it caused when last.
+    pub delay_ns_total: u64,
+    /// Its last sequence number per function (`None`: none seen).
+    pub last_seq: [Option<u64>; 5],
+    /// Its first sequence number traced per function: it entered the
+    /// collectives below it before its probes were attached, unseen.
+    pub first_seq: [Option<u64>; 5],
+    /// Nanoseconds the others have been waiting for it now (0: not stalled).
+    pub stalled_ns: u64,
+    /// Stalls in which it was missing.
+    pub stalls: u64,
+}
+
+/// One communicator, for the summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommStats {
+    pub nranks: u32,
+    pub ranks: BTreeMap<u32, RankStats>,
+    /// Collectives every rank entered.
+    pub complete: u64,
+    pub skew_ns_total: u64,
+    pub skew_ns_max: u64,
+    /// Collectives dropped before every rank came (ranks not traced here,
+    /// or more pending than [`MAX_PENDING`]).
+    pub incomplete: u64,
+    /// Entries for a (collective, rank) already entered: the ranks'
+    /// sequences disagree (should stay 0).
+    pub conflicts: u64,
+    /// Collectives a rank entered before it was traced (below its first
+    /// traced sequence number; processes attached one after the other):
+    /// not compared, neither complete nor incomplete.
+    pub before_trace: u64,
+}
+
+impl CommStats {
+    pub fn skew_ns_avg(&self) -> Option<u64> {
+        (self.complete > 0).then(|| self.skew_ns_total / self.complete)
+    }
+}
+
+/// Where a collective's sequence number came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeqSource {
+    /// NCCL's `seqNumber` counter, read at entry.
+    Counter,
+    /// Counted from the communicator's init, which was traced.
+    FromInit,
+}
+
+/// Why a communicator's collectives have no sequence number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unaligned {
+    /// No counter in the layout (NCCL before 2.26, a stripped file, or an
+    /// undecodable one) and the init happened before gputrace attached.
+    NoCounter,
+    /// The communicator's id or rank is unknown.
+    NoIdentity,
+    /// The layout read disagreed with what the traced init said: memory
+    /// reads are not trusted for this process any more.
+    LayoutMismatch,
+}
+
+impl SeqSource {
+    /// Its name in the JSON schema (`seq_from`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SeqSource::Counter => "counter",
+            SeqSource::FromInit => "init",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Self> {
+        [SeqSource::Counter, SeqSource::FromInit]
+            .into_iter()
+            .find(|x| x.name() == s)
+    }
+}
+
+impl Unaligned {
+    const ALL: [Unaligned; 3] = [
+        Unaligned::NoCounter,
+        Unaligned::NoIdentity,
+        Unaligned::LayoutMismatch,
+    ];
+
+    /// Its code in the JSON schema (`unaligned`).
+    pub fn code(self) -> &'static str {
+        match self {
+            Unaligned::NoCounter => "no_counter",
+            Unaligned::NoIdentity => "no_identity",
+            Unaligned::LayoutMismatch => "layout_mismatch",
+        }
+    }
+
+    pub fn from_code(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|x| x.code() == s)
+    }
+
+    pub fn reason(self) -> &'static str {
+        match self {
+            Unaligned::NoCounter => "no NCCL counter readable and the init was not traced",
+            Unaligned::NoIdentity => "communicator id or rank unknown",
+            Unaligned::LayoutMismatch => "the communicator's memory disagreed with its traced init",
+        }
+    }
+}
+
+/// Who a collective call belongs to, as far as known.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub comm_id: Option<u64>,
+    pub rank: Option<u32>,
+    pub nranks: Option<u32>,
+    pub cuda_dev: Option<u32>,
+    /// Collectives only (not p2p).
+    pub seq: Option<u64>,
+    pub source: Option<SeqSource>,
+}
+
+/// Ranks that entered a collective while others have not, or a thread
+/// inside an NCCL call, for longer than `--nccl-stall`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NcclStall {
+    /// A collective entered by some ranks and not by others.
+    Collective { stall: Stall, host: Arc<str> },
+    /// An NCCL call not returned (not covered by a collective stall).
+    Stuck(StuckCall),
+}
+
+/// A thread inside an NCCL call for longer than the threshold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StuckCall {
+    pub pid: u32,
+    pub tid: u32,
+    /// The process's name.
+    pub process: Arc<str>,
+    pub api: &'static str,
+    /// The `ncclComm_t`.
+    pub comm: u64,
+    pub ident: Identity,
+    /// Why its collective is not named across ranks (`None`: it is).
+    pub unaligned: Option<Unaligned>,
+    /// When it entered (Unix ns).
+    pub entered_ns: u64,
+    pub waited_ns: u64,
+    pub host: Arc<str>,
+}
