@@ -13,13 +13,13 @@
 use std::time::Instant;
 
 use anyhow::{anyhow, Context};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::cache::CalibrationCache;
 use crate::catalogue::api_by_name;
 use crate::catalogue::ProbeSelection;
 use crate::config::Config;
+use crate::model::sampling::HitCost;
 use crate::probes::attach::detach_many;
 use crate::probes::attach::Attachment;
 use crate::probes::attach::Link;
@@ -39,23 +39,6 @@ const POLLUTE_BYTES: usize = 1 << 20;
 /// each round's differences are taken, and their median kept: runs side
 /// by side drift least.
 const ROUNDS: usize = 9;
-
-/// Nanoseconds one traced call costs its thread, on a function whose
-/// first instruction the kernel single-steps (`entry_ns`,
-/// `entry_return_ns`) and on one whose first instruction it emulates.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct HitCost {
-    /// An entry probe only (what `:args` and sampled families pay).
-    pub entry_ns: f64,
-    /// An entry and a return probe.
-    pub entry_return_ns: f64,
-    /// The same on an emulated first instruction (absent from caches
-    /// written before it was measured: such an entry is measured again).
-    #[serde(default)]
-    pub emulated_entry_ns: f64,
-    #[serde(default)]
-    pub emulated_entry_return_ns: f64,
-}
 
 impl HitCost {
     pub fn is_plausible(&self) -> bool {

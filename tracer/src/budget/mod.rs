@@ -52,7 +52,6 @@ pub mod summary;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::budget::hitcost::HitCost;
 use crate::budget::hitcost::InPlaceStore;
 use crate::budget::sampler::KernelTime;
 use crate::budget::sampler::Mode;
@@ -62,6 +61,7 @@ use crate::budget::sampler::MIN_RATIO;
 use crate::catalogue::Api;
 use crate::decode::enrich::Clock;
 use crate::model::sampling::ApiEstimate;
+use crate::model::sampling::HitCost;
 use crate::model::sampling::ProcessSampling;
 use crate::model::sampling::SamplingReport;
 use crate::probes::symbols::Prologue;

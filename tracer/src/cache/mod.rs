@@ -313,7 +313,7 @@ impl CalibrationCache {
 
 impl CalibrationCache {
     /// The probe hit cost measured before under `key` (a `sha256:` key).
-    pub fn get_hit_cost(&self, key: &str) -> Option<crate::budget::hitcost::HitCost> {
+    pub fn get_hit_cost(&self, key: &str) -> Option<crate::model::sampling::HitCost> {
         let Place::Dir(fd) = &self.place else {
             return None;
         };
@@ -321,7 +321,7 @@ impl CalibrationCache {
             fd,
             &self.shown,
             HIT_COST_FILE,
-            crate::budget::hitcost::HitCost::is_plausible,
+            crate::model::sampling::HitCost::is_plausible,
         )
         .ok()?
         .remove(key)
@@ -347,7 +347,7 @@ impl CalibrationCache {
 
     /// Keeps a measured probe hit cost (best effort: a cache that cannot
     /// be written only costs a measurement next time).
-    pub fn insert_hit_cost(&self, key: &str, cost: crate::budget::hitcost::HitCost) {
+    pub fn insert_hit_cost(&self, key: &str, cost: crate::model::sampling::HitCost) {
         if let Place::Dir(fd) = &self.place {
             let mut one = BTreeMap::from([(key.to_string(), cost)]);
             let _ = write_map(
@@ -355,7 +355,7 @@ impl CalibrationCache {
                 &self.shown,
                 HIT_COST_FILE,
                 &mut one,
-                crate::budget::hitcost::HitCost::is_plausible,
+                crate::model::sampling::HitCost::is_plausible,
             );
         }
     }

@@ -4,15 +4,7 @@
 //! cri-containerd-<id>.scope`, `crio-<id>.scope`, `docker-<id>.scope`), the
 //! cgroupfs driver (`/kubepods/<qos>/pod<uid>/<id>`) and plain Docker
 //! (`/docker/<id>`), for cgroup v1 and v2.
-
-/// The container and pod of a process, where its cgroup shows them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Container {
-    /// The runtime's container id (64 hex digits for containerd, CRI-O, Docker).
-    pub container_id: Option<String>,
-    /// The Kubernetes pod's UID, dashed as the API server spells it.
-    pub pod_uid: Option<String>,
-}
+use crate::model::Container;
 
 /// Scope-unit prefixes of container runtimes under the systemd cgroup driver.
 const SCOPE_PREFIXES: [&str; 6] = [

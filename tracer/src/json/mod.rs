@@ -146,7 +146,7 @@ pub fn write_frames(out: &mut String, frames: &[std::sync::Arc<str>]) {
 
 /// Appends a stack record, `{"type":"stack","id":N,"frames":[..]}`: written
 /// once per file before the first call that names it by `stack_id`.
-pub fn write_stack(out: &mut String, stack: &crate::stacks::table::CallStack) {
+pub fn write_stack(out: &mut String, stack: &crate::model::stack::CallStack) {
     out.push_str("{\"type\":\"stack\",\"id\":");
     num(out, stack.id);
     out.push_str(",\"frames\":");

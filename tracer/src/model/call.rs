@@ -6,11 +6,11 @@ use crate::model::graph::GraphCall;
 use crate::model::graph::GraphLaunch;
 use crate::model::nccl::Identity;
 use crate::model::nccl::Unaligned;
+use crate::model::stack::CallStack;
 use crate::model::types::AllocKind;
 use crate::model::types::Direction;
 use crate::model::types::Family;
 use crate::model::types::NcclOp;
-use crate::stacks::table::CallStack;
 
 /// One traced call.
 #[derive(Clone, Debug, PartialEq)]

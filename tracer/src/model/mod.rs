@@ -6,11 +6,11 @@ pub mod call;
 pub mod graph;
 pub mod nccl;
 pub mod sampling;
+pub mod stack;
 pub mod types;
 
 use std::sync::Arc;
 
-use crate::host::cgroup::Container;
 use crate::model::call::Call;
 use crate::model::nccl::Collective;
 use crate::model::nccl::NcclStall;
@@ -94,4 +94,13 @@ pub struct LostReport {
     pub by_pid: Vec<(u32, u64)>,
     /// Records that could not be decoded (a bug if ever not zero).
     pub undecodable: u64,
+}
+
+/// The container and pod of a process, where its cgroup shows them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Container {
+    /// The runtime's container id (64 hex digits for containerd, CRI-O, Docker).
+    pub container_id: Option<String>,
+    /// The Kubernetes pod's UID, dashed as the API server spells it.
+    pub pod_uid: Option<String>,
 }

@@ -2,6 +2,8 @@
 //! the period the sampled APIs' probes were attached, and per process the
 //! calls of those APIs seen and estimated (since the start of the trace).
 
+use serde::{Deserialize, Serialize};
+
 use crate::model::types::Family;
 
 /// One settled period of the sampling schedule.
@@ -22,7 +24,7 @@ pub struct SamplingReport {
     /// The budget asked for, in percent.
     pub budget_percent: f64,
     /// What a probe hit costs on this machine.
-    pub hit_cost: crate::budget::hitcost::HitCost,
+    pub hit_cost: crate::model::sampling::HitCost,
     /// How many times `hit_cost` the probes were read to cost in place
     /// (1 until enough was read; the budget charges hits at it).
     pub cost_ratio: f64,
@@ -113,4 +115,21 @@ impl SamplingReport {
         f.insert("apis".into(), Value::Object(apis));
         f
     }
+}
+
+/// Nanoseconds one traced call costs its thread, on a function whose
+/// first instruction the kernel single-steps (`entry_ns`,
+/// `entry_return_ns`) and on one whose first instruction it emulates.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HitCost {
+    /// An entry probe only (what `:args` and sampled families pay).
+    pub entry_ns: f64,
+    /// An entry and a return probe.
+    pub entry_return_ns: f64,
+    /// The same on an emulated first instruction (absent from caches
+    /// written before it was measured: such an entry is measured again).
+    #[serde(default)]
+    pub emulated_entry_ns: f64,
+    #[serde(default)]
+    pub emulated_entry_return_ns: f64,
 }

@@ -131,7 +131,10 @@ pub fn ended_line(e: &StallEnded) -> String {
 mod tests {
     use super::*;
     use crate::model::nccl::Func;
-    use crate::model::nccl::{Identity, Stall, StuckCall, Unaligned};
+    use crate::model::nccl::Identity;
+    use crate::model::nccl::Stall;
+    use crate::model::nccl::StuckCall;
+    use crate::model::nccl::Unaligned;
     use std::sync::Arc;
 
     #[test]

@@ -32,7 +32,7 @@ pub struct Status {
     /// Processes whose decoding state (allocations, kernel names) is held.
     pub process_states: usize,
     /// `--overhead-budget`: what a probe hit costs on this machine.
-    pub hit_cost: Option<crate::budget::hitcost::HitCost>,
+    pub hit_cost: Option<crate::model::sampling::HitCost>,
 }
 
 /// Why a sink asks the trace to stop.

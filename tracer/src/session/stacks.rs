@@ -16,6 +16,7 @@ use tracer_common::EventKind;
 
 use crate::error::Failure;
 use crate::error::Result;
+use crate::model::stack::CallStack;
 use crate::probes::attach::Probes;
 use crate::stacks::kernel::kernel_offsets;
 use crate::stacks::kernel::KernelOffsets;
@@ -23,7 +24,6 @@ use crate::stacks::record::parse_stack_record;
 use crate::stacks::resolve::StackResolver;
 use crate::stacks::settings::PyProcMap;
 use crate::stacks::settings::StackSettings;
-use crate::stacks::table::CallStack;
 
 use crate::session::StackRequest;
 

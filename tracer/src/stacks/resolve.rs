@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 use tracer_common::stack::{PyConfig, PyStatus};
 
+use crate::model::stack::CallStack;
+use crate::model::stack::GAP;
 use crate::stacks::memory::Memory;
 use crate::stacks::memory::ProcessMemory;
 use crate::stacks::memory::Window;
@@ -27,9 +29,7 @@ use crate::stacks::python::config::probe_config;
 use crate::stacks::python::FrameModel;
 use crate::stacks::python::PythonProcess;
 use crate::stacks::record::RawStack;
-use crate::stacks::table::CallStack;
 use crate::stacks::table::StackTable;
-use crate::stacks::table::GAP;
 
 /// A module list is rebuilt (for libraries loaded since) at most this often.
 const REBUILD_EVERY: Duration = Duration::from_millis(250);

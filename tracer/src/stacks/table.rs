@@ -4,24 +4,11 @@
 //! the views derive from them: the call site (the innermost user frame,
 //! Python first) and folded lines for flame graphs.
 
+use crate::model::stack::CallStack;
+use crate::model::stack::Frames;
+use crate::model::stack::GAP;
 use std::collections::HashMap;
 use std::sync::Arc;
-
-/// Stands where frames are missing: the native unwind stopped short of the
-/// Python frames the probe walked, or the Python chain was longer than the
-/// probe copies.
-pub const GAP: &str = "[...]";
-
-/// Frame strings of one stack, innermost first.
-pub type Frames = Arc<[Arc<str>]>;
-
-/// One distinct stack.
-#[derive(Debug, PartialEq, Eq)]
-pub struct CallStack {
-    /// Unique within a run (and within a timeline file).
-    pub id: u32,
-    pub frames: Frames,
-}
 
 impl CallStack {
     /// The innermost user frame (see [`call_site`]).

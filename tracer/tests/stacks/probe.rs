@@ -13,13 +13,13 @@ use gputrace::catalogue::api;
 use gputrace::catalogue::ProbeSelection;
 use gputrace::decode::record::parse_record;
 use gputrace::host::discover::process_libraries;
+use gputrace::model::stack::CallStack;
 use gputrace::probes::attach::Probes;
 use gputrace::probes::attach::Scope;
 use gputrace::stacks::kernel::kernel_offsets;
 use gputrace::stacks::record::parse_stack_record;
 use gputrace::stacks::resolve::StackResolver;
 use gputrace::stacks::settings::StackSettings;
-use gputrace::stacks::table::CallStack;
 use tracer_common::stack::{PyStatus, MAX_STACK_BYTES};
 use tracer_common::EventKind;
 
@@ -354,7 +354,7 @@ fn probe_stacks_of_python_calling_through_ctypes() {
             // After <module>: the interpreter's native frames, to _start.
             assert!(f.len() > last_py + 1, "{who}: {f:#?}");
             assert!(f.last().unwrap().starts_with("_start ("), "{who}: {f:#?}");
-            assert!(!f.contains(&gputrace::stacks::table::GAP), "{who}: {f:#?}");
+            assert!(!f.contains(&gputrace::model::stack::GAP), "{who}: {f:#?}");
             assert_eq!(s.call_site(), Some(leaf.as_str()), "{who}");
             // The same line gives the same interned stack each step.
             assert!(calls.iter().all(|(c, _)| Arc::ptr_eq(c, s)), "{who} {api}");

@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 
 pub use exposition::Cursor;
 
-use crate::host::cgroup::Container;
 use crate::model::call::Args;
 use crate::model::call::Call;
 use crate::model::types::Direction;
 use crate::model::types::LostCounts;
 use crate::model::types::NcclOp;
+use crate::model::Container;
 use crate::model::Event;
 use crate::model::ProcessInfo;
 use crate::outputs::Sink;
@@ -146,7 +146,7 @@ pub struct Metrics {
     /// Per (communicator, rank), across processes.
     nccl: nccl::NcclMetrics,
     /// `--overhead-budget`: what a probe hit costs here.
-    pub hit_cost: Option<crate::budget::hitcost::HitCost>,
+    pub hit_cost: Option<crate::model::sampling::HitCost>,
     /// The budget's in-place ratio (`SamplingReport::cost_ratio`).
     pub cost_ratio: Option<f64>,
 }
