@@ -52,7 +52,7 @@ impl Default for Config {
             perf_events: false,
             fault_panic_after: None,
             inflight_map: false,
-            sample_period: crate::budget::sampler::PERIOD,
+            sample_period: crate::config::PERIOD,
         }
     }
 }
@@ -190,3 +190,7 @@ mod tests {
         }
     }
 }
+
+/// The length of one period of the schedule unless configured
+/// (`Config::sample_period`).
+pub const PERIOD: Duration = Duration::from_millis(1000);

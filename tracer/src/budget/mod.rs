@@ -59,7 +59,7 @@ use crate::budget::sampler::Period;
 use crate::budget::sampler::Sampler;
 use crate::budget::sampler::MIN_RATIO;
 use crate::catalogue::Api;
-use crate::decode::enrich::Clock;
+use crate::host::clock::Clock;
 use crate::model::sampling::ApiEstimate;
 use crate::model::sampling::HitCost;
 use crate::model::sampling::ProcessSampling;

@@ -31,24 +31,17 @@
 //! every hot set follows it.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
-use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tracer_common::ProbeCookie;
-
 use crate::probes::attach::detach_in_order;
 use crate::probes::attach::Link;
 use crate::probes::attach::Scope;
+use crate::probes::hot::HotSet;
 use crate::probes::multi::MultiLink;
 use crate::probes::multi::MultiPrograms;
 
-/// The length of one period of the schedule unless configured
-/// (`Config::sample_period`).
-pub const PERIOD: Duration = Duration::from_millis(1000);
 /// The shortest on slice under `Duty` (unless the period would pass
 /// [`MAX_PERIOD`]).
 pub const MIN_ON: Duration = Duration::from_millis(250);
@@ -59,92 +52,6 @@ pub const MAX_PERIOD: Duration = Duration::from_secs(30);
 pub const DISCOVER_EVERY: u64 = 10;
 /// The smallest share of a period the probes are attached for.
 pub const MIN_RATIO: f64 = 0.02;
-
-/// The samplable symbols of one library file in one scope.
-#[derive(Debug)]
-pub struct HotSet {
-    /// Held open, attached through `/proc/self/fd/N`.
-    file: Option<File>,
-    path: PathBuf,
-    pid: Option<u32>,
-    offsets: Vec<u64>,
-    cookies: Vec<u64>,
-    /// Whether each symbol gets a return probe in `Exact` mode.
-    with_ret: Vec<bool>,
-}
-
-impl HotSet {
-    pub(crate) fn new(pid: Option<u32>) -> Self {
-        Self {
-            file: None,
-            path: PathBuf::new(),
-            pid,
-            offsets: Vec::new(),
-            cookies: Vec::new(),
-            with_ret: Vec::new(),
-        }
-    }
-
-    pub(crate) fn push(&mut self, offset: u64, cookie: ProbeCookie, with_ret: bool) {
-        self.offsets.push(offset);
-        self.cookies.push(cookie.0);
-        self.with_ret.push(with_ret);
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.offsets.is_empty()
-    }
-
-    /// Opens `path` and keeps it open for the set's lifetime.
-    pub(crate) fn open(mut self, path: &Path) -> std::io::Result<Self> {
-        let file = File::open(path)?;
-        self.path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-        self.file = Some(file);
-        Ok(self)
-    }
-
-    /// The entry probes, of the APIs `only` holds when given; `None`
-    /// when that leaves none.
-    fn attach_entry(
-        &self,
-        multi: &MultiPrograms,
-        entry_only: bool,
-        only: Option<&HashSet<u32>>,
-    ) -> std::io::Result<Option<MultiLink>> {
-        let (mut offsets, mut cookies) = (Vec::new(), Vec::new());
-        for (&o, &c) in self.offsets.iter().zip(&self.cookies) {
-            if only.is_some_and(|apis| !apis.contains(&ProbeCookie(c).api())) {
-                continue;
-            }
-            offsets.push(o);
-            cookies.push(if entry_only {
-                c | ProbeCookie::ENTRY_ONLY
-            } else {
-                c
-            });
-        }
-        if offsets.is_empty() {
-            return Ok(None);
-        }
-        multi
-            .attach(&self.path, &offsets, &cookies, self.pid, false)
-            .map(Some)
-    }
-
-    fn attach_ret(&self, multi: &MultiPrograms) -> std::io::Result<Option<MultiLink>> {
-        let (mut o, mut c) = (Vec::new(), Vec::new());
-        for i in 0..self.offsets.len() {
-            if self.with_ret[i] {
-                o.push(self.offsets[i]);
-                c.push(self.cookies[i]);
-            }
-        }
-        if o.is_empty() {
-            return Ok(None);
-        }
-        multi.attach(&self.path, &o, &c, self.pid, true).map(Some)
-    }
-}
 
 /// How the hot sets are attached.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -17,9 +17,9 @@ use tokio::time::MissedTickBehavior;
 
 use crate::cli::TopArgs;
 use crate::config::Config;
-use crate::decode::enrich::Clock;
 use crate::error::Failure;
 use crate::error::Result;
+use crate::host::clock::Clock;
 use crate::host::discover;
 use crate::session::preflight;
 use crate::session::Session;

@@ -6,9 +6,9 @@ use std::process::ExitCode;
 
 use crate::cli::TraceArgs;
 use crate::config::Config;
-use crate::decode::enrich::Clock;
 use crate::error::Failure;
 use crate::error::Result;
+use crate::host::clock::Clock;
 use crate::outputs::fault::FaultSink;
 use crate::outputs::print::PrintSink;
 use crate::outputs::summary::SummaryOutput;

@@ -15,12 +15,7 @@ use crate::model::call::Memcpy;
 use crate::model::call::Nccl;
 use crate::model::graph::GraphLaunch;
 use crate::model::types::Direction;
-use crate::nccl::tracker::CommMemory;
-use tracer_common::{
-    COMM_DEV_READ, COMM_DEV_SLOT, COMM_HASH_READ, COMM_HASH_SLOT, COMM_NRANKS_READ,
-    COMM_RANKS_SLOT, COMM_RANK_READ, COMM_SEQ_READ, COMM_SEQ_SLOT, COMM_SLOT_SHIFT,
-    COMM_VALID_SLOT,
-};
+use crate::nccl::enrich::comm_memory;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -159,25 +154,6 @@ fn unique_id(raw: &RawCall<'_>) -> Option<Box<[u8]>> {
     raw.blob
         .filter(|b| b.len() == NCCL_UNIQUE_ID_BYTES)
         .map(Box::from)
-}
-
-/// What an NCCL call's probe read from its communicator at entry.
-pub fn comm_memory(e: &CallEvent) -> CommMemory {
-    let valid = e.extra[COMM_VALID_SLOT];
-    let has = |bit: u64| valid & bit != 0;
-    let ranks = e.extra[COMM_RANKS_SLOT];
-    CommMemory {
-        hash: has(COMM_HASH_READ).then_some(e.extra[COMM_HASH_SLOT]),
-        rank: has(COMM_RANK_READ).then_some(ranks as u32),
-        nranks: has(COMM_NRANKS_READ).then_some((ranks >> 32) as u32),
-        cuda_dev: has(COMM_DEV_READ).then_some(e.extra[COMM_DEV_SLOT] as u32),
-        seq: has(COMM_SEQ_READ).then_some(e.extra[COMM_SEQ_SLOT]),
-    }
-}
-
-/// The libnccl layout slot an NCCL call's record carries (0: none).
-pub fn comm_slot(e: &CallEvent) -> u32 {
-    ((e.extra[COMM_VALID_SLOT] >> COMM_SLOT_SHIFT) & 0xff) as u32
 }
 
 /// Decodes the arguments of `api` from a record.

@@ -4,6 +4,7 @@
 //! opened by descriptor, and the sandbox that runs untrusted code.
 
 pub mod cgroup;
+pub mod clock;
 pub mod discover;
 pub mod fd;
 pub mod memory;

@@ -2,10 +2,12 @@
 //! this process's rank, each collective's sequence number), learned from
 //! the calls and from what the probe read of the communicator at entry.
 
-use tracer_common::CallEvent;
+use tracer_common::{
+    CallEvent, COMM_DEV_READ, COMM_DEV_SLOT, COMM_HASH_READ, COMM_HASH_SLOT, COMM_NRANKS_READ,
+    COMM_RANKS_SLOT, COMM_RANK_READ, COMM_SEQ_READ, COMM_SEQ_SLOT, COMM_SLOT_SHIFT,
+    COMM_VALID_SLOT,
+};
 
-use crate::decode::record::comm_memory;
-use crate::decode::record::comm_slot;
 use crate::model::call::Args;
 use crate::model::call::Nccl;
 use crate::model::nccl::Arrival;
@@ -13,6 +15,7 @@ use crate::model::nccl::Func;
 use crate::model::nccl::Identity;
 use crate::model::nccl::Unaligned;
 use crate::nccl::libs::NcclLibraries;
+use crate::nccl::tracker::CommMemory;
 use crate::nccl::tracker::ProcessComms;
 
 /// `ncclInProgress`: a non-blocking init returned before the communicator
@@ -139,4 +142,23 @@ impl NcclState {
             .peek(e.tid, n.comm, func_of(n), comm_memory(e))
             .map_err(|(_, why)| why)
     }
+}
+
+/// What an NCCL call's probe read from its communicator at entry.
+pub fn comm_memory(e: &CallEvent) -> CommMemory {
+    let valid = e.extra[COMM_VALID_SLOT];
+    let has = |bit: u64| valid & bit != 0;
+    let ranks = e.extra[COMM_RANKS_SLOT];
+    CommMemory {
+        hash: has(COMM_HASH_READ).then_some(e.extra[COMM_HASH_SLOT]),
+        rank: has(COMM_RANK_READ).then_some(ranks as u32),
+        nranks: has(COMM_NRANKS_READ).then_some((ranks >> 32) as u32),
+        cuda_dev: has(COMM_DEV_READ).then_some(e.extra[COMM_DEV_SLOT] as u32),
+        seq: has(COMM_SEQ_READ).then_some(e.extra[COMM_SEQ_SLOT]),
+    }
+}
+
+/// The libnccl layout slot an NCCL call's record carries (0: none).
+pub fn comm_slot(e: &CallEvent) -> u32 {
+    ((e.extra[COMM_VALID_SLOT] >> COMM_SLOT_SHIFT) & 0xff) as u32
 }

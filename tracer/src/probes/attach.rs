@@ -14,13 +14,13 @@ use aya::programs::UProbe;
 use aya::{Ebpf, EbpfLoader};
 use tracer_common::{CommLayout as ProbeLayout, ProbeCookie};
 
-use crate::budget::sampler::HotSet;
 use crate::catalogue::Lib;
 use crate::catalogue::ProbeSelection;
 use crate::host::discover::LibraryFile;
 use crate::model::types::Family;
 use crate::nccl::libs::NcclLibraries;
 use crate::nccl::libs::Slot;
+use crate::probes::hot::HotSet;
 use crate::probes::multi::MultiLink;
 use crate::probes::multi::MultiPrograms;
 use crate::probes::symbols::resolve_symbols;
@@ -65,7 +65,7 @@ pub struct Attachment {
     pub(crate) per_task: bool,
     /// With `--overhead-budget`: the symbols that may be sampled, not
     /// attached here but handed to the sampler (`probes::sampler`).
-    pub(crate) hot: Option<crate::budget::sampler::HotSet>,
+    pub(crate) hot: Option<crate::probes::hot::HotSet>,
 }
 
 /// Held for its Drop, which detaches.

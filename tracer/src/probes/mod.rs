@@ -3,6 +3,7 @@
 //! calls the probes could not record.
 
 pub mod attach;
+pub mod hot;
 pub mod lost;
 pub mod multi;
 pub mod symbols;

@@ -27,12 +27,12 @@ pub use run::{RunOptions, Stop};
 pub use targets::{preflight, StackRequest, TargetSpec};
 
 use crate::config::Config;
-use crate::decode::enrich::Clock;
 use crate::decode::enrich::Enricher;
 use crate::decode::record::parse_record;
 use crate::decode::record::DecodeError;
 use crate::error::Failure;
 use crate::error::Result;
+use crate::host::clock::Clock;
 use crate::host::discover;
 use crate::host::spawn::GatedChild;
 use crate::model::Event;

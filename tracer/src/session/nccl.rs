@@ -17,8 +17,8 @@ use tracer_common::{CallEvent, NO_RETURN};
 
 use crate::catalogue;
 use crate::catalogue::Lib;
-use crate::decode::enrich::Clock;
 use crate::decode::enrich::Enricher;
+use crate::host::clock::Clock;
 use crate::model::call::Args;
 use crate::model::call::Call;
 use crate::model::nccl::Arrival;

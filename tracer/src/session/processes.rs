@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::decode::enrich::Clock;
 use crate::host::cgroup;
+use crate::host::clock::Clock;
 use crate::host::discover;
 use crate::model::Event;
 use crate::model::ProcessInfo;

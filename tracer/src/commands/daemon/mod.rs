@@ -16,9 +16,9 @@ use tokio::net::TcpListener;
 
 use crate::cli::DaemonArgs;
 use crate::config::Config;
-use crate::decode::enrich::Clock;
 use crate::error::Failure;
 use crate::error::Result;
+use crate::host::clock::Clock;
 use crate::outputs::fault::FaultSink;
 use crate::outputs::metrics::Metrics;
 use crate::outputs::metrics::MetricsSink;

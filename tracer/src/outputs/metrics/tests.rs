@@ -267,8 +267,8 @@ fn nccl_series_per_communicator_and_rank() {
     };
     m.nccl.collective(&done(0, 2_000));
     m.nccl.collective(&done(1, 300_000_000));
-    let now = crate::decode::enrich::Clock::measure()
-        .to_unix_ns(crate::decode::enrich::Clock::now_mono_ns());
+    let now =
+        crate::host::clock::Clock::measure().to_unix_ns(crate::host::clock::Clock::now_mono_ns());
     let stall = Stall {
         comm_id: 0xab,
         nranks: 2,
