@@ -6,6 +6,7 @@ pub mod call;
 pub mod graph;
 pub mod nccl;
 pub mod sampling;
+pub mod sink;
 pub mod stack;
 pub mod types;
 

@@ -2,8 +2,8 @@
 //! only): the way to show that a panic while tracing still ends every
 //! output with what was recorded, and is one line with exit 1.
 
+use crate::model::sink::Sink;
 use crate::model::Event;
-use crate::outputs::Sink;
 
 /// Panics as the `after`th call reaches it; put it first among the sinks,
 /// so that the others have every call before that one, and none after.

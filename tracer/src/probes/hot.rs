@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use tracer_common::ProbeCookie;
 
-use crate::probes::multi::{MultiLink, MultiPrograms};
+use crate::probes::multi::MultiLink;
+use crate::probes::multi::MultiPrograms;
 
 /// The samplable symbols of one library file in one scope.
 #[derive(Debug)]

@@ -11,8 +11,8 @@ use tokio::time::MissedTickBehavior;
 
 use crate::error::Failure;
 use crate::error::Result;
-use crate::outputs::Halt;
-use crate::outputs::Sink;
+use crate::model::sink::Halt;
+use crate::model::sink::Sink;
 use crate::session::Session;
 use crate::session::CHECK_EVERY;
 use crate::session::DRAIN_EVERY;

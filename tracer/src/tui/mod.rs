@@ -16,9 +16,9 @@ pub mod snapshot;
 pub mod terminal;
 pub mod view;
 
+use crate::model::sink::Sink;
+use crate::model::sink::Status;
 use crate::model::Event;
-use crate::outputs::Sink;
-use crate::outputs::Status;
 use model::Model;
 
 /// The model as a sink, for one bite of events at `now_ns`.

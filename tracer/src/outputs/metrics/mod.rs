@@ -19,14 +19,14 @@ pub use exposition::Cursor;
 
 use crate::model::call::Args;
 use crate::model::call::Call;
+use crate::model::sink::Sink;
+use crate::model::sink::Status;
 use crate::model::types::Direction;
 use crate::model::types::LostCounts;
 use crate::model::types::NcclOp;
 use crate::model::Container;
 use crate::model::Event;
 use crate::model::ProcessInfo;
-use crate::outputs::Sink;
-use crate::outputs::Status;
 
 /// Upper bounds of the latency histogram's buckets, in nanoseconds: host-side
 /// API latencies run from about a microsecond (a queued launch) to seconds

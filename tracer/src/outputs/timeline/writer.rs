@@ -13,14 +13,14 @@ use std::time::{Duration, Instant};
 use crate::error::Failure;
 use crate::model::call::Call;
 use crate::model::graph::GraphRecord;
+use crate::model::sink::Halt;
+use crate::model::sink::Sink;
+use crate::model::sink::Status;
 use crate::model::Event;
 use crate::nccl::json::collective_json;
 use crate::nccl::json::stall_json;
 use crate::nccl::json::stall_over_json;
 use crate::outputs::timeline::TimelineFile;
-use crate::outputs::Halt;
-use crate::outputs::Sink;
-use crate::outputs::Status;
 
 const BATCH: usize = 1024;
 const QUEUED_BATCHES: usize = 64;
