@@ -1,7 +1,7 @@
 //! The command line (docs/cli.md describes every option).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -137,16 +137,6 @@ pub struct StackArgs {
     pub stack_bytes: Option<u32>,
 }
 
-impl StackArgs {
-    /// What the session is asked for: `None` without `--stacks`.
-    pub fn wanted(&self) -> Option<crate::session::StackRequest> {
-        self.stacks.then_some(crate::session::StackRequest {
-            every: self.stacks_every,
-            window: self.stack_bytes,
-        })
-    }
-}
-
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Show only this process (repeatable, or comma-separated).
@@ -252,7 +242,7 @@ fn parse_output(s: &str) -> Result<PathBuf, String> {
         return Err(format!("`{s}` names a directory: give a file"));
     }
     let p = PathBuf::from(s);
-    match crate::outputs::timeline::TimelineFormat::from_path(&p) {
+    match TimelineFormat::from_path(&p) {
         Some(_) => Ok(p),
         None => Err(format!(
             "`{s}` must end in .jsonl (events), .jsonl.zst (compressed events), .json (Chrome trace) or .pftrace (Perfetto trace)"
@@ -262,6 +252,28 @@ fn parse_output(s: &str) -> Result<PathBuf, String> {
 
 fn parse_probes(s: &str) -> Result<ProbeSelection, String> {
     ProbeSelection::parse(s)
+}
+
+/// The formats `--output` accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimelineFormat {
+    Jsonl,
+    Chrome,
+    JsonlZst,
+    Perfetto,
+}
+
+impl TimelineFormat {
+    pub fn from_path(path: &Path) -> Option<Self> {
+        let name = path.file_name()?.to_str()?;
+        match path.extension()?.to_str()? {
+            "jsonl" => Some(Self::Jsonl),
+            "json" => Some(Self::Chrome),
+            "zst" if name.ends_with(".jsonl.zst") => Some(Self::JsonlZst),
+            "pftrace" | "perfetto-trace" => Some(Self::Perfetto),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,14 @@ use crate::cli::Command;
 use crate::config::Config;
 use crate::error::Result;
 
+/// What `--stacks` asks of the session: `None` without it.
+fn stack_request(args: &crate::cli::StackArgs) -> Option<crate::session::StackRequest> {
+    args.stacks.then_some(crate::session::StackRequest {
+        every: args.stacks_every,
+        window: args.stack_bytes,
+    })
+}
+
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         None => trace::run(cli.trace, &Config::from_env()?),

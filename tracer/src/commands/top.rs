@@ -42,7 +42,7 @@ pub fn run(args: TopArgs, config: &Config) -> Result<ExitCode> {
     let spec = TargetSpec {
         pids: args.pids.clone(),
         all: args.all || args.pids.is_empty(),
-        stacks: args.stacks.wanted(),
+        stacks: crate::commands::stack_request(&args.stacks),
         nccl_stall: crate::cli::stall_threshold(args.nccl_stall),
         overhead_budget: crate::cli::budget(args.overhead_budget),
         verbose: false,

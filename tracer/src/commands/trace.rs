@@ -41,7 +41,7 @@ impl From<&TraceArgs> for TargetSpec {
             probes: a.probes.clone(),
             libcuda: a.libcuda.clone(),
             libnccl: a.libnccl.clone(),
-            stacks: a.stacks.wanted(),
+            stacks: crate::commands::stack_request(&a.stacks),
             nccl_stall: crate::cli::stall_threshold(a.nccl_stall),
             overhead_budget: crate::cli::budget(a.overhead_budget),
             verbose: a.verbose,

@@ -37,7 +37,7 @@ const FLUSH_EVERY: Duration = Duration::from_secs(1);
 pub fn run(args: DaemonArgs, config: &Config) -> Result<ExitCode> {
     let spec = TargetSpec {
         all: true,
-        stacks: args.stacks.wanted(),
+        stacks: crate::commands::stack_request(&args.stacks),
         nccl_stall: crate::cli::stall_threshold(args.nccl_stall),
         overhead_budget: crate::cli::budget(Some(args.overhead_budget)),
         verbose: args.verbose,

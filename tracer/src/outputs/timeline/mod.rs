@@ -22,6 +22,7 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
 
+use crate::cli::TimelineFormat;
 use crate::model::call::Call;
 use crate::model::graph::GraphRecord;
 use crate::model::types::LostCounts;
@@ -57,28 +58,6 @@ pub enum Timeline {
     Chrome(chrome::ChromeWriter),
     JsonlZst(jsonl_zst::JsonlZstWriter<BufWriter<File>>),
     Perfetto(perfetto::PerfettoWriter<BufWriter<File>>),
-}
-
-/// The formats `--output` accepts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TimelineFormat {
-    Jsonl,
-    Chrome,
-    JsonlZst,
-    Perfetto,
-}
-
-impl TimelineFormat {
-    pub fn from_path(path: &Path) -> Option<Self> {
-        let name = path.file_name()?.to_str()?;
-        match path.extension()?.to_str()? {
-            "jsonl" => Some(Self::Jsonl),
-            "json" => Some(Self::Chrome),
-            "zst" if name.ends_with(".jsonl.zst") => Some(Self::JsonlZst),
-            "pftrace" | "perfetto-trace" => Some(Self::Perfetto),
-            _ => None,
-        }
-    }
 }
 
 impl Timeline {
