@@ -15,7 +15,7 @@ use std::time::Instant;
 use anyhow::{anyhow, Context};
 use sha2::{Digest, Sha256};
 
-use crate::cache::CalibrationCache;
+use crate::cache::Cache;
 use crate::catalogue::api_by_name;
 use crate::catalogue::ProbeSelection;
 use crate::config::Config;
@@ -116,6 +116,18 @@ fn key() -> String {
     format!("sha256:{hex}")
 }
 
+/// The cost of a probe hit on this machine, in the cache, by a key of the
+/// kernel, the CPU and the eBPF programs.
+const HIT_COST_FILE: &str = "probe-hit-cost-v1.json";
+/// The hit cost in place over the measured figure, as an overhead budget
+/// last read it on this machine.
+const IN_PLACE_FILE: &str = "probe-cost-in-place-v1.json";
+
+/// What an in-place ratio can be: at least 1, at most 4.
+fn plausible_ratio(r: &f64) -> bool {
+    (1.0..=4.0).contains(r)
+}
+
 /// Where the in-place cost ratio of this machine is kept: a budget starts
 /// from the last one read (a real program's hits cost more than the
 /// figure measured on gputrace's own loop, and reading how much more in
@@ -123,7 +135,7 @@ fn key() -> String {
 pub struct InPlaceStore {
     /// The cache opened at start (saving writes through its directory,
     /// without reading the calibration files again).
-    cache: CalibrationCache,
+    cache: Cache,
     key: String,
     /// The ratio last read on this machine, if any.
     pub last: Option<f64>,
@@ -131,7 +143,8 @@ pub struct InPlaceStore {
 
 impl InPlaceStore {
     pub fn save(&self, ratio: f64) {
-        self.cache.insert_in_place_ratio(&self.key, ratio);
+        self.cache
+            .put(IN_PLACE_FILE, &self.key, ratio, plausible_ratio);
     }
 }
 
@@ -141,13 +154,13 @@ impl InPlaceStore {
 /// read.
 pub fn get(config: &Config) -> anyhow::Result<(HitCost, bool, InPlaceStore)> {
     let key = key();
-    let cache = CalibrationCache::open(&config.cache_dir);
-    let last = cache.get_in_place_ratio(&key);
-    let (c, fresh) = match cache.get_hit_cost(&key) {
+    let cache = Cache::open(&config.cache_dir);
+    let last = cache.get(IN_PLACE_FILE, &key, plausible_ratio);
+    let (c, fresh) = match cache.get(HIT_COST_FILE, &key, HitCost::is_plausible) {
         Some(c) => (c, false),
         None => {
             let c = measure(config)?;
-            cache.insert_hit_cost(&key, c);
+            cache.put(HIT_COST_FILE, &key, c, HitCost::is_plausible);
             (c, true)
         }
     };

@@ -1,16 +1,19 @@
-//! Layouts found by calibration, kept on disk between runs.
+//! Facts about this host kept on disk between runs: calibrated layouts of
+//! each libcuda build, the cost of a probe hit, the overhead budget's
+//! in-place ratio. Each feature keeps its own files here, by key.
 //!
 //! Only root writes there and only results from trusted libraries go in
-//! (`probes::trust`): the directory (`/var/cache/gputrace`, or
+//! (`host::trust`): the directory (`/var/cache/gputrace`, or
 //! `GPUTRACE_CACHE_DIR`) must be ours (owned by our effective uid) with no
-//! access for group or others (0700; made so when missing), its file
-//! `calibration-v2.json` ours with mode 0600 and one link. A cache that is
-//! otherwise is ignored (said once) and never written. Entries are keyed by
-//! the SHA-256 of the library's content, so a forged build id names
-//! nothing, and checked on reading (malformed keys and implausible layouts
-//! are dropped). Writes go to a new file (`O_EXCL`, `O_NOFOLLOW`) renamed
-//! over the old one inside the directory held open.
+//! access for group or others (0700; made so when missing), each file ours
+//! with mode 0600 and one link. A cache that is otherwise is ignored (said
+//! once) and never written. Entries are keyed by the SHA-256 of the
+//! library's content (or of the machine, for costs), so a forged build id
+//! names nothing, and checked on reading (malformed keys and implausible
+//! values are dropped). Writes go to a new file (`O_EXCL`, `O_NOFOLLOW`)
+//! renamed over the old one inside the directory held open.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs::File;
@@ -19,25 +22,12 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use crate::host::fd::euid;
 
-use crate::graphs::layout::ExecLayout;
-use crate::names::calibrate::Found;
-use crate::names::calibrate::Layout;
-
-const FILE: &str = "calibration-v2.json";
-/// Executable-graph layouts, by the same keys, in a file of their own (so
-/// that a gputrace without graphs reads `FILE` as before).
-const EXEC_FILE: &str = "exec-layouts-v2.json";
-/// The cost of a probe hit on this machine (`probes::hitcost`), by a key of
-/// the kernel, the CPU and the eBPF programs.
-const HIT_COST_FILE: &str = "probe-hit-cost-v1.json";
-/// The hit cost in place over the measured figure, as an overhead budget
-/// last read it on this machine (`session::budget`).
-const IN_PLACE_FILE: &str = "probe-cost-in-place-v1.json";
 /// A cache file larger than this is not read (an entry is ~80 bytes).
 const MAX_BYTES: u64 = 1 << 20;
 /// Libraries larger than this are not hashed (libcuda is about 100 MB).
@@ -71,7 +61,8 @@ pub fn content_key(file: &File) -> std::io::Result<String> {
     Ok(format!("sha256:{hex}"))
 }
 
-fn valid_key(k: &str) -> bool {
+/// Whether `k` is a cache key (`sha256:` and 64 hex digits).
+pub fn valid_key(k: &str) -> bool {
     k.strip_prefix("sha256:")
         .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
@@ -85,48 +76,12 @@ enum Place {
     Memory,
 }
 
-pub struct CalibrationCache {
+/// The cache directory, held open.
+pub struct Cache {
     place: Place,
     shown: PathBuf,
-    known: BTreeMap<String, Layout>,
-    exec: BTreeMap<String, ExecEntry>,
-    said: bool,
+    said: Cell<bool>,
 }
-
-/// What the cache keeps of an executable-graph calibration: a failure is
-/// kept too (the names calibration of the same run succeeded, so the GPU
-/// was there: it is this driver's answer).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExecEntry {
-    pub layout: Option<ExecLayout>,
-    pub error: Option<String>,
-}
-
-impl ExecEntry {
-    pub fn of(r: &Result<ExecLayout, String>) -> Self {
-        Self {
-            layout: r.as_ref().ok().cloned(),
-            error: r.as_ref().err().cloned(),
-        }
-    }
-
-    pub fn result(&self) -> Result<ExecLayout, String> {
-        match (&self.layout, &self.error) {
-            (Some(l), _) if l.is_plausible() => Ok(l.clone()),
-            (_, Some(e)) => Err(e.clone()),
-            _ => Err("no layout".into()),
-        }
-    }
-
-    fn is_plausible(&self) -> bool {
-        match &self.layout {
-            Some(l) => l.is_plausible(),
-            None => self.error.as_ref().is_some_and(|e| e.len() < 1000),
-        }
-    }
-}
-
-use crate::host::fd::euid;
 
 fn open_dir_nofollow(dir: &Path) -> std::io::Result<File> {
     crate::host::fd::open(dir, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW)
@@ -140,10 +95,6 @@ fn open_at(dir: &File, name: &str, flags: i32, mode: u32) -> std::io::Result<Fil
         flags | libc::O_NOFOLLOW,
         mode,
     )
-}
-
-fn read_file(dir: &File, shown: &Path) -> Result<BTreeMap<String, Layout>, String> {
-    read_map(dir, shown, FILE, Layout::is_plausible)
 }
 
 fn read_map<T: DeserializeOwned>(
@@ -185,15 +136,13 @@ fn read_map<T: DeserializeOwned>(
         .collect())
 }
 
-impl CalibrationCache {
+impl Cache {
     /// Opens (creating it 0700 if missing) the cache in `dir`.
     pub fn open(dir: &Path) -> Self {
         let mut cache = Self {
             place: Place::Memory,
             shown: dir.to_path_buf(),
-            known: BTreeMap::new(),
-            exec: BTreeMap::new(),
-            said: false,
+            said: Cell::new(false),
         };
         if let Some(parent) = dir.parent() {
             let _ = std::fs::create_dir_all(parent);
@@ -206,53 +155,38 @@ impl CalibrationCache {
                 return cache;
             }
         };
-        let m = match fd.metadata() {
-            Ok(m) => m,
-            Err(e) => {
-                cache.place = Place::Ignored(format!("{}: {e}", dir.display()));
-                return cache;
-            }
-        };
-        if m.uid() != euid() || m.mode() & 0o077 != 0 {
-            cache.place = Place::Ignored(format!(
+        cache.place = match fd.metadata() {
+            Err(e) => Place::Ignored(format!("{}: {e}", dir.display())),
+            Ok(m) if m.uid() != euid() || m.mode() & 0o077 != 0 => Place::Ignored(format!(
                 "{} is owned by uid {} with mode {:o}; it must be ours with mode 700",
                 dir.display(),
                 m.uid(),
                 m.mode() & 0o7777
-            ));
-            return cache;
-        }
-        match read_file(&fd, dir).and_then(|known| {
-            Ok((
-                known,
-                read_map(&fd, dir, EXEC_FILE, ExecEntry::is_plausible)?,
-            ))
-        }) {
-            Ok((known, exec)) => {
-                cache.known = known;
-                cache.exec = exec;
-                cache.place = Place::Dir(fd);
-            }
-            Err(why) => cache.place = Place::Ignored(why),
-        }
+            )),
+            Ok(_) => Place::Dir(fd),
+        };
         cache
     }
 
-    /// A cache that only lives in memory.
+    /// A cache that only lives in memory: reads find nothing, writes keep
+    /// nothing.
     pub fn in_memory() -> Self {
         Self {
             place: Place::Memory,
             shown: PathBuf::new(),
-            known: BTreeMap::new(),
-            exec: BTreeMap::new(),
-            said: false,
+            said: Cell::new(false),
         }
     }
 
-    fn say_once(&mut self) {
+    /// From now on the cache is not used, for this reason (said once).
+    pub fn ignore(&mut self, why: String) {
+        self.place = Place::Ignored(why);
+    }
+
+    /// Says once, on stderr, that the cache is ignored and why.
+    pub fn say_once(&self) {
         if let Place::Ignored(why) = &self.place {
-            if !self.said {
-                self.said = true;
+            if !self.said.replace(true) {
                 eprintln!(
                     "gputrace: ignoring the calibration cache: {why} (each libcuda is calibrated again; nothing is written there)"
                 );
@@ -260,110 +194,65 @@ impl CalibrationCache {
         }
     }
 
-    pub fn get(&mut self, key: &str) -> Option<Layout> {
-        self.say_once();
-        self.known.get(key).cloned()
+    /// Whether it is a directory in use.
+    pub fn on_disk(&self) -> bool {
+        matches!(self.place, Place::Dir(_))
     }
 
-    /// Both layouts of a library, when both are known.
-    pub fn get_found(&mut self, key: &str) -> Option<Found> {
-        let names = self.get(key)?;
-        Some(Found {
-            names,
-            exec: self.exec.get(key)?.result(),
-        })
+    /// Where it is, as shown to people.
+    pub fn shown(&self) -> &Path {
+        &self.shown
     }
 
-    /// Records both layouts of a trusted library (only those: see `namer`).
-    pub fn insert_found(&mut self, key: String, found: &Found) {
-        self.exec.insert(key.clone(), ExecEntry::of(&found.exec));
-        if let Place::Dir(fd) = &self.place {
-            // Best effort, as for the names.
-            let _ = write_map(
-                fd,
-                &self.shown,
-                EXEC_FILE,
-                &mut self.exec,
-                ExecEntry::is_plausible,
-            );
-        }
-        self.insert(key, found.names.clone());
-    }
-
-    /// Records a layout of a trusted library (only those: see `namer`).
-    pub fn insert(&mut self, key: String, layout: Layout) {
-        self.say_once();
-        self.known.insert(key, layout);
-        if let Place::Dir(fd) = &self.place {
-            // Best effort: a cache that cannot be written only costs a
-            // calibration next time.
-            if let Err(e) = write_map(fd, &self.shown, FILE, &mut self.known, Layout::is_plausible)
-            {
-                if !self.said {
-                    self.said = true;
-                    eprintln!(
-                        "gputrace: cannot write the calibration cache in {}: {e}",
-                        self.shown.display()
-                    );
-                }
-            }
-        }
-    }
-}
-
-impl CalibrationCache {
-    /// The probe hit cost measured before under `key` (a `sha256:` key).
-    pub fn get_hit_cost(&self, key: &str) -> Option<crate::model::sampling::HitCost> {
-        let Place::Dir(fd) = &self.place else {
-            return None;
-        };
-        read_map(
-            fd,
-            &self.shown,
-            HIT_COST_FILE,
-            crate::model::sampling::HitCost::is_plausible,
-        )
-        .ok()?
-        .remove(key)
-    }
-
-    /// The in-place cost ratio a budget last read under `key`.
-    pub fn get_in_place_ratio(&self, key: &str) -> Option<f64> {
-        let Place::Dir(fd) = &self.place else {
-            return None;
-        };
-        read_map(fd, &self.shown, IN_PLACE_FILE, plausible_ratio)
-            .ok()?
-            .remove(key)
-    }
-
-    /// Keeps an in-place cost ratio read now (best effort).
-    pub fn insert_in_place_ratio(&self, key: &str, ratio: f64) {
-        if let Place::Dir(fd) = &self.place {
-            let mut one = BTreeMap::from([(key.to_string(), ratio)]);
-            let _ = write_map(fd, &self.shown, IN_PLACE_FILE, &mut one, plausible_ratio);
+    /// Every plausible entry of file `name` (none when not on disk); an
+    /// error when the file is there but not ours alone.
+    pub fn read<T: DeserializeOwned>(
+        &self,
+        name: &str,
+        plausible: fn(&T) -> bool,
+    ) -> Result<BTreeMap<String, T>, String> {
+        match &self.place {
+            Place::Dir(fd) => read_map(fd, &self.shown, name, plausible),
+            _ => Ok(BTreeMap::new()),
         }
     }
 
-    /// Keeps a measured probe hit cost (best effort: a cache that cannot
-    /// be written only costs a measurement next time).
-    pub fn insert_hit_cost(&self, key: &str, cost: crate::model::sampling::HitCost) {
-        if let Place::Dir(fd) = &self.place {
-            let mut one = BTreeMap::from([(key.to_string(), cost)]);
-            let _ = write_map(
-                fd,
-                &self.shown,
-                HIT_COST_FILE,
-                &mut one,
-                crate::model::sampling::HitCost::is_plausible,
-            );
+    /// Writes `known` as file `name`, merged with what another gputrace
+    /// wrote meanwhile (nothing when not on disk).
+    pub fn write<T: Serialize + DeserializeOwned>(
+        &self,
+        name: &str,
+        known: &mut BTreeMap<String, T>,
+        plausible: fn(&T) -> bool,
+    ) -> std::io::Result<()> {
+        match &self.place {
+            Place::Dir(fd) => write_map(fd, &self.shown, name, known, plausible),
+            _ => Ok(()),
         }
     }
-}
 
-/// What `InPlace::ratio` can give: at least 1, at most 4.
-fn plausible_ratio(r: &f64) -> bool {
-    (1.0..=4.0).contains(r)
+    /// The entry under `key` in file `name`, if plausible.
+    pub fn get<T: DeserializeOwned>(
+        &self,
+        name: &str,
+        key: &str,
+        plausible: fn(&T) -> bool,
+    ) -> Option<T> {
+        self.read(name, plausible).ok()?.remove(key)
+    }
+
+    /// Keeps one entry (best effort: a cache that cannot be written only
+    /// costs a measurement next time).
+    pub fn put<T: Serialize + DeserializeOwned>(
+        &self,
+        name: &str,
+        key: &str,
+        value: T,
+        plausible: fn(&T) -> bool,
+    ) {
+        let mut one = BTreeMap::from([(key.to_string(), value)]);
+        let _ = self.write(name, &mut one, plausible);
+    }
 }
 
 /// Writes `known` as file `name` (merged with what another gputrace wrote
@@ -375,10 +264,10 @@ fn write_map<T: Serialize + DeserializeOwned>(
     known: &mut BTreeMap<String, T>,
     plausible: fn(&T) -> bool,
 ) -> std::io::Result<()> {
-    if let Ok(theirs) = read_map(dir, shown, name, plausible) {
-        for (k, l) in theirs {
-            known.entry(k).or_insert(l);
-        }
+    // A file there that is not ours alone is left alone.
+    let theirs = read_map(dir, shown, name, plausible).map_err(std::io::Error::other)?;
+    for (k, l) in theirs {
+        known.entry(k).or_insert(l);
     }
     let tmp = format!("{name}.{}.tmp", std::process::id());
     let c_tmp = CString::new(tmp.as_str()).expect("no NUL");
@@ -426,77 +315,57 @@ mod tests {
         format!("sha256:{}", c.to_string().repeat(64))
     }
 
+    fn plausible_ratio(r: &f64) -> bool {
+        (1.0..=4.0).contains(r)
+    }
+
+    /// Entries are kept per key, merged with what another gputrace wrote,
+    /// and only plausible ones read back; the files are ours alone.
     #[test]
-    fn round_trips_on_disk_with_safe_modes() {
-        let dir = std::env::temp_dir().join(format!("gputrace-cal-{}", std::process::id()));
+    fn entries_round_trip_on_disk_with_safe_modes() {
+        let dir = std::env::temp_dir().join(format!("gputrace-cache-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut c = CalibrationCache::open(&dir);
-        assert!(c.get(&key('a')).is_none());
-        c.insert(key('a'), Layout(vec![8]));
-        assert_eq!(
-            CalibrationCache::open(&dir).get(&key('a')),
-            Some(Layout(vec![8]))
-        );
+        const F: &str = "ratios.json";
+        let c = Cache::open(&dir);
+        assert_eq!(c.get(F, &key('a'), plausible_ratio), None);
+        c.put(F, &key('a'), 1.5, plausible_ratio);
+        Cache::open(&dir).put(F, &key('b'), 2.0, plausible_ratio);
+        let c = Cache::open(&dir);
+        assert_eq!(c.get(F, &key('a'), plausible_ratio), Some(1.5));
+        assert_eq!(c.get(F, &key('b'), plausible_ratio), Some(2.0));
+        c.put(F, &key('a'), 1.7, plausible_ratio);
+        assert_eq!(c.get(F, &key('a'), plausible_ratio), Some(1.7));
         assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
-        let f = std::fs::metadata(dir.join(FILE)).unwrap();
+        let f = std::fs::metadata(dir.join(F)).unwrap();
         assert_eq!(f.mode() & 0o777, 0o600);
-        // Malformed keys and implausible layouts are dropped on reading.
-        let poisoned = serde_json::json!({
-            key('b'): [16],
-            "build-id:abc": [8],
-            key('c'): [8, 16, 24],
-            key('d'): [4096],
-        });
-        std::fs::write(dir.join(FILE), poisoned.to_string()).unwrap();
-        let mut c = CalibrationCache::open(&dir);
-        assert_eq!(c.get(&key('b')), Some(Layout(vec![16])));
-        assert_eq!(c.known.len(), 1);
-        // A file others may read is ignored and left alone.
-        std::fs::set_permissions(dir.join(FILE), std::fs::Permissions::from_mode(0o644)).unwrap();
-        let mut c = CalibrationCache::open(&dir);
-        assert!(c.get(&key('b')).is_none());
-        c.insert(key('e'), Layout(vec![8]));
-        let text = std::fs::read_to_string(dir.join(FILE)).unwrap();
-        assert!(!text.contains(&key('e')));
+        // Implausible values and malformed keys are dropped on reading.
+        std::fs::write(
+            dir.join(F),
+            serde_json::json!({ key('c'): 9.0, key('d'): 0.5, key('e'): 3.0, "build-id:abc": 2.0 })
+                .to_string(),
+        )
+        .unwrap();
+        let c = Cache::open(&dir);
+        assert_eq!(c.get(F, &key('c'), plausible_ratio), None);
+        assert_eq!(c.get(F, &key('d'), plausible_ratio), None);
+        assert_eq!(c.get(F, &key('e'), plausible_ratio), Some(3.0));
+        assert_eq!(c.read(F, plausible_ratio).unwrap().len(), 1);
+        // A file others may read is an error to read, and left alone.
+        std::fs::set_permissions(dir.join(F), std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(Cache::open(&dir).read(F, plausible_ratio).is_err());
         // So is a symbolic link in its place.
-        std::fs::remove_file(dir.join(FILE)).unwrap();
-        std::os::unix::fs::symlink("/etc/hostname", dir.join(FILE)).unwrap();
-        let mut c = CalibrationCache::open(&dir);
-        c.insert(key('f'), Layout(vec![8]));
-        assert!(matches!(c.place, Place::Ignored(_)));
-        assert!(std::fs::symlink_metadata(dir.join(FILE))
+        std::fs::remove_file(dir.join(F)).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", dir.join(F)).unwrap();
+        assert!(Cache::open(&dir).read(F, plausible_ratio).is_err());
+        Cache::open(&dir).put(F, &key('f'), 2.0, plausible_ratio);
+        assert!(std::fs::symlink_metadata(dir.join(F))
             .unwrap()
             .file_type()
             .is_symlink());
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    /// The in-place cost ratio: kept per key, merged with what another
-    /// gputrace wrote, and only a plausible one read back.
-    #[test]
-    fn in_place_ratios_round_trip() {
-        let dir = std::env::temp_dir().join(format!("gputrace-ratio-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let c = CalibrationCache::open(&dir);
-        assert_eq!(c.get_in_place_ratio(&key('a')), None);
-        c.insert_in_place_ratio(&key('a'), 1.5);
-        CalibrationCache::open(&dir).insert_in_place_ratio(&key('b'), 2.0);
-        let c = CalibrationCache::open(&dir);
-        assert_eq!(c.get_in_place_ratio(&key('a')), Some(1.5));
-        assert_eq!(c.get_in_place_ratio(&key('b')), Some(2.0));
-        c.insert_in_place_ratio(&key('a'), 1.7);
-        assert_eq!(c.get_in_place_ratio(&key('a')), Some(1.7));
-        let f = std::fs::metadata(dir.join(IN_PLACE_FILE)).unwrap();
-        assert_eq!(f.mode() & 0o777, 0o600);
-        std::fs::write(
-            dir.join(IN_PLACE_FILE),
-            serde_json::json!({ key('c'): 9.0, key('d'): 0.5, key('e'): 3.0 }).to_string(),
-        )
-        .unwrap();
-        let c = CalibrationCache::open(&dir);
-        assert_eq!(c.get_in_place_ratio(&key('c')), None);
-        assert_eq!(c.get_in_place_ratio(&key('d')), None);
-        assert_eq!(c.get_in_place_ratio(&key('e')), Some(3.0));
+        // A directory others may enter is not used at all.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let c = Cache::open(&dir);
+        assert!(!c.on_disk());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -29,8 +29,6 @@ use crate::graphs::layout::ExecLayout;
 use crate::host::memory::read_cstr;
 use crate::host::memory::read_u64;
 
-pub use crate::cache::CalibrationCache;
-
 /// Offsets to follow from the handle to the name: `[8]` is `*(h + 8)`,
 /// `[16, 8]` is `*(*(h + 16) + 8)`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -4,5 +4,6 @@
 
 pub mod calibrate;
 pub mod demangle;
+pub mod layouts;
 pub mod namer;
 pub mod stubs;

@@ -15,11 +15,11 @@ use crate::host::memory::plausible_name;
 use crate::host::trust;
 use crate::host::trust::Trust;
 use crate::names::calibrate::run_helper;
-use crate::names::calibrate::CalibrationCache;
 use crate::names::calibrate::Found;
 use crate::names::calibrate::Helper;
 use crate::names::calibrate::Layout;
 use crate::names::demangle::demangle;
+use crate::names::layouts::LayoutCache;
 use crate::names::stubs::StubSymbols;
 
 /// Untrusted libcuda files calibrated in the sandbox per run, at most: each
@@ -45,7 +45,7 @@ struct ProcessNames {
 }
 
 pub struct KernelNamer {
-    cache: CalibrationCache,
+    cache: LayoutCache,
     by_file: HashMap<(u64, u64), Result<Found, String>>,
     procs: HashMap<u32, ProcessNames>,
     stubs: StubSymbols,
@@ -57,7 +57,7 @@ pub struct KernelNamer {
 impl KernelNamer {
     /// `enabled`: whether libcuda builds are calibrated at all
     /// (`GPUTRACE_NO_CALIBRATION` turns it off, see `Config`).
-    pub fn new(cache: CalibrationCache, enabled: bool) -> Self {
+    pub fn new(cache: LayoutCache, enabled: bool) -> Self {
         Self {
             cache,
             by_file: HashMap::default(),

@@ -39,7 +39,7 @@ use crate::model::sink::Sink;
 use crate::model::sink::Status;
 use crate::model::Event;
 use crate::model::LostReport;
-use crate::names::calibrate::CalibrationCache;
+use crate::names::layouts::LayoutCache;
 use crate::names::namer::KernelNamer;
 use crate::probes::attach::detach_many;
 use crate::probes::attach::LostByPid;
@@ -122,7 +122,7 @@ impl Session {
             Some(pct) => start_budget(config, &mut attacher, pct, clock, spec.verbose)?,
             None => None,
         };
-        let cache = CalibrationCache::open(&config.cache_dir);
+        let cache = LayoutCache::open(&config.cache_dir);
         let mut enricher = Enricher::new(clock, KernelNamer::new(cache, config.calibration));
         enricher.nccl_libs = attacher.nccl_libraries();
         enricher.sampler = budget.as_ref().map(|b| b.sampler.clone());
