@@ -25,6 +25,7 @@ pub mod nccl;
 pub mod outputs;
 pub mod probes;
 pub mod read;
+pub mod schema;
 pub mod session;
 pub mod stacks;
 pub mod summary;

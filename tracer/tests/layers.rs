@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["names"],
     &["nccl"],
     &["stacks"],
+    &["schema"],
     &["probes"],
     &["budget"],
     &["decode"],

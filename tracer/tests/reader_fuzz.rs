@@ -55,7 +55,7 @@ fn golden_chrome() -> Vec<u8> {
         if v.get("type").is_some() {
             continue;
         }
-        w.write(&gputrace::json::parse_call(&v).unwrap(), None)
+        w.write(&gputrace::schema::parse::parse_call(&v).unwrap(), None)
             .unwrap();
     }
     w.finish(Some(&render_json(&s.summary))).unwrap();

@@ -27,7 +27,7 @@ fn golden_calls() -> Vec<Call> {
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|v| v.get("type").is_none())
-        .map(|v| gputrace::json::parse_call(&v).unwrap())
+        .map(|v| gputrace::schema::parse::parse_call(&v).unwrap())
         .collect()
 }
 

@@ -189,7 +189,7 @@ fn chrome_trace_gives_the_same_summary() {
         if v.get("type").is_some() {
             continue;
         }
-        let call = gputrace::json::parse_call(&v).unwrap();
+        let call = gputrace::schema::parse::parse_call(&v).unwrap();
         w.write(&call, None).unwrap();
     }
     w.finish(Some(&render_json(&s.summary))).unwrap();
@@ -341,7 +341,7 @@ fn cross_rank_analysis_from_jsonl_and_chrome() {
         if v.get("type").is_some() {
             w.cross_rank(&v).unwrap();
         } else {
-            w.write(&gputrace::json::parse_call(&v).unwrap(), None)
+            w.write(&gputrace::schema::parse::parse_call(&v).unwrap(), None)
                 .unwrap();
         }
     }

@@ -1,7 +1,7 @@
 //! The graph APIs' arguments decoded from a probe record: a node from the
 //! parameter struct the probe copied at entry, the handles made and used.
 
-use crate::decode::record::RawCall;
+use crate::decode::raw::RawCall;
 use crate::model::graph::*;
 use crate::model::types::Direction;
 

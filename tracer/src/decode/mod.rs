@@ -6,4 +6,5 @@
 pub mod enrich;
 pub mod graph;
 pub mod memory;
+pub mod raw;
 pub mod record;

@@ -1,12 +1,13 @@
 //! Turning ring buffer records into [`Call`] arguments.
 
 use tracer_common::{
-    BlobCallEvent, CallEvent, EventKind, NamedCallEvent, BLOB_LEN, NAME_LEN, NO_RETURN,
-    READABLE_SLOT, RUNTIME_SLOT,
+    BlobCallEvent, CallEvent, EventKind, NamedCallEvent, BLOB_LEN, NAME_LEN, READABLE_SLOT,
+    RUNTIME_SLOT,
 };
 
 use crate::catalogue::Api;
 use crate::catalogue::Shape;
+use crate::decode::raw::RawCall;
 use crate::model::call::Alloc;
 use crate::model::call::Args;
 use crate::model::call::HandleKind;
@@ -35,22 +36,6 @@ pub enum DecodeError {
     /// says so first, then decodes the call again.
     #[error("process {0} not seen yet")]
     Unseen(u32),
-}
-
-/// A record as the probe wrote it, with the string argument or the bytes
-/// copied at entry (the cookie's blob), if any.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RawCall<'a> {
-    pub event: CallEvent,
-    pub name: Option<&'a [u8]>,
-    /// The bytes read (empty when the read failed).
-    pub blob: Option<&'a [u8]>,
-}
-
-impl RawCall<'_> {
-    pub fn has_return(&self) -> bool {
-        self.event.dur_ns != NO_RETURN
-    }
 }
 
 /// Checks a record's size and kind and copies it out of the ring buffer.

@@ -211,7 +211,7 @@ pub fn parse_launch(a: &Map<String, Value>) -> Result<GraphLaunch, ParseError> {
         exec,
         stream: get_hex(a, "stream")?,
         contents,
-        captured: crate::json::parse_captured(a)?,
+        captured: parse_captured(a)?,
     })
 }
 
@@ -547,5 +547,22 @@ mod tests {
             let v: Value = serde_json::from_str(bad).unwrap();
             assert!(parse_node(&v).is_err(), "{bad}");
         }
+    }
+}
+
+/// `captured` and `capture` of a launch or copy read back.
+pub fn parse_captured(a: &Map<String, Value>) -> Result<Option<u64>, ParseError> {
+    match a.get("captured") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(None),
+        Some(Value::Bool(true)) => get_u64(a, "capture").map(Some),
+        Some(_) => Err(ParseError::Field("captured")),
+    }
+}
+
+/// Appends `,"captured":true,"capture":N` for work recorded by a capture.
+pub fn write_captured(out: &mut String, capture: Option<u64>) {
+    if let Some(n) = capture {
+        out.push_str(",\"captured\":true,\"capture\":");
+        num(out, n);
     }
 }

@@ -38,7 +38,7 @@ impl LibraryFile {
     /// Opens the file to read it: never blocks (a FIFO put in its place is
     /// refused), and it must still be this file.
     pub fn open_checked(&self) -> std::io::Result<std::fs::File> {
-        crate::host::trust::open_regular(&self.path, Some((self.dev, self.inode)))
+        crate::host::fd::open_regular(&self.path, Some((self.dev, self.inode)))
     }
 }
 

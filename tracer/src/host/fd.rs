@@ -8,6 +8,7 @@ use std::ffi::{CString, OsStr};
 use std::fs::File;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 fn c_string(s: &OsStr) -> std::io::Result<CString> {
@@ -41,4 +42,31 @@ pub fn open_at(dir: BorrowedFd<'_>, name: &OsStr, flags: i32, mode: u32) -> std:
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
+}
+
+/// Opens a file we mean to read (a library, a cache), never blocking on a
+/// FIFO or a device put in its place; a regular file only, and, when
+/// `expect` is given, the file with that (device, inode).
+pub fn open_regular(path: &Path, expect: Option<(u64, u64)>) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    if let Some((dev, ino)) = expect {
+        if (meta.dev(), meta.ino()) != (dev, ino) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the file at that path changed",
+            ));
+        }
+    }
+    Ok(file)
 }

@@ -63,33 +63,6 @@ fn kind(st: &libc::stat) -> u32 {
     st.st_mode & libc::S_IFMT
 }
 
-/// Opens a file we mean to read (a library, a cache), never blocking on a
-/// FIFO or a device put in its place; a regular file only, and, when
-/// `expect` is given, the file with that (device, inode).
-pub fn open_regular(path: &Path, expect: Option<(u64, u64)>) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.file_type().is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    if let Some((dev, ino)) = expect {
-        if (meta.dev(), meta.ino()) != (dev, ino) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "the file at that path changed",
-            ));
-        }
-    }
-    Ok(file)
-}
-
 /// Whether only root can change this file (or directory) itself: owned by
 /// root, not writable by group or others.
 pub fn root_controlled(meta: &std::fs::Metadata) -> bool {
@@ -280,6 +253,7 @@ pub fn judge(file: &LibraryFile) -> Trust {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::fd::open_regular;
     use std::os::unix::fs::PermissionsExt;
 
     fn walk_from_root(p: &Path) -> Result<File, String> {

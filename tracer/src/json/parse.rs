@@ -1,17 +1,7 @@
-//! Reading the JSONL schema back into calls (`gputrace stats`).
-
-use std::sync::Arc;
+//! Reading JSON values back: each getter names the field that is missing
+//! or of the wrong type.
 
 use serde_json::{Map, Value};
-
-use crate::catalogue::api_by_name;
-use crate::model::call::*;
-use crate::model::nccl::Identity;
-use crate::model::nccl::SeqSource;
-use crate::model::nccl::Unaligned;
-use crate::model::types::AllocKind;
-use crate::model::types::Direction;
-use crate::model::types::NcclOp;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ParseError {
@@ -21,40 +11,28 @@ pub enum ParseError {
     Field(&'static str),
 }
 
-pub(crate) fn field<'a>(
-    m: &'a Map<String, Value>,
-    k: &'static str,
-) -> Result<&'a Value, ParseError> {
+pub fn field<'a>(m: &'a Map<String, Value>, k: &'static str) -> Result<&'a Value, ParseError> {
     m.get(k).ok_or(ParseError::Field(k))
 }
 
-pub(crate) fn get_u64(m: &Map<String, Value>, k: &'static str) -> Result<u64, ParseError> {
+pub fn get_u64(m: &Map<String, Value>, k: &'static str) -> Result<u64, ParseError> {
     field(m, k)?.as_u64().ok_or(ParseError::Field(k))
 }
 
-pub(crate) fn get_opt_u64(
-    m: &Map<String, Value>,
-    k: &'static str,
-) -> Result<Option<u64>, ParseError> {
+pub fn get_opt_u64(m: &Map<String, Value>, k: &'static str) -> Result<Option<u64>, ParseError> {
     match m.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v.as_u64().map(Some).ok_or(ParseError::Field(k)),
     }
 }
 
-pub(crate) fn get_opt_u32(
-    m: &Map<String, Value>,
-    k: &'static str,
-) -> Result<Option<u32>, ParseError> {
+pub fn get_opt_u32(m: &Map<String, Value>, k: &'static str) -> Result<Option<u32>, ParseError> {
     get_opt_u64(m, k)?
         .map(|v| u32::try_from(v).map_err(|_| ParseError::Field(k)))
         .transpose()
 }
 
-pub(crate) fn get_opt_i64(
-    m: &Map<String, Value>,
-    k: &'static str,
-) -> Result<Option<i64>, ParseError> {
+pub fn get_opt_i64(m: &Map<String, Value>, k: &'static str) -> Result<Option<i64>, ParseError> {
     match m.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v.as_i64().map(Some).ok_or(ParseError::Field(k)),
@@ -66,24 +44,21 @@ fn parse_hex(v: &Value) -> Option<u64> {
     u64::from_str_radix(s.strip_prefix("0x")?, 16).ok()
 }
 
-pub(crate) fn get_hex(m: &Map<String, Value>, k: &'static str) -> Result<u64, ParseError> {
+pub fn get_hex(m: &Map<String, Value>, k: &'static str) -> Result<u64, ParseError> {
     field(m, k)
         .ok()
         .and_then(parse_hex)
         .ok_or(ParseError::Field(k))
 }
 
-pub(crate) fn get_opt_hex(
-    m: &Map<String, Value>,
-    k: &'static str,
-) -> Result<Option<u64>, ParseError> {
+pub fn get_opt_hex(m: &Map<String, Value>, k: &'static str) -> Result<Option<u64>, ParseError> {
     match m.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => parse_hex(v).map(Some).ok_or(ParseError::Field(k)),
     }
 }
 
-pub(crate) fn get_dim(m: &Map<String, Value>, k: &'static str) -> Result<[u32; 3], ParseError> {
+pub fn get_dim(m: &Map<String, Value>, k: &'static str) -> Result<[u32; 3], ParseError> {
     let arr = field(m, k)?.as_array().ok_or(ParseError::Field(k))?;
     let mut out = [0u32; 3];
     if arr.len() != 3 {
@@ -96,330 +71,4 @@ pub(crate) fn get_dim(m: &Map<String, Value>, k: &'static str) -> Result<[u32; 3
             .ok_or(ParseError::Field(k))?;
     }
     Ok(out)
-}
-
-/// Interns a string for the life of the program (API names from files).
-fn intern(s: &str) -> &'static str {
-    use std::collections::HashSet;
-    use std::sync::Mutex;
-    static NAMES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
-    if let Some(api) = api_by_name(s) {
-        return api.name;
-    }
-    let mut guard = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    let set = guard.get_or_insert_with(HashSet::new);
-    if let Some(existing) = set.get(s) {
-        return existing;
-    }
-    let leaked: &'static str = Box::leak(s.to_string().into_boxed_str());
-    set.insert(leaked);
-    leaked
-}
-
-/// Reads an event back from its JSON object (a JSONL line, or a Chrome
-/// trace slice's fields gathered into the same shape).
-pub fn parse_call(v: &Value) -> Result<Call, ParseError> {
-    let m = v
-        .as_object()
-        .ok_or(ParseError::Json("not an object".into()))?;
-    let api_name = field(m, "api")?.as_str().ok_or(ParseError::Field("api"))?;
-    let api = intern(api_name);
-    let known = api_by_name(api_name);
-    let args_v = match m.get("args") {
-        Some(Value::Object(a)) => a.clone(),
-        None | Some(Value::Null) => Map::new(),
-        Some(_) => return Err(ParseError::Field("args")),
-    };
-    let args = match known {
-        Some(a) => parse_args(a.shape, &args_v)?,
-        None => Args::Other(args_v),
-    };
-    let pid = get_u64(m, "pid")?;
-    let tid = get_u64(m, "tid")?;
-    Ok(Call {
-        ts_ns: get_u64(m, "ts_ns")?,
-        dur_ns: get_opt_u64(m, "dur_ns")?,
-        pid: u32::try_from(pid).map_err(|_| ParseError::Field("pid"))?,
-        tid: u32::try_from(tid).map_err(|_| ParseError::Field("tid"))?,
-        comm: Arc::from(m.get("comm").and_then(Value::as_str).unwrap_or("?")),
-        api,
-        family: known.map(|a| a.family),
-        ret: get_opt_i64(m, "ret")?,
-        stack: None,
-        args,
-    })
-}
-
-fn parse_args(shape: crate::catalogue::Shape, a: &Map<String, Value>) -> Result<Args, ParseError> {
-    use crate::catalogue::Shape;
-    Ok(match shape {
-        Shape::Launch | Shape::LaunchEx => Args::Launch(Launch {
-            function: get_hex(a, "function")?,
-            stub: 0,
-            kernel: a.get("kernel").and_then(Value::as_str).map(Arc::from),
-            grid: get_dim(a, "grid")?,
-            block: get_dim(a, "block")?,
-            shared_mem_bytes: u32::try_from(get_u64(a, "shared_mem_bytes")?)
-                .map_err(|_| ParseError::Field("shared_mem_bytes"))?,
-            stream: get_hex(a, "stream")?,
-            captured: parse_captured(a)?,
-        }),
-        Shape::GraphLaunch => Args::Graph(crate::graphs::json::parse_launch(a)?),
-        Shape::Graph(op) => Args::GraphApi(crate::graphs::json::parse_call(op, a)?),
-        Shape::Alloc { .. } | Shape::AllocPitch => Args::Alloc(Alloc {
-            dptr: get_opt_hex(a, "dptr")?,
-            bytes: get_u64(a, "bytes")?,
-            kind: a
-                .get("kind")
-                .and_then(Value::as_str)
-                .and_then(AllocKind::parse)
-                .ok_or(ParseError::Field("kind"))?,
-            stream: get_opt_hex(a, "stream")?,
-            pitch: get_opt_u64(a, "pitch")?,
-        }),
-        Shape::Free { .. } => Args::Free {
-            dptr: get_hex(a, "dptr")?,
-            stream: get_opt_hex(a, "stream")?,
-        },
-        Shape::MemCreate => Args::MemCreate {
-            handle: get_opt_hex(a, "handle")?,
-            bytes: get_u64(a, "bytes")?,
-        },
-        Shape::MemRelease => Args::MemRelease {
-            handle: get_hex(a, "handle")?,
-        },
-        Shape::MemMap => Args::MemMap {
-            ptr: get_hex(a, "ptr")?,
-            bytes: get_u64(a, "bytes")?,
-            handle: get_hex(a, "handle")?,
-        },
-        Shape::MemUnmap => Args::MemUnmap {
-            ptr: get_hex(a, "ptr")?,
-            bytes: get_u64(a, "bytes")?,
-        },
-        Shape::Memcpy { .. } | Shape::Memset { .. } => Args::Memcpy(Memcpy {
-            dst: get_hex(a, "dst")?,
-            src: get_opt_hex(a, "src")?,
-            bytes: get_u64(a, "bytes")?,
-            direction: a
-                .get("direction")
-                .and_then(Value::as_str)
-                .and_then(Direction::parse)
-                .ok_or(ParseError::Field("direction"))?,
-            stream: get_opt_hex(a, "stream")?,
-            value: get_opt_u64(a, "value")?,
-            readable: (false, false),
-            captured: parse_captured(a)?,
-        }),
-        Shape::Sync { .. } => Args::Sync {
-            stream: get_opt_hex(a, "stream")?,
-            event: get_opt_hex(a, "event")?,
-        },
-        Shape::ModuleGetFunction => Args::GetFunction {
-            handle: get_opt_hex(a, "function")?,
-            name: a.get("name").and_then(Value::as_str).map(String::from),
-            parent: get_hex(a, "module")?,
-            kind: HandleKind::Function,
-        },
-        Shape::LibraryGetKernel => Args::GetFunction {
-            handle: get_opt_hex(a, "kernel")?,
-            name: a.get("name").and_then(Value::as_str).map(String::from),
-            parent: get_hex(a, "library")?,
-            kind: HandleKind::Kernel,
-        },
-        Shape::KernelGetFunction => Args::KernelGetFunction {
-            function: get_opt_hex(a, "function")?,
-            kernel: get_hex(a, "kernel")?,
-        },
-        Shape::Unload => Args::Unload {
-            handle: get_hex(a, "handle")?,
-        },
-        Shape::Nccl { op, .. } => {
-            let dt = match field(a, "datatype")? {
-                Value::String(s) => nccl_type_from_name(s).ok_or(ParseError::Field("datatype"))?,
-                v => v.as_i64().ok_or(ParseError::Field("datatype"))?,
-            };
-            let redop = match a.get("redop") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) => {
-                    Some(nccl_redop_from_name(s).ok_or(ParseError::Field("redop"))?)
-                }
-                Some(v) => Some(v.as_i64().ok_or(ParseError::Field("redop"))?),
-            };
-            let op = a
-                .get("op")
-                .and_then(Value::as_str)
-                .and_then(parse_nccl_op)
-                .unwrap_or(op);
-            Args::Nccl(Nccl {
-                op,
-                count: get_u64(a, "count")?,
-                datatype: dt,
-                redop,
-                root: get_opt_i64(a, "root")?,
-                peer: get_opt_i64(a, "peer")?,
-                comm: get_hex(a, "comm")?,
-                stream: get_hex(a, "stream")?,
-                ident: Identity {
-                    comm_id: get_opt_hex(a, "comm_id")?,
-                    rank: get_opt_u32(a, "rank")?,
-                    nranks: get_opt_u32(a, "nranks")?,
-                    cuda_dev: get_opt_u32(a, "cuda_dev")?,
-                    seq: get_opt_u64(a, "seq")?,
-                    source: match a.get("seq_from") {
-                        None | Some(Value::Null) => None,
-                        Some(v) => Some(
-                            v.as_str()
-                                .and_then(SeqSource::from_name)
-                                .ok_or(ParseError::Field("seq_from"))?,
-                        ),
-                    },
-                },
-                unaligned: match a.get("unaligned") {
-                    None | Some(Value::Null) => None,
-                    Some(v) => Some(
-                        v.as_str()
-                            .and_then(Unaligned::from_code)
-                            .ok_or(ParseError::Field("unaligned"))?,
-                    ),
-                },
-            })
-        }
-        Shape::NcclGroup => Args::NcclGroup,
-        Shape::CommInit | Shape::CommInitAll | Shape::CommInitScalable => Args::CommInit {
-            comm: get_opt_hex(a, "comm")?,
-            nranks: get_opt_i64(a, "nranks")?.ok_or(ParseError::Field("nranks"))?,
-            rank: get_opt_i64(a, "rank")?,
-            unique_id: match a.get("unique_id") {
-                None | Some(Value::Null) => None,
-                Some(v) => Some(
-                    v.as_str()
-                        .and_then(parse_hex_bytes)
-                        .ok_or(ParseError::Field("unique_id"))?,
-                ),
-            },
-            comm_id: get_opt_hex(a, "comm_id")?,
-        },
-        Shape::CommSplit => Args::CommSplit {
-            comm: get_hex(a, "comm")?,
-            color: get_opt_i64(a, "color")?.ok_or(ParseError::Field("color"))?,
-            key: get_opt_i64(a, "key")?.ok_or(ParseError::Field("key"))?,
-            newcomm: get_opt_hex(a, "newcomm")?,
-            comm_id: get_opt_hex(a, "comm_id")?,
-        },
-        Shape::CommEnd => Args::CommEnd {
-            comm: get_hex(a, "comm")?,
-        },
-        Shape::RuntimeLaunch | Shape::RuntimeLaunchEx => Args::RuntimeLaunch {
-            func: get_hex(a, "func")?,
-            stream: get_opt_hex(a, "stream")?,
-        },
-    })
-}
-
-/// `"00ff…"` → bytes.
-fn parse_hex_bytes(s: &str) -> Option<Box<[u8]>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-/// `captured` and `capture` of a launch or copy read back.
-pub(crate) fn parse_captured(a: &Map<String, Value>) -> Result<Option<u64>, ParseError> {
-    match a.get("captured") {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(None),
-        Some(Value::Bool(true)) => get_u64(a, "capture").map(Some),
-        Some(_) => Err(ParseError::Field("captured")),
-    }
-}
-
-fn parse_nccl_op(s: &str) -> Option<NcclOp> {
-    [
-        NcclOp::AllReduce,
-        NcclOp::Broadcast,
-        NcclOp::Reduce,
-        NcclOp::AllGather,
-        NcclOp::ReduceScatter,
-        NcclOp::Send,
-        NcclOp::Recv,
-    ]
-    .into_iter()
-    .find(|o| o.name() == s)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::catalogue::catalogue;
-    use crate::decode::record::decode_args;
-    use crate::decode::record::encode_blob_record;
-    use crate::decode::record::encode_record;
-    use crate::decode::record::parse_record;
-    use crate::json::write_call;
-    use tracer_common::CallEvent;
-
-    /// Every API's arguments survive raw → Call → JSON → Call.
-    #[test]
-    fn every_api_round_trips_through_json() {
-        for api in catalogue() {
-            let mut e = CallEvent::zeroed();
-            e.kind = 1;
-            e.api = api.id as u32;
-            e.dur_ns = 5;
-            for (i, a) in e.args.iter_mut().enumerate() {
-                *a = (i as u64 + 1) * 3;
-            }
-            e.args[3] = 7; // a valid NCCL datatype wherever it sits
-            e.extra = [0x10 | 1 << 32, 2 | 3 << 32, 4 | 5 << 32, 6, 0x77, 0];
-            // (extra[5] stays 0: the host stub is not part of the schema.)
-            let cookie = api.cookie();
-            let bytes = if cookie.blob_source() != 0 {
-                let blob: Vec<u8> = (0..cookie.blob_len()).map(|i| (i * 7) as u8).collect();
-                encode_blob_record(&e, &blob)
-            } else {
-                encode_record(&e, Some(b"_Z4reluPfi"))
-            };
-            let raw = parse_record(&bytes).unwrap();
-            let call = Call {
-                ts_ns: 1_700_000_000_000_000_000,
-                dur_ns: Some(5),
-                pid: 1,
-                tid: 2,
-                comm: Arc::from("py\"thon"),
-                api: api.name,
-                family: Some(api.family),
-                ret: Some(0),
-                stack: None,
-                args: decode_args(api, &raw),
-            };
-            let mut s = String::new();
-            write_call(&mut s, &call);
-            let v: Value =
-                serde_json::from_str(&s).unwrap_or_else(|e| panic!("{}: {e}: {s}", api.name));
-            let back = parse_call(&v).unwrap_or_else(|e| panic!("{}: {e}: {s}", api.name));
-            assert_eq!(back, call, "{}", api.name);
-        }
-    }
-
-    #[test]
-    fn unknown_api_is_kept() {
-        let v: Value = serde_json::from_str(
-            r#"{"ts_ns":1,"dur_ns":null,"pid":1,"tid":1,"comm":"x","api":"cuFoo","ret":null,"args":{"a":1}}"#,
-        )
-        .unwrap();
-        let c = parse_call(&v).unwrap();
-        assert_eq!((c.api, c.family, c.dur_ns), ("cuFoo", None, None));
-    }
-
-    #[test]
-    fn bad_fields_are_reported() {
-        let v: Value =
-            serde_json::from_str(r#"{"ts_ns":"x","pid":1,"tid":1,"api":"cuCtxSynchronize"}"#)
-                .unwrap();
-        assert_eq!(parse_call(&v), Err(ParseError::Field("ts_ns")));
-    }
 }

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::Cache;
 use crate::graphs::layout::ExecLayout;
-use crate::names::calibrate::{Found, Layout};
+use crate::names::calibrate::Found;
+use crate::names::calibrate::Layout;
 
 /// The names layouts, by library key.
 const FILE: &str = "calibration-v2.json";

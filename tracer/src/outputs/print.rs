@@ -4,11 +4,11 @@ use std::fmt::Write as _;
 use std::io::{BufWriter, Stdout, Write};
 
 use crate::error::Failure;
-use crate::json::write_args;
 use crate::model::call::Call;
 use crate::model::sink::Halt;
 use crate::model::sink::Sink;
 use crate::model::Event;
+use crate::schema::write::write_args;
 use crate::units::fmt_ns;
 
 /// Prints each call; the lines are flushed after each bite of calls, so

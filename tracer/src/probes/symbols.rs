@@ -176,7 +176,7 @@ const MAX_LIBRARY_BYTES: u64 = 2 << 30;
 
 fn map_file(path: &Path) -> std::io::Result<FileData> {
     use std::io::Read;
-    let file = crate::host::trust::open_regular(path, None)?;
+    let file = crate::host::fd::open_regular(path, None)?;
     let meta = file.metadata()?;
     if meta.len() > MAX_LIBRARY_BYTES {
         return Err(std::io::Error::other(format!(

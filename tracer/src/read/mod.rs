@@ -14,7 +14,6 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::graphs::json::parse_record;
-use crate::json::parse_call;
 use crate::model::call::Args;
 use crate::model::call::Call;
 use crate::model::graph::ExecContents;
@@ -23,6 +22,7 @@ use crate::model::types::LostCounts;
 use crate::nccl::json::parse_nccl_record;
 use crate::nccl::json::NcclRecord;
 use crate::outputs::timeline::chrome::CROSS_RANK_CAT;
+use crate::schema::parse::parse_call;
 use crate::stacks::table::FoldedStacks;
 use crate::stacks::table::StackTable;
 use crate::summary::Summary;

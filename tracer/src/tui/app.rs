@@ -14,9 +14,6 @@ pub use crate::tui::snapshot::NcclRow;
 pub use crate::tui::snapshot::ProcessRow;
 pub use crate::tui::snapshot::Snapshot;
 
-/// The latency, kernel and NCCL tables cover this many seconds.
-pub const DETAIL_WINDOW_SECS: u64 = 10;
-
 /// What a key (or the clock) asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {

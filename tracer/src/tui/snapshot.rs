@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use crate::model::types::NcclOp;
 use crate::stacks::sites::CallSites;
-use crate::tui::app::DETAIL_WINDOW_SECS;
 use crate::tui::model::waits_for_gpu;
 use crate::tui::model::Model;
 use crate::tui::model::ProcessActivity;
@@ -196,3 +195,6 @@ pub fn detail(p: &ProcessActivity, end: u64) -> Detail {
         nccl_bytes: series(|t| t.nccl_bytes),
     }
 }
+
+/// The latency, kernel and NCCL tables cover this many seconds.
+pub const DETAIL_WINDOW_SECS: u64 = 10;

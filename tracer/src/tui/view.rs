@@ -9,7 +9,6 @@ use ratatui::Frame;
 
 use crate::tui::app::App;
 use crate::tui::app::Pane;
-use crate::tui::app::DETAIL_WINDOW_SECS;
 use crate::tui::columns::api_sort_title;
 use crate::tui::columns::dims;
 use crate::tui::columns::fitting_columns;
@@ -19,6 +18,7 @@ use crate::tui::columns::fmt_rate;
 use crate::tui::columns::sort_title;
 use crate::tui::gpu::GpuStatus;
 use crate::tui::snapshot::ApiRow;
+use crate::tui::snapshot::DETAIL_WINDOW_SECS;
 
 const TITLE: Style = Style::new().add_modifier(Modifier::BOLD);
 const HEADER: Style = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);

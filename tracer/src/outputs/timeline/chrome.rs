@@ -12,11 +12,11 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 
 use crate::json::string;
-use crate::json::write_args;
-use crate::json::write_frames;
 use crate::model::call::Args;
 use crate::model::call::Call;
 use crate::model::graph::GraphLaunch;
+use crate::schema::write::write_args;
+use crate::schema::write::write_frames;
 
 /// The category of the cross-rank NCCL records in a Chrome trace.
 pub const CROSS_RANK_CAT: &str = "nccl_cross_rank";

@@ -6,10 +6,10 @@ use std::io::{BufWriter, Write};
 use rustc_hash::FxHashSet;
 
 use crate::graphs::json::write_record;
-use crate::json::write_call;
-use crate::json::write_stack;
 use crate::model::call::Call;
 use crate::model::graph::GraphRecord;
+use crate::schema::write::write_call;
+use crate::schema::write::write_stack;
 
 /// The lines of one call: its stack's record the first time a file needs
 /// it (`stacks`: the ids it holds), then the call.

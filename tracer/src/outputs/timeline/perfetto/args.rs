@@ -183,7 +183,7 @@ pub fn annotate(args: &Args, s: &mut impl AnnotationSink) {
         // number: their JSON arguments, as in JSONL (read back whole).
         a @ (Args::Nccl(_) | Args::CommInit { .. } | Args::CommSplit { .. }) => {
             let mut json = String::new();
-            crate::json::write_args(&mut json, a);
+            crate::schema::write::write_args(&mut json, a);
             s.string("args", &json);
         }
         Args::NcclGroup => {}

@@ -13,7 +13,6 @@ use prost::Message as _;
 use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
 
-use crate::json::parse_call;
 use crate::model::call::Call;
 use crate::outputs::timeline::perfetto::args::parse_launch_text;
 use crate::outputs::timeline::perfetto::proto::*;
@@ -21,6 +20,7 @@ use crate::outputs::timeline::perfetto::writer::FORMAT_KEY;
 use crate::outputs::timeline::perfetto::writer::FORMAT_VERSION;
 use crate::outputs::timeline::perfetto::writer::RECORD_TRACK_PREFIX;
 use crate::outputs::timeline::perfetto::writer::SUMMARY_KEY;
+use crate::schema::parse::parse_call;
 
 /// Largest packet accepted (gputrace's are under a few KiB, the summary
 /// aside).

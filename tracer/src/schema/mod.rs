@@ -1,0 +1,6 @@
+//! The JSONL schema of a call (docs/events.md): written by the timelines
+//! ([`write`]) and read back by `gputrace stats` ([`parse`]), each feature's
+//! arguments (graphs, NCCL) by that feature's own piece.
+
+pub mod parse;
+pub mod write;
