@@ -4,7 +4,5 @@
 //! ([`memory`]).
 
 pub mod enrich;
-pub mod graph;
 pub mod memory;
-pub mod raw;
 pub mod record;

@@ -7,7 +7,6 @@ use tracer_common::{
 
 use crate::catalogue::Api;
 use crate::catalogue::Shape;
-use crate::decode::raw::RawCall;
 use crate::model::call::Alloc;
 use crate::model::call::Args;
 use crate::model::call::HandleKind;
@@ -15,6 +14,7 @@ use crate::model::call::Launch;
 use crate::model::call::Memcpy;
 use crate::model::call::Nccl;
 use crate::model::graph::GraphLaunch;
+use crate::model::raw::RawCall;
 use crate::model::types::Direction;
 use crate::nccl::enrich::comm_memory;
 
@@ -178,7 +178,7 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             contents: None,
             captured: None,
         }),
-        Shape::Graph(op) => Args::GraphApi(crate::decode::graph::decode(op, raw, out)),
+        Shape::Graph(op) => Args::GraphApi(crate::graphs::decode::decode(op, raw, out)),
         Shape::Alloc { kind, stream } => Args::Alloc(Alloc {
             dptr: out(0),
             bytes: a(1),

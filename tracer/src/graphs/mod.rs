@@ -5,5 +5,6 @@
 
 pub mod book;
 pub mod capture;
+pub mod decode;
 pub mod json;
 pub mod layout;

@@ -5,6 +5,7 @@
 pub mod call;
 pub mod graph;
 pub mod nccl;
+pub mod raw;
 pub mod sampling;
 pub mod sink;
 pub mod stack;

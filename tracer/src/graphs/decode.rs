@@ -1,8 +1,8 @@
 //! The graph APIs' arguments decoded from a probe record: a node from the
 //! parameter struct the probe copied at entry, the handles made and used.
 
-use crate::decode::raw::RawCall;
 use crate::model::graph::*;
+use crate::model::raw::RawCall;
 use crate::model::types::Direction;
 
 fn u32_at(b: &[u8], off: usize) -> Option<u32> {
