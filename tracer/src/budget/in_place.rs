@@ -2,7 +2,7 @@
 //! the figure measured on gputrace's own loop, read from the traced threads'
 //! kernel time with the probes on and off, kept on the host between runs.
 
-use crate::budget::sampler::KernelTime;
+use crate::budget::period::KernelTime;
 
 /// How often (in periods) a ratio read in place is kept.
 pub(super) const KEEP_EVERY: u64 = 20;

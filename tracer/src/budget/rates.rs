@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 
-use crate::budget::sampler::{Mode, MIN_RATIO};
+use crate::budget::period::Mode;
+use crate::budget::sampler::MIN_RATIO;
 
 /// A thread's smoothed rates: calls per second, and what they cost per
 /// second (each call at the hit cost of its function's prologue class).

@@ -1,7 +1,8 @@
 //! The budget's tests: the cost model, the mode chosen, the estimates.
 
-use super::*;
-use crate::budget::sampler::{KernelTime, MIN_RATIO};
+use crate::budget::period::KernelTime;
+use crate::budget::sampler::MIN_RATIO;
+use crate::budget::*;
 
 /// Processes of one thread each, calling functions whose first
 /// instruction is single-stepped: an entry probe costs 4 µs, with its
