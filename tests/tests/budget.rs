@@ -3,6 +3,8 @@
 //! estimates the launches from what it saw; a budget not exceeded changes
 //! nothing; bad values are usage errors.
 
+#![allow(clippy::print_stderr)] // tests say what they measured
+
 use std::collections::BTreeMap;
 
 use gputrace_tests::*;

@@ -4,6 +4,8 @@
 //! Everything waits by polling the screen with a timeout; nothing depends
 //! on how fast the machine is.
 
+#![allow(clippy::print_stderr)] // tests say what they measured
+
 use std::time::{Duration, Instant};
 
 use gputrace_tests::tmux::Pane;

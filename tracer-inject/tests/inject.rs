@@ -2,6 +2,8 @@
 //! two libraries at once, a failing dlopen, another mount namespace.
 //! Needs root (or ptrace rights over children) and `cc`.
 
+#![allow(clippy::print_stderr)] // tests say what they measured
+
 mod common;
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,8 @@
 //! Refusals: each is a clear error, and the victim is left untouched (alive,
 //! its loop undisturbed, no library constructor run, not traced afterwards).
 
+#![allow(clippy::print_stderr)] // tests say what they measured
+
 mod common;
 
 use std::io::{BufRead, BufReader};

@@ -3,6 +3,8 @@
 //! nanosleep keeps its deadline, a spinning thread is taken at its next
 //! system call, every thread of a multi-threaded victim carries on.
 
+#![allow(clippy::print_stderr)] // tests say what they measured
+
 mod common;
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,8 @@
 //! Signals during injection, a target that exits mid-call, and a call that
 //! does not return in time.
 
+#![allow(clippy::print_stderr)] // tests say what they measured
+
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -8,6 +8,8 @@
 //! `cargo xtask bench --formats` runs it (release build); by hand:
 //! `cargo run --release -p tracer --example timeline_formats -- --events 2000000`.
 
+#![allow(clippy::print_stderr)] // tests say what they measured
+
 use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -234,7 +236,7 @@ fn from_jsonl(path: &Path) -> Vec<(Call, Option<u64>)> {
         .map_while(Result::ok)
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
         .filter(|v| v.get("type").is_none())
-        .filter_map(|v| gputrace::json::parse_call(&v).ok())
+        .filter_map(|v| gputrace::schema::parse::parse_call(&v).ok())
         .map(|c| (c, None))
         .collect()
 }

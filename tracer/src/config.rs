@@ -40,6 +40,9 @@ pub struct Config {
     /// one period of the sampling schedule (100ms to 60s): the sampled
     /// probes are attached and detached once per period.
     pub sample_period: Duration,
+    /// `GPUTRACE_DEBUG` (any value): developers' lines on stderr (what a
+    /// calibration search tried, for one).
+    pub debug: bool,
 }
 
 impl Default for Config {
@@ -53,6 +56,7 @@ impl Default for Config {
             fault_panic_after: None,
             inflight_map: false,
             sample_period: crate::config::PERIOD,
+            debug: false,
         }
     }
 }
@@ -85,6 +89,7 @@ impl Config {
                     format!("GPUTRACE_RING_BYTES={v}: give a power of two of at least 4096 bytes (the default is {DEFAULT_RING_BYTES})")
                 })?;
         }
+        c.debug = get("GPUTRACE_DEBUG").is_some();
         if let Some(v) = text("GPUTRACE_DETACH_AFTER")? {
             c.detach_after = crate::units::parse_duration(&v)
                 .map_err(|e| format!("GPUTRACE_DETACH_AFTER: {e}"))?;
@@ -129,6 +134,10 @@ impl Config {
     }
 }
 
+/// The length of one period of the schedule unless configured
+/// (`Config::sample_period`).
+pub const PERIOD: Duration = Duration::from_millis(1000);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,6 +172,7 @@ mod tests {
                 cache_dir: PathBuf::from("/tmp/c"),
                 perf_events: true,
                 fault_panic_after: None,
+                debug: false,
                 inflight_map: true,
                 sample_period: Duration::from_secs(5),
             }
@@ -190,7 +200,3 @@ mod tests {
         }
     }
 }
-
-/// The length of one period of the schedule unless configured
-/// (`Config::sample_period`).
-pub const PERIOD: Duration = Duration::from_millis(1000);

@@ -3,7 +3,6 @@
 //! and exit 1.
 
 use std::fmt;
-use std::io::Write;
 use std::sync::Mutex;
 
 #[derive(Debug)]
@@ -52,7 +51,7 @@ pub type Result<T> = std::result::Result<T, Failure>;
 /// Writes `gputrace: {line}` to stderr; a stderr that cannot be written
 /// is not a reason to panic.
 pub fn say(line: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "gputrace: {line}");
+    crate::log::say(format_args!("{line}"));
 }
 
 /// clap's rendered usage error as one line: its `error: ` prefix, the

@@ -8,29 +8,32 @@
 //! screen), `commands` (one per subcommand); `stacks` (call stacks, native
 //! and Python; not wired into the probes yet). docs/architecture.md has the map.
 
-pub mod budget;
-pub mod cache;
+#![cfg_attr(test, allow(clippy::print_stderr))]
+
+pub(crate) mod budget;
+pub(crate) mod cache;
 pub mod catalogue;
 pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod decode;
 pub mod error;
-pub mod graphs;
+pub(crate) mod graphs;
 pub mod host;
-pub mod json;
+pub(crate) mod json;
+pub mod log;
 pub mod model;
-pub mod names;
+pub(crate) mod names;
 pub mod nccl;
 pub mod outputs;
 pub mod probes;
 pub mod read;
 pub mod schema;
-pub mod session;
+pub(crate) mod session;
 pub mod stacks;
 pub mod summary;
-pub mod text;
-pub mod tui;
+pub(crate) mod text;
+pub(crate) mod tui;
 pub mod units;
 
 /// The eBPF object built from `tracer-ebpf` by build.rs.

@@ -9,6 +9,8 @@
 //! the clock; the seed is printed, and an input that fails is saved: put
 //! it in tests/fuzz-corpus/ with the fix, and it is read on every run).
 
+#![allow(clippy::print_stderr)] // tests say what they measured
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

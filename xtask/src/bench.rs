@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// No tracer.
     None,
     /// A bare counting uprobe on the bench symbol, entry only.
@@ -32,7 +32,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub const ALL: [Mode; 8] = [
+    pub(crate) const ALL: [Mode; 8] = [
         Mode::None,
         Mode::Bare,
         Mode::BareRet,
@@ -57,7 +57,7 @@ impl Mode {
     }
 
     /// The short name `--modes` takes.
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             Mode::None => "none",
             Mode::Bare => "bare",
@@ -70,7 +70,7 @@ impl Mode {
         }
     }
 
-    pub fn from_key(k: &str) -> Result<Mode> {
+    pub(crate) fn from_key(k: &str) -> Result<Mode> {
         Mode::ALL.into_iter().find(|m| m.key() == k).ok_or_else(|| {
             let keys: Vec<_> = Mode::ALL.iter().map(|m| m.key()).collect();
             anyhow!("no bench mode {k:?} (modes: {})", keys.join(","))
@@ -101,7 +101,7 @@ impl Mode {
 
 /// What one run measured.
 #[derive(Clone, Debug, Default)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub ns_per_call: f64,
     /// CPU time of the workload's threads per call: unlike the wall time,
     /// it leaves out time other processes took (a shared machine), so it
@@ -117,7 +117,7 @@ pub struct Sample {
     pub max_rss_kb: u64,
 }
 
-pub struct Bench {
+pub(crate) struct Bench {
     pub sim: PathBuf,
     pub gputrace: PathBuf,
     pub scratch: PathBuf,
@@ -183,7 +183,7 @@ fn wait_rusage(child: &mut Child) -> Result<(i32, f64, u64)> {
 
 impl Bench {
     /// One run of the workload's bench loop under `mode`.
-    pub fn run(&self, mode: Mode, kind: &str, threads: usize, calls: u64) -> Result<Sample> {
+    pub(crate) fn run(&self, mode: Mode, kind: &str, threads: usize, calls: u64) -> Result<Sample> {
         let calls = if mode == Mode::None {
             calls.max(20_000_000)
         } else {
@@ -339,7 +339,7 @@ impl Bench {
     }
 }
 
-pub fn median(v: &mut [f64]) -> f64 {
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() {
         return f64::NAN;
@@ -352,7 +352,7 @@ pub fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-pub struct Options {
+pub(crate) struct Options {
     pub reps: usize,
     pub calls: u64,
     pub kinds: Vec<String>,
@@ -379,7 +379,7 @@ fn machine() -> String {
     format!("{cpu}, {cores} cores, Linux {}", kernel.trim())
 }
 
-pub fn run(bench: &Bench, o: &Options) -> Result<()> {
+pub(crate) fn run(bench: &Bench, o: &Options) -> Result<()> {
     let mut rows = Vec::new();
     println!("machine: {}", machine());
     println!(
@@ -522,7 +522,7 @@ fn date() -> String {
 }
 
 /// A long trace written to disk: gputrace's RSS sampled every second.
-pub fn soak(bench: &Bench, secs: u64) -> Result<()> {
+pub(crate) fn soak(bench: &Bench, secs: u64) -> Result<()> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
@@ -607,7 +607,7 @@ pub fn soak(bench: &Bench, secs: u64) -> Result<()> {
     Ok(())
 }
 
-pub fn default_out(root: &Path) -> PathBuf {
+pub(crate) fn default_out(root: &Path) -> PathBuf {
     let host =
         std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "host".into());
     root.join("bench/results")
@@ -617,7 +617,7 @@ pub fn default_out(root: &Path) -> PathBuf {
 /// `gputrace stats` on a large file: a synthetic timeline of about `gb`
 /// GiB (the golden input's events repeated with shifted timestamps), read
 /// back; prints MB/s and gputrace's peak RSS.
-pub fn stats_file(bench: &Bench, gb: f64, root: &Path) -> Result<()> {
+pub(crate) fn stats_file(bench: &Bench, gb: f64, root: &Path) -> Result<()> {
     let input = std::fs::read_to_string(root.join("tracer/tests/golden/input.jsonl"))?;
     let events: Vec<Value> = input
         .lines()

@@ -1,6 +1,8 @@
 //! Project tasks cargo cannot do alone: toolchain setup, the demo, the
 //! test run (as root, with the simulated libraries), benchmarks.
 
+#![allow(clippy::print_stderr)] // a developer's command line: it reports on stderr
+
 mod bench;
 mod setup;
 
@@ -258,6 +260,18 @@ fn main() -> Result<()> {
                 bail!("the eBPF integration tests load programs and attach uprobes: run `cargo xtask test` as root");
             }
             promtool_rules()?;
+            // The workspace lints (Cargo.toml) as errors: visibility, SAFETY
+            // notes, output through the places made for it.
+            run(cargo().args([
+                "clippy",
+                "--workspace",
+                "--exclude",
+                "tracer-ebpf",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]))?;
             run(cargo().args(["build", "--package", "tracer"]))?;
             run(cargo()
                 .args(["test", "--workspace", "--exclude", "tracer-ebpf", "--"])

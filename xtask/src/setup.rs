@@ -34,7 +34,7 @@ fn apt_missing(packages: &[&str]) -> Vec<String> {
 }
 
 /// Installs Debian packages that are missing (one `apt-get update` at most).
-pub fn apt_install(packages: &[&str]) -> Result<()> {
+pub(crate) fn apt_install(packages: &[&str]) -> Result<()> {
     let missing = apt_missing(packages);
     if missing.is_empty() {
         return Ok(());
@@ -56,7 +56,7 @@ fn cargo_bin(name: &str) -> std::path::PathBuf {
     home.join("bin").join(name)
 }
 
-pub fn ensure() -> Result<()> {
+pub(crate) fn ensure() -> Result<()> {
     apt_install(APT_PACKAGES)?;
     // Extra tools the tests use (tmux: top's end-to-end test; prometheus:
     // the daemon's scrape test).

@@ -10,19 +10,19 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-pub use tracer_inject::{Library, Options};
+pub(crate) use tracer_inject::{Library, Options};
 
-pub struct Built {
-    pub dir: PathBuf,
-    pub victim: PathBuf,
-    pub victim_static: PathBuf,
+pub(crate) struct Built {
+    pub(crate) dir: PathBuf,
+    pub(crate) victim: PathBuf,
+    pub(crate) victim_static: PathBuf,
     /// None when `cc -m32` does not work here (multilib not installed).
     pub victim32: Result<PathBuf, String>,
-    pub holder: PathBuf,
+    pub(crate) holder: PathBuf,
     pub probe1: Vec<u8>,
     pub probe2: Vec<u8>,
     /// A library whose dlopen fails (unresolvable symbol).
-    pub bad_probe: Vec<u8>,
+    pub(crate) bad_probe: Vec<u8>,
 }
 
 fn src(name: &str) -> PathBuf {
@@ -46,7 +46,7 @@ fn cc(args: &[&str]) -> Result<(), String> {
     }
 }
 
-pub fn built() -> &'static Built {
+pub(crate) fn built() -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
     BUILT.get_or_init(|| {
         let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
@@ -124,35 +124,35 @@ pub fn built() -> &'static Built {
     })
 }
 
-pub fn probe1() -> Library<'static> {
+pub(crate) fn probe1() -> Library<'static> {
     Library {
         bytes: &built().probe1,
         name: "gputrace-test-probe",
     }
 }
 
-pub fn probe2() -> Library<'static> {
+pub(crate) fn probe2() -> Library<'static> {
     Library {
         bytes: &built().probe2,
         name: "gputrace-test-probe2",
     }
 }
 
-pub fn opts() -> Options {
+pub(crate) fn opts() -> Options {
     Options::default()
 }
 
 /// A running victim; killed and reaped on drop.
-pub struct Victim {
-    pub child: Child,
-    pub pid: i32,
-    pub stdin: Option<ChildStdin>,
+pub(crate) struct Victim {
+    pub(crate) child: Child,
+    pub(crate) pid: i32,
+    pub(crate) stdin: Option<ChildStdin>,
     lines: Arc<Mutex<Vec<String>>>,
-    pub marker: PathBuf,
+    pub(crate) marker: PathBuf,
 }
 
 impl Victim {
-    pub fn spawn(exe: &Path, args: &[&str]) -> Victim {
+    pub(crate) fn spawn(exe: &Path, args: &[&str]) -> Victim {
         static N: AtomicU32 = AtomicU32::new(0);
         let marker = built()
             .dir
@@ -185,16 +185,20 @@ impl Victim {
         }
     }
 
-    pub fn start(args: &[&str]) -> Victim {
+    pub(crate) fn start(args: &[&str]) -> Victim {
         Victim::spawn(&built().victim, args)
     }
 
-    pub fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         self.lines.lock().unwrap().clone()
     }
 
     /// Waits until some output line satisfies `pred`; returns it.
-    pub fn wait_line(&self, timeout: Duration, pred: impl Fn(&str) -> bool) -> Option<String> {
+    pub(crate) fn wait_line(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> Option<String> {
         let end = Instant::now() + timeout;
         loop {
             if let Some(l) = self.lines().into_iter().find(|l| pred(l)) {
@@ -208,19 +212,19 @@ impl Victim {
     }
 
     /// Field `key` of the last line starting with "tick" ("tick N intr I").
-    pub fn last(&self, key: &str) -> Option<i64> {
+    pub(crate) fn last(&self, key: &str) -> Option<i64> {
         let lines = self.lines();
         let line = lines.iter().rev().find(|l| l.starts_with("tick "))?;
         field(line, key)
     }
 
     /// Any "BAD ..." line (a register or restart check failed in the victim).
-    pub fn bad(&self) -> Option<String> {
+    pub(crate) fn bad(&self) -> Option<String> {
         self.lines().into_iter().find(|l| l.starts_with("BAD"))
     }
 
     /// Waits until the tick counter passes `n`.
-    pub fn wait_tick(&self, n: i64, timeout: Duration) -> bool {
+    pub(crate) fn wait_tick(&self, n: i64, timeout: Duration) -> bool {
         let end = Instant::now() + timeout;
         while Instant::now() < end {
             if self.last("tick").is_some_and(|t| t > n) {
@@ -231,15 +235,15 @@ impl Victim {
         false
     }
 
-    pub fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None)) && state(self.pid).is_some_and(|s| s != 'Z')
     }
 
-    pub fn marker(&self) -> String {
+    pub(crate) fn marker(&self) -> String {
         std::fs::read_to_string(&self.marker).unwrap_or_default()
     }
 
-    pub fn maps(&self) -> String {
+    pub(crate) fn maps(&self) -> String {
         std::fs::read_to_string(format!("/proc/{}/maps", self.pid)).unwrap_or_default()
     }
 }
@@ -251,7 +255,7 @@ impl Drop for Victim {
     }
 }
 
-pub fn field(line: &str, key: &str) -> Option<i64> {
+pub(crate) fn field(line: &str, key: &str) -> Option<i64> {
     let mut it = line.split_whitespace();
     while let Some(w) = it.next() {
         if w == key {
@@ -262,7 +266,7 @@ pub fn field(line: &str, key: &str) -> Option<i64> {
 }
 
 /// Scheduler state of a process (R, S, T, Z ...).
-pub fn state(pid: i32) -> Option<char> {
+pub(crate) fn state(pid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat[stat.rfind(')')? + 1..]
         .split_whitespace()
@@ -272,13 +276,13 @@ pub fn state(pid: i32) -> Option<char> {
 }
 
 /// The system call thread `tid` of `pid` is blocked in, if any.
-pub fn in_syscall(pid: i32, tid: i32) -> Option<i64> {
+pub(crate) fn in_syscall(pid: i32, tid: i32) -> Option<i64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
     s.split_whitespace().next()?.parse().ok()
 }
 
 /// Waits until the main thread of `pid` blocks in system call `nr`.
-pub fn wait_syscall(pid: i32, nr: i64, timeout: Duration) -> bool {
+pub(crate) fn wait_syscall(pid: i32, nr: i64, timeout: Duration) -> bool {
     let end = Instant::now() + timeout;
     while Instant::now() < end {
         if in_syscall(pid, pid) == Some(nr) {
@@ -291,7 +295,7 @@ pub fn wait_syscall(pid: i32, nr: i64, timeout: Duration) -> bool {
 
 /// A minimal static i386 ELF executable, made without a compiler: it loops
 /// on nanosleep({1, 0}) through int 0x80. Needs IA-32 emulation in the kernel.
-pub fn tiny_i386_sleeper() -> Vec<u8> {
+pub(crate) fn tiny_i386_sleeper() -> Vec<u8> {
     const BASE: u32 = 0x0804_8000;
     const CODE: u32 = 52 + 32; // after the ELF header and one program header
     let ts = BASE + CODE + 16;
@@ -319,7 +323,7 @@ pub fn tiny_i386_sleeper() -> Vec<u8> {
 }
 
 /// Anonymous executable mappings (our scratch code page would be one).
-pub fn anon_exec(maps: &str) -> usize {
+pub(crate) fn anon_exec(maps: &str) -> usize {
     maps.lines()
         .filter(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -328,18 +332,18 @@ pub fn anon_exec(maps: &str) -> usize {
         .count()
 }
 
-pub fn i64s(v: &[i64]) -> Vec<u8> {
+pub(crate) fn i64s(v: &[i64]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_ne_bytes()).collect()
 }
 
-pub fn write_stdin(v: &mut Victim, data: &[u8]) {
+pub(crate) fn write_stdin(v: &mut Victim, data: &[u8]) {
     let s = v.stdin.as_mut().unwrap();
     s.write_all(data).unwrap();
     s.flush().unwrap();
 }
 
 /// The victim is alive, saw no bad register or syscall result, and ticks on.
-pub fn assert_healthy(v: &mut Victim) {
+pub(crate) fn assert_healthy(v: &mut Victim) {
     assert_eq!(
         v.bad(),
         None,

@@ -65,7 +65,7 @@ impl HitCost {
 /// the stack, is single-stepped; `Prologue::of` checks it).
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn gputrace_hit_cost_target(event: u64, stream: u64) -> u64 {
+pub(crate) extern "C" fn gputrace_hit_cost_target(event: u64, stream: u64) -> u64 {
     std::hint::black_box(event).wrapping_add(std::hint::black_box(stream))
 }
 
@@ -132,7 +132,7 @@ fn plausible_ratio(r: &f64) -> bool {
 /// from the last one read (a real program's hits cost more than the
 /// figure measured on gputrace's own loop, and reading how much more in
 /// place takes a minute or more of sampling), and keeps what it reads.
-pub struct InPlaceStore {
+pub(crate) struct InPlaceStore {
     /// The cache opened at start (saving writes through its directory,
     /// without reading the calibration files again).
     cache: Cache,
@@ -142,7 +142,7 @@ pub struct InPlaceStore {
 }
 
 impl InPlaceStore {
-    pub fn save(&self, ratio: f64) {
+    pub(crate) fn save(&self, ratio: f64) {
         self.cache
             .put(IN_PLACE_FILE, &self.key, ratio, plausible_ratio);
     }
@@ -152,7 +152,7 @@ impl InPlaceStore {
 /// second value says whether it was measured by this call. The third is
 /// where the in-place ratio is kept, under the same key, with the last one
 /// read.
-pub fn get(config: &Config) -> anyhow::Result<(HitCost, bool, InPlaceStore)> {
+pub(crate) fn get(config: &Config) -> anyhow::Result<(HitCost, bool, InPlaceStore)> {
     let key = key();
     let cache = Cache::open(&config.cache_dir);
     let last = cache.get(IN_PLACE_FILE, &key, plausible_ratio);
@@ -217,7 +217,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Measures the cost: runs of the loop unprobed, with the entry probe, and
 /// with entry and return probes, interleaved, on each target.
-pub fn measure(config: &Config) -> anyhow::Result<HitCost> {
+pub(crate) fn measure(config: &Config) -> anyhow::Result<HitCost> {
     let mut cfg = config.clone();
     // Room for every record of a run below the wakeup threshold (a
     // quarter of the ring), so no run pays wakeups a drained ring would not.

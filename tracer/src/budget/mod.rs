@@ -46,12 +46,12 @@
 //! the slowdown the probes cause while on.
 
 mod estimate;
-pub mod hitcost;
+pub(crate) mod hitcost;
 mod in_place;
-pub mod period;
+pub(crate) mod period;
 mod rates;
-pub mod sampler;
-pub mod summary;
+pub(crate) mod sampler;
+pub(crate) mod summary;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -404,8 +404,8 @@ impl Budget {
                     })
                     .unwrap_or_default();
                 let c = busiest.costs();
-                eprintln!(
-                    "gputrace: overhead budget {:.2}%: costliest process {:.0} sampled calls/s and {:.0} other calls/s, {:.2}% with return probes, {:.2}% entry only ({:.2}% the other calls; hits cost {:.2}× the measured figure {}): {} ",
+                crate::say!(
+                    "overhead budget {:.2}%: costliest process {:.0} sampled calls/s and {:.0} other calls/s, {:.2}% with return probes, {:.2}% entry only ({:.2}% the other calls; hits cost {:.2}× the measured figure {}): {} ",
                     self.fraction * 100.0,
                     busiest.hot,
                     busiest.rare,
@@ -484,8 +484,8 @@ impl Budget {
         out.push(self.report(&last));
         if self.verbose {
             let a = self.sampler.activity();
-            eprintln!(
-                "gputrace: overhead budget: {} periods, {} sampled probes attached or detached (attaching takes {:.1} ms, detaching {:.1} ms); {} on slices attached {:.1} of {} samplable probes on average",
+            crate::say!(
+                "overhead budget: {} periods, {} sampled probes attached or detached (attaching takes {:.1} ms, detaching {:.1} ms); {} on slices attached {:.1} of {} samplable probes on average",
                 self.periods,
                 a.changes,
                 a.attach_ns as f64 / 1e6,
@@ -494,15 +494,15 @@ impl Budget {
                 a.slice_probes as f64 / a.slices.max(1) as f64,
                 a.symbols
             );
-            eprintln!(
-                "gputrace: overhead budget: estimates (per thread, API and sampled period) scaled by the thread's or process's rare calls: {}, by whole steps seen while on: {}, by time: {}",
+            crate::say!(
+                "overhead budget: estimates (per thread, API and sampled period) scaled by the thread's or process's rare calls: {}, by whole steps seen while on: {}, by time: {}",
                 self.rules[Rule::RareCalls as usize],
                 self.rules[Rule::Steps as usize],
                 self.rules[Rule::Time as usize]
             );
             let k = &self.in_place.kernel;
-            eprintln!(
-                "gputrace: overhead budget: in place, the traced processes spent {} clock ticks in the kernel over {:.1} s with the sampled probes on and {} over {:.1} s off; the model makes {:.3} s of the calls seen on: hits cost {:.2}× the measured figure {}",
+            crate::say!(
+                "overhead budget: in place, the traced processes spent {} clock ticks in the kernel over {:.1} s with the sampled probes on and {} over {:.1} s off; the model makes {:.3} s of the calls seen on: hits cost {:.2}× the measured figure {}",
                 k.on_ticks,
                 k.on_ns as f64 / 1e9,
                 k.off_ticks,
@@ -511,9 +511,9 @@ impl Budget {
                 self.cost_ratio(),
                 self.ratio_source()
             );
-            eprintln!("gputrace: overhead budget: {}", self.prologue_line());
+            crate::say!("overhead budget: {}", self.prologue_line());
             if let Some(line) = self.rare_line() {
-                eprintln!("gputrace: overhead budget: {line}");
+                crate::say!("overhead budget: {line}");
             }
         }
     }

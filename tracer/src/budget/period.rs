@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 /// How the hot sets are attached.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Mode {
+pub(crate) enum Mode {
     Exact,
     EntryOnly,
     /// Entry-only, attached for this share of each period.
@@ -15,7 +15,7 @@ pub enum Mode {
 
 /// One period of the schedule, in CLOCK_MONOTONIC nanoseconds.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Period {
+pub(crate) struct Period {
     pub start_ns: u64,
     pub end_ns: u64,
     /// How long the hot probes were attached in it.
@@ -34,7 +34,7 @@ pub struct Period {
 /// Their difference per second is what the hot probes cost those
 /// processes in place, against which the model's figure is checked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KernelTime {
+pub(crate) struct KernelTime {
     pub on_ticks: u64,
     pub on_ns: u64,
     pub off_ticks: u64,
@@ -87,7 +87,7 @@ pub(crate) struct Mark {
 
 /// What the sampler has done so far (for `--verbose`).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Activity {
+pub(crate) struct Activity {
     /// Probes attached or detached (each one a write to the code of every
     /// process that maps the file).
     pub changes: u64,
@@ -111,7 +111,7 @@ impl Activity {
 
 impl Period {
     /// The share of the period the hot probes were attached.
-    pub fn on_fraction(&self) -> f64 {
+    pub(crate) fn on_fraction(&self) -> f64 {
         let len = self.end_ns.saturating_sub(self.start_ns);
         if len == 0 {
             return 1.0;

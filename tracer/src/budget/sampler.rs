@@ -50,17 +50,17 @@ use crate::probes::multi::MultiPrograms;
 
 /// The shortest on slice under `Duty` (unless the period would pass
 /// [`MAX_PERIOD`]).
-pub const MIN_ON: Duration = Duration::from_millis(250);
+pub(crate) const MIN_ON: Duration = Duration::from_millis(250);
 /// The longest period.
-pub const MAX_PERIOD: Duration = Duration::from_secs(30);
+pub(crate) const MAX_PERIOD: Duration = Duration::from_secs(30);
 /// Under `Duty`, every this many periods the on slice attaches the
 /// symbols of every samplable API, not only those called so far.
-pub const DISCOVER_EVERY: u64 = 10;
+pub(crate) const DISCOVER_EVERY: u64 = 10;
 /// The smallest share of a period the probes are attached for.
-pub const MIN_RATIO: f64 = 0.02;
+pub(crate) const MIN_RATIO: f64 = 0.02;
 
 /// A file in a scope, as the attacher keys it.
-pub type GroupKey = (Scope, (u64, u64));
+pub(crate) type GroupKey = (Scope, (u64, u64));
 
 #[derive(Debug)]
 struct Group {
@@ -236,7 +236,7 @@ impl State {
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: what `bpf_ktime_get_ns` returns.
-pub fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -258,7 +258,7 @@ fn smoothed(old: u64, new: u64) -> u64 {
 }
 
 /// The thread that attaches the hot sets, and what it measured.
-pub struct Sampler {
+pub(crate) struct Sampler {
     shared: Shared,
     multi: Arc<MultiPrograms>,
     per_task: bool,
@@ -270,7 +270,7 @@ fn lock(shared: &Shared) -> MutexGuard<'_, State> {
 }
 
 impl Sampler {
-    pub fn start(multi: Arc<MultiPrograms>, per_task: bool, period: Duration) -> Self {
+    pub(crate) fn start(multi: Arc<MultiPrograms>, per_task: bool, period: Duration) -> Self {
         let shared: Shared = Arc::new((
             Mutex::new(State {
                 groups: HashMap::new(),
@@ -312,7 +312,7 @@ impl Sampler {
     }
 
     /// Adds a file's hot set, attached at once as the schedule has it now.
-    pub fn add(&self, key: GroupKey, set: HotSet) -> std::io::Result<()> {
+    pub(crate) fn add(&self, key: GroupKey, set: HotSet) -> std::io::Result<()> {
         let mut st = lock(&self.shared);
         let mut g = Group {
             set,
@@ -331,7 +331,7 @@ impl Sampler {
     }
 
     /// Takes a file's links out (the caller detaches them) and forgets it.
-    pub fn remove(&self, key: &GroupKey) -> (Option<MultiLink>, Option<MultiLink>) {
+    pub(crate) fn remove(&self, key: &GroupKey) -> (Option<MultiLink>, Option<MultiLink>) {
         let mut st = lock(&self.shared);
         match st.groups.remove(key) {
             Some(g) => (g.entry, g.ret),
@@ -339,7 +339,7 @@ impl Sampler {
         }
     }
 
-    pub fn set_mode(&self, mode: Mode) {
+    pub(crate) fn set_mode(&self, mode: Mode) {
         let mut st = lock(&self.shared);
         if st.wanted != mode {
             st.wanted = mode;
@@ -347,13 +347,13 @@ impl Sampler {
         }
     }
 
-    pub fn mode(&self) -> Mode {
+    pub(crate) fn mode(&self) -> Mode {
         lock(&self.shared).wanted
     }
 
     /// The processes whose kernel time to read as the probes go on and
     /// off (`Period::kernel`).
-    pub fn watch(&self, pids: Vec<u32>) {
+    pub(crate) fn watch(&self, pids: Vec<u32>) {
         let mut st = lock(&self.shared);
         if st.watch != pids {
             st.watch = pids;
@@ -362,7 +362,7 @@ impl Sampler {
     }
 
     /// APIs seen called: `Duty` attaches them in every on slice.
-    pub fn mark_called(&self, apis: impl IntoIterator<Item = u32>) {
+    pub(crate) fn mark_called(&self, apis: impl IntoIterator<Item = u32>) {
         let mut st = lock(&self.shared);
         st.called.extend(apis);
     }
@@ -370,30 +370,30 @@ impl Sampler {
     /// Whether every call of the samplable APIs made from `from_ns` to
     /// `to_ns` (CLOCK_MONOTONIC) was traced: their probes were surely on
     /// throughout (false where that is not known any more).
-    pub fn busy_traced(&self, from_ns: u64, to_ns: u64) -> bool {
+    pub(crate) fn busy_traced(&self, from_ns: u64, to_ns: u64) -> bool {
         lock(&self.shared).untraced.traced(from_ns, to_ns)
     }
 
     /// The periods completed since the last call, and the start of the
     /// one under way.
-    pub fn take_periods(&self) -> (Vec<Period>, u64) {
+    pub(crate) fn take_periods(&self) -> (Vec<Period>, u64) {
         let mut st = lock(&self.shared);
         (std::mem::take(&mut st.done), st.period_start)
     }
 
     /// Ends the period under way now (at the end of a trace).
-    pub fn close_now(&self) {
+    pub(crate) fn close_now(&self) {
         let mut st = lock(&self.shared);
         st.close_period(monotonic_ns());
     }
 
     /// What the sampler has done so far.
-    pub fn activity(&self) -> Activity {
+    pub(crate) fn activity(&self) -> Activity {
         lock(&self.shared).activity
     }
 
     /// Probes attached now by the hot sets.
-    pub fn probes(&self) -> usize {
+    pub(crate) fn probes(&self) -> usize {
         let st = lock(&self.shared);
         st.groups.values().map(Group::probes).sum()
     }
@@ -527,7 +527,9 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
                             ok = false;
                             if !st.failed {
                                 st.failed = true;
-                                eprintln!("gputrace: --overhead-budget: cannot attach sampled probes again: {e}");
+                                crate::say!(
+                                    "--overhead-budget: cannot attach sampled probes again: {e}"
+                                );
                             }
                         }
                     }

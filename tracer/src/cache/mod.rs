@@ -34,7 +34,7 @@ const MAX_BYTES: u64 = 1 << 20;
 const MAX_LIBRARY_BYTES: u64 = 2 << 30;
 
 /// The cache key of a library: the SHA-256 of its content.
-pub fn content_key(file: &File) -> std::io::Result<String> {
+pub(crate) fn content_key(file: &File) -> std::io::Result<String> {
     use std::os::unix::fs::FileExt;
     let len = file.metadata()?.len();
     if len > MAX_LIBRARY_BYTES {
@@ -62,7 +62,7 @@ pub fn content_key(file: &File) -> std::io::Result<String> {
 }
 
 /// Whether `k` is a cache key (`sha256:` and 64 hex digits).
-pub fn valid_key(k: &str) -> bool {
+pub(crate) fn valid_key(k: &str) -> bool {
     k.strip_prefix("sha256:")
         .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
@@ -77,7 +77,7 @@ enum Place {
 }
 
 /// The cache directory, held open.
-pub struct Cache {
+pub(crate) struct Cache {
     place: Place,
     shown: PathBuf,
     said: Cell<bool>,
@@ -138,7 +138,7 @@ fn read_map<T: DeserializeOwned>(
 
 impl Cache {
     /// Opens (creating it 0700 if missing) the cache in `dir`.
-    pub fn open(dir: &Path) -> Self {
+    pub(crate) fn open(dir: &Path) -> Self {
         let mut cache = Self {
             place: Place::Memory,
             shown: dir.to_path_buf(),
@@ -168,45 +168,36 @@ impl Cache {
         cache
     }
 
-    /// A cache that only lives in memory: reads find nothing, writes keep
-    /// nothing.
-    pub fn in_memory() -> Self {
-        Self {
-            place: Place::Memory,
-            shown: PathBuf::new(),
-            said: Cell::new(false),
-        }
-    }
-
     /// From now on the cache is not used, for this reason (said once).
-    pub fn ignore(&mut self, why: String) {
+    pub(crate) fn ignore(&mut self, why: String) {
         self.place = Place::Ignored(why);
     }
 
     /// Says once, on stderr, that the cache is ignored and why.
-    pub fn say_once(&self) {
+    pub(crate) fn say_once(&self) {
         if let Place::Ignored(why) = &self.place {
             if !self.said.replace(true) {
-                eprintln!(
-                    "gputrace: ignoring the calibration cache: {why} (each libcuda is calibrated again; nothing is written there)"
+                crate::say!(
+                    "ignoring the calibration cache: {why} (each libcuda is calibrated again; nothing is written there)"
                 );
             }
         }
     }
 
+    #[cfg(test)]
     /// Whether it is a directory in use.
-    pub fn on_disk(&self) -> bool {
+    pub(crate) fn on_disk(&self) -> bool {
         matches!(self.place, Place::Dir(_))
     }
 
     /// Where it is, as shown to people.
-    pub fn shown(&self) -> &Path {
+    pub(crate) fn shown(&self) -> &Path {
         &self.shown
     }
 
     /// Every plausible entry of file `name` (none when not on disk); an
     /// error when the file is there but not ours alone.
-    pub fn read<T: DeserializeOwned>(
+    pub(crate) fn read<T: DeserializeOwned>(
         &self,
         name: &str,
         plausible: fn(&T) -> bool,
@@ -219,7 +210,7 @@ impl Cache {
 
     /// Writes `known` as file `name`, merged with what another gputrace
     /// wrote meanwhile (nothing when not on disk).
-    pub fn write<T: Serialize + DeserializeOwned>(
+    pub(crate) fn write<T: Serialize + DeserializeOwned>(
         &self,
         name: &str,
         known: &mut BTreeMap<String, T>,
@@ -232,7 +223,7 @@ impl Cache {
     }
 
     /// The entry under `key` in file `name`, if plausible.
-    pub fn get<T: DeserializeOwned>(
+    pub(crate) fn get<T: DeserializeOwned>(
         &self,
         name: &str,
         key: &str,
@@ -243,7 +234,7 @@ impl Cache {
 
     /// Keeps one entry (best effort: a cache that cannot be written only
     /// costs a measurement next time).
-    pub fn put<T: Serialize + DeserializeOwned>(
+    pub(crate) fn put<T: Serialize + DeserializeOwned>(
         &self,
         name: &str,
         key: &str,
@@ -283,8 +274,9 @@ fn write_map<T: Serialize + DeserializeOwned>(
     let bytes = serde_json::to_vec_pretty(known).map_err(std::io::Error::other)?;
     let written = file.write_all(&bytes).and_then(|_| file.sync_all());
     let c_final = CString::new(name).expect("no NUL");
-    // SAFETY: renameat within the directory we hold.
     let renamed = written.and_then(|_| {
+        // SAFETY: renameat within the directory we hold, of NUL-terminated
+        // names that live across the call.
         if unsafe {
             libc::renameat(
                 dir.as_raw_fd(),

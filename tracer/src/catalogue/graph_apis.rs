@@ -13,11 +13,11 @@ use crate::model::graph::OpaqueNode;
 use crate::model::graph::Params;
 
 /// One row: the symbol, its suffixes, what it does.
-pub struct GraphRow(pub &'static str, pub &'static [&'static str], pub GraphOp);
+pub(crate) struct GraphRow(pub &'static str, pub &'static [&'static str], pub GraphOp);
 
 /// Every graph API gputrace probes.
 #[rustfmt::skip]
-pub fn rows() -> Vec<GraphRow> {
+pub(crate) fn rows() -> Vec<GraphRow> {
     use GraphOp as G;
     use OpaqueNode::*;
     use Params as P;

@@ -5,7 +5,7 @@
 //! cookie (which extra reads the probe makes) and into the decoder of its
 //! arguments. Signatures are those of cuda.h (CUDA 12/13) and nccl.h (2.2x).
 
-pub mod graph_apis;
+pub(crate) mod graph_apis;
 
 use std::sync::OnceLock;
 

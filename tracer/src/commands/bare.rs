@@ -18,7 +18,7 @@ use crate::probes::multi::MultiPrograms;
 use crate::probes::symbols::resolve_symbols;
 
 /// `gputrace __symbols LIB`: which catalogue APIs the file exports.
-pub fn symbols(path: &std::path::Path) -> Result<ExitCode> {
+pub(crate) fn symbols(path: &std::path::Path) -> Result<ExitCode> {
     let lib = classify(path).unwrap_or(Lib::Cuda);
     let found = resolve_symbols(path, lib).map_err(|e| Failure::runtime(e.to_string()))?;
     for s in &found {
@@ -58,7 +58,7 @@ fn offset_of(path: &std::path::Path, name: &str) -> Result<u64> {
         .ok_or_else(|| Failure::runtime(format!("{name}: no segment")))
 }
 
-pub fn run(a: &BareArgs) -> Result<ExitCode> {
+pub(crate) fn run(a: &BareArgs) -> Result<ExitCode> {
     privileges::check().map_err(Failure::runtime)?;
     let mut ebpf = EbpfLoader::new()
         // The object holds a task storage map (calls in flight), which aya
@@ -93,8 +93,8 @@ pub fn run(a: &BareArgs) -> Result<ExitCode> {
     } else {
         None
     };
-    eprintln!(
-        "gputrace: attached {} bare probes",
+    crate::say!(
+        "attached {} bare probes",
         offsets.len() * if a.with_return { 2 } else { 1 }
     );
     for sig in [libc::SIGINT, libc::SIGTERM] {

@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::host::cgroup;
 use crate::host::discover;
 
-pub fn run() -> Result<ExitCode> {
+pub(crate) fn run() -> Result<ExitCode> {
     let mut files: BTreeMap<(u64, u64), (String, Vec<u32>)> = BTreeMap::new();
     let mut rows = Vec::new();
     for pid in discover::all_pids() {

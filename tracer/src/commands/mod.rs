@@ -1,12 +1,12 @@
 //! One module per subcommand: each parses nothing itself (that is `cli`),
 //! chooses its sinks and runs a `session`, or reads a file.
 
-pub mod bare;
-pub mod daemon;
-pub mod list;
-pub mod stats;
-pub mod top;
-pub mod trace;
+pub(crate) mod bare;
+pub(crate) mod daemon;
+pub(crate) mod list;
+pub(crate) mod stats;
+pub(crate) mod top;
+pub(crate) mod trace;
 
 use std::process::ExitCode;
 
@@ -24,12 +24,14 @@ fn stack_request(args: &crate::cli::StackArgs) -> Option<crate::session::StackRe
 }
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
+    let config = Config::from_env()?;
+    crate::log::set_debug(config.debug);
     match cli.command {
-        None => trace::run(cli.trace, &Config::from_env()?),
+        None => trace::run(cli.trace, &config),
         Some(Command::Stats(a)) => stats::run(&a),
         Some(Command::List) => list::run(),
-        Some(Command::Top(a)) => top::run(a, &Config::from_env()?),
-        Some(Command::Daemon(a)) => daemon::run(a, &Config::from_env()?),
+        Some(Command::Top(a)) => top::run(a, &config),
+        Some(Command::Daemon(a)) => daemon::run(a, &config),
         Some(Command::Calibrate { libcuda, sandbox }) => {
             Ok(crate::names::calibrate::helper_main(&libcuda, sandbox))
         }

@@ -17,7 +17,7 @@ use crate::read::read_timeline_with;
 use crate::summary::render::render_json;
 use crate::summary::render::render_text;
 
-pub fn run(args: &StatsArgs) -> Result<ExitCode> {
+pub(crate) fn run(args: &StatsArgs) -> Result<ExitCode> {
     let file = open(&args.file)?;
     let input = read_timeline_with(file, args.folded)
         .map_err(|e| Failure::runtime(format!("reading {}: {e}", args.file.display())))?;
@@ -40,7 +40,7 @@ pub fn run(args: &StatsArgs) -> Result<ExitCode> {
     write_stdout(&text)?;
     if input.problems.count > 0 {
         for (line, what) in &input.problems.first {
-            eprintln!("gputrace: {}:{line}: {what}", args.file.display());
+            crate::say!("{}:{line}: {what}", args.file.display());
         }
         let (line, what) = &input.problems.first[0];
         let unit = input.problems.unit();
@@ -51,8 +51,8 @@ pub fn run(args: &StatsArgs) -> Result<ExitCode> {
         )));
     }
     if !input.complete {
-        eprintln!(
-            "gputrace: {} has no summary line at its end (cut short?); events lost are unknown",
+        crate::say!(
+            "{} has no summary line at its end (cut short?); events lost are unknown",
             args.file.display()
         );
     }

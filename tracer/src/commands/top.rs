@@ -38,7 +38,7 @@ use crate::tui::ModelSink;
 /// Records decoded per bite of the ring buffer (about a millisecond of work).
 const DRAIN_BITE: usize = 1024;
 
-pub fn run(args: TopArgs, config: &Config) -> Result<ExitCode> {
+pub(crate) fn run(args: TopArgs, config: &Config) -> Result<ExitCode> {
     let spec = TargetSpec {
         pids: args.pids.clone(),
         all: args.all || args.pids.is_empty(),

@@ -49,7 +49,7 @@ impl From<&TraceArgs> for TargetSpec {
     }
 }
 
-pub fn run(args: TraceArgs, config: &Config) -> Result<ExitCode> {
+pub(crate) fn run(args: TraceArgs, config: &Config) -> Result<ExitCode> {
     let spec = TargetSpec::from(&args);
     if args.summary_file.is_some() && args.summary_file == args.output {
         return Err(Failure::usage(
@@ -137,17 +137,17 @@ fn finish(
     }
     let undecodable = summary.undecodable();
     if undecodable > 0 {
-        eprintln!("gputrace: {undecodable} records could not be decoded (a bug: please report it)");
+        crate::say!("{undecodable} records could not be decoded (a bug: please report it)");
     }
     let lost = summary.summary().lost.events_lost();
     if lost > 0 {
-        eprintln!("gputrace: WARNING: {lost} calls were not recorded (see the summary)");
+        crate::say!("WARNING: {lost} calls were not recorded (see the summary)");
     }
     if let Err(f) = out.write(summary.summary()) {
         failure.get_or_insert(f);
     }
     if all_exited {
-        eprintln!("gputrace: every traced process has exited");
+        crate::say!("every traced process has exited");
     }
     match failure {
         Some(f) => Err(f),

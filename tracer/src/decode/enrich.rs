@@ -72,7 +72,7 @@ fn read_writable_maps(pid: u32) -> std::io::Result<Vec<(u64, u64)>> {
 }
 
 /// What gputrace knows about one traced process.
-pub struct ProcessState {
+pub(crate) struct ProcessState {
     pub comm: Arc<str>,
     pub memory: MemoryBook,
     /// Its NCCL communicators.
@@ -109,7 +109,7 @@ impl GraphEnv for Env<'_> {
     fn kernel_name(&mut self, handle: u64) -> Option<Arc<str>> {
         match self.names.get(&handle) {
             Some((name, _)) => Some(name.clone()),
-            None => self.namer.from_handle(self.pid, handle),
+            None => self.namer.name_of_handle(self.pid, handle),
         }
     }
 
@@ -168,8 +168,8 @@ impl ProcessState {
                 l.kernel = match self.names.get(&l.function) {
                     Some((name, _)) => Some(name.clone()),
                     None => namer
-                        .from_handle(pid, l.function)
-                        .or_else(|| namer.from_stub(pid, l.stub)),
+                        .name_of_handle(pid, l.function)
+                        .or_else(|| namer.name_of_stub(pid, l.stub)),
                 };
                 false
             }
@@ -217,7 +217,7 @@ impl ProcessState {
 }
 
 /// Turns raw records into calls, keeping per-process state.
-pub struct Enricher {
+pub(crate) struct Enricher {
     clock: Clock,
     procs: HashMap<u32, ProcessState>,
     pub namer: KernelNamer,
@@ -229,7 +229,7 @@ pub struct Enricher {
 }
 
 /// A call, and device memory in use after it when that changed.
-pub struct Enriched {
+pub(crate) struct Enriched {
     pub call: Call,
     pub device_bytes: Option<u64>,
     /// What the executable graph this call launches runs, when that became
@@ -238,7 +238,7 @@ pub struct Enriched {
 }
 
 impl Enricher {
-    pub fn new(clock: Clock, namer: KernelNamer) -> Self {
+    pub(crate) fn new(clock: Clock, namer: KernelNamer) -> Self {
         Self {
             clock,
             procs: HashMap::default(),
@@ -250,7 +250,7 @@ impl Enricher {
 
     /// The identity of an NCCL call still in flight (from its entry record,
     /// as the in-flight map holds it); nothing is advanced.
-    pub fn peek_nccl(
+    pub(crate) fn peek_nccl(
         &mut self,
         e: &tracer_common::CallEvent,
     ) -> Option<(Call, Result<(), Unaligned>)> {
@@ -286,30 +286,26 @@ impl Enricher {
         Some((call, res))
     }
 
-    pub fn process(&self, pid: u32) -> Option<&ProcessState> {
-        self.procs.get(&pid)
-    }
-
     /// The processes state is held for.
-    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn pids(&self) -> impl Iterator<Item = u32> + '_ {
         self.procs.keys().copied()
     }
 
     /// Starts the state of a process the session saw (its name read
     /// while it was alive, so calls decoded after it exited carry it).
-    pub fn add(&mut self, pid: u32, comm: Arc<str>) {
+    pub(crate) fn add(&mut self, pid: u32, comm: Arc<str>) {
         self.procs
             .entry(pid)
             .or_insert_with(|| ProcessState::with_comm(comm));
     }
 
     /// Forgets a process that exited.
-    pub fn forget(&mut self, pid: u32) {
+    pub(crate) fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
         self.namer.forget(pid);
     }
 
-    pub fn enrich(&mut self, raw: &RawCall<'_>) -> Result<Enriched, DecodeError> {
+    pub(crate) fn enrich(&mut self, raw: &RawCall<'_>) -> Result<Enriched, DecodeError> {
         let e = &raw.event;
         let api = catalogue::api(e.api).ok_or(DecodeError::Api(e.api))?;
         let state = self
@@ -324,7 +320,7 @@ impl Enricher {
                 .nccl
                 .observe(&self.nccl_libs, api.name, e, &mut args, ret)
             {
-                eprintln!("gputrace: process {}: {warning}", e.pid);
+                crate::say!("process {}: {warning}", e.pid);
             }
         }
         let changed = state.observe(e.pid, &mut args, ok, &mut self.namer);
@@ -342,24 +338,24 @@ impl Enricher {
             match note {
                 GraphNote::Opaque { exec } if !state.said_opaque => {
                     state.said_opaque = true;
-                    eprintln!(
-                        "gputrace: process {} ({}) launches CUDA graphs built before gputrace attached (first {exec:#x}) whose nodes cannot be read: their launches are counted, their kernels are not (\"nodes\":null)",
+                    crate::say!(
+                        "process {} ({}) launches CUDA graphs built before gputrace attached (first {exec:#x}) whose nodes cannot be read: their launches are counted, their kernels are not (\"nodes\":null)",
                         e.pid,
                         crate::text::printable(&state.comm)
                     );
                 }
                 GraphNote::MidCapture { stream } if !state.said_mid_capture => {
                     state.said_mid_capture = true;
-                    eprintln!(
-                        "gputrace: process {} ({}) was capturing stream {stream:#x} into a CUDA graph when gputrace attached: work issued to it before that was seen may have been counted as run",
+                    crate::say!(
+                        "process {} ({}) was capturing stream {stream:#x} into a CUDA graph when gputrace attached: work issued to it before that was seen may have been counted as run",
                         e.pid,
                         crate::text::printable(&state.comm)
                     );
                 }
                 GraphNote::SampledCapture { graph } if !state.said_sampled_capture => {
                     state.said_sampled_capture = true;
-                    eprintln!(
-                        "gputrace: process {} ({}) captured CUDA graph {graph:#x} while the overhead budget had the launch probes off or not all attached: its kernels are read from the process's memory where the layout allows, else its launches are counted without them (\"nodes\":null)",
+                    crate::say!(
+                        "process {} ({}) captured CUDA graph {graph:#x} while the overhead budget had the launch probes off or not all attached: its kernels are read from the process's memory where the layout allows, else its launches are counted without them (\"nodes\":null)",
                         e.pid,
                         crate::text::printable(&state.comm)
                     );

@@ -3,6 +3,6 @@
 //! wall-clock time, names, copy directions from the allocations seen
 //! ([`memory`]).
 
-pub mod enrich;
-pub mod memory;
+pub(crate) mod enrich;
+pub(crate) mod memory;
 pub mod record;

@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 /// One capture sequence.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Capture {
+pub(crate) struct Capture {
     /// Its number in the process (1, 2, …): what `"capture"` says.
     pub seq: u64,
     /// The graph it records into (a `GraphBook` id).
@@ -26,7 +26,7 @@ pub struct Capture {
 
 /// What a call tells about the captures of a process.
 #[derive(Default, Debug)]
-pub struct CaptureBook {
+pub(crate) struct CaptureBook {
     /// Capturing stream → capture number.
     streams: HashMap<u64, u64>,
     captures: HashMap<u64, Capture>,
@@ -42,13 +42,19 @@ fn capturable(stream: u64) -> bool {
 
 impl CaptureBook {
     /// The capture `stream` records into, if it is capturing.
-    pub fn of_stream(&self, stream: u64) -> Option<&Capture> {
+    pub(crate) fn of_stream(&self, stream: u64) -> Option<&Capture> {
         let seq = self.streams.get(&stream)?;
         self.captures.get(seq)
     }
 
     /// A capture begins on `stream`, recording into `graph`.
-    pub fn begin(&mut self, stream: u64, graph: u64, joined_late: bool, begin_ns: u64) -> u64 {
+    pub(crate) fn begin(
+        &mut self,
+        stream: u64,
+        graph: u64,
+        joined_late: bool,
+        begin_ns: u64,
+    ) -> u64 {
         self.next += 1;
         let seq = self.next;
         self.captures.insert(
@@ -69,12 +75,12 @@ impl CaptureBook {
     }
 
     /// Whether a live capture records into `graph` (a `GraphBook` id).
-    pub fn records_into(&self, graph: u64) -> bool {
+    pub(crate) fn records_into(&self, graph: u64) -> bool {
         self.captures.values().any(|c| c.graph == graph)
     }
 
     /// `cuEventRecord*(event, stream)` that succeeded.
-    pub fn record(&mut self, event: u64, stream: u64) {
+    pub(crate) fn record(&mut self, event: u64, stream: u64) {
         match self.streams.get(&stream) {
             Some(seq) => {
                 self.events.insert(event, *seq);
@@ -87,7 +93,7 @@ impl CaptureBook {
 
     /// `cuStreamWaitEvent*(stream, event)` that succeeded: a stream waiting
     /// on an event of a live capture joins it.
-    pub fn wait(&mut self, stream: u64, event: u64) {
+    pub(crate) fn wait(&mut self, stream: u64, event: u64) {
         let Some(seq) = self.events.get(&event).copied() else {
             return;
         };
@@ -98,7 +104,7 @@ impl CaptureBook {
 
     /// `cuStreamEndCapture(stream)`: the capture ends for every stream in
     /// it. Returns it, or `None` when `stream` was not known to capture.
-    pub fn end(&mut self, stream: u64) -> Option<Capture> {
+    pub(crate) fn end(&mut self, stream: u64) -> Option<Capture> {
         let seq = self.streams.get(&stream).copied()?;
         self.streams.retain(|_, s| *s != seq);
         self.events.retain(|_, s| *s != seq);
@@ -107,7 +113,7 @@ impl CaptureBook {
 
     /// The driver says `stream` is not capturing: forget a capture the
     /// trace thought it was in (ended or invalidated unseen).
-    pub fn not_capturing(&mut self, stream: u64) {
+    pub(crate) fn not_capturing(&mut self, stream: u64) {
         if let Some(seq) = self.streams.remove(&stream) {
             self.drop_if_unused(seq);
         }
@@ -120,8 +126,9 @@ impl CaptureBook {
         }
     }
 
+    #[cfg(test)]
     /// Captures under way.
-    pub fn live(&self) -> usize {
+    pub(crate) fn live(&self) -> usize {
         self.captures.len()
     }
 }

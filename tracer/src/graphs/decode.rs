@@ -91,7 +91,7 @@ fn generic_at(b: &[u8]) -> Option<Node> {
 
 /// The node an argument describes: `value` is the argument itself (a
 /// handle passed by value), the blob what it pointed to.
-pub fn node_of(params: Params, value: u64, blob: Option<&[u8]>) -> Node {
+pub(crate) fn node_of(params: Params, value: u64, blob: Option<&[u8]>) -> Node {
     let b = blob.unwrap_or(&[]);
     let node = match params {
         Params::KernelV1 => kernel_at(b, false),
@@ -122,7 +122,11 @@ pub fn node_of(params: Params, value: u64, blob: Option<&[u8]>) -> Node {
 
 /// Decodes a graph API call. `out(i)` is the value read through out-pointer
 /// slot `i` at return, `None` when the call failed or had no return probe.
-pub fn decode(op: GraphOp, raw: &RawCall<'_>, out: impl Fn(usize) -> Option<u64>) -> GraphCall {
+pub(crate) fn decode(
+    op: GraphOp,
+    raw: &RawCall<'_>,
+    out: impl Fn(usize) -> Option<u64>,
+) -> GraphCall {
     let a = |i: usize| raw.event.args[i];
     let out32 = |i: usize| out(i).map(|v| v as u32);
     match op {

@@ -31,7 +31,7 @@ use crate::model::graph::Node;
 use crate::model::types::Direction;
 
 /// Appends a node as a JSON object.
-pub fn write_node(out: &mut String, n: &Node) {
+pub(crate) fn write_node(out: &mut String, n: &Node) {
     out.push_str("{\"kind\":\"");
     out.push_str(n.kind());
     out.push('"');
@@ -81,7 +81,7 @@ pub fn write_node(out: &mut String, n: &Node) {
     out.push('}');
 }
 
-pub fn parse_node(v: &Value) -> Result<Node, ParseError> {
+pub(crate) fn parse_node(v: &Value) -> Result<Node, ParseError> {
     let m = v.as_object().ok_or(ParseError::Field("nodes"))?;
     let kind = field(m, "kind")?
         .as_str()
@@ -133,7 +133,7 @@ pub fn parse_node(v: &Value) -> Result<Node, ParseError> {
 
 /// The arguments of `cuGraphLaunch`: the executable graph and how many
 /// nodes it runs (`null` when not known).
-pub fn write_launch(out: &mut String, g: &GraphLaunch) {
+pub(crate) fn write_launch(out: &mut String, g: &GraphLaunch) {
     out.push_str("{\"graph_exec\":");
     hex(out, g.exec);
     out.push_str(",\"stream\":");
@@ -185,7 +185,7 @@ fn parse_nodes(
 /// A launch with what it runs (`"graph_nodes"`, where known): the
 /// arguments of a graph launch in a Perfetto trace, which has no place for
 /// the `graph` records of JSONL (interned there, so the nodes cost once).
-pub fn write_launch_with_nodes(out: &mut String, g: &GraphLaunch) {
+pub(crate) fn write_launch_with_nodes(out: &mut String, g: &GraphLaunch) {
     write_launch(out, g);
     if let (Some(c), None) = (&g.contents, g.captured) {
         out.pop();
@@ -197,7 +197,7 @@ pub fn write_launch_with_nodes(out: &mut String, g: &GraphLaunch) {
 
 /// Reads a launch back; its contents come from the `graph` record before it
 /// (JSONL) or from its own `graph_nodes` (Perfetto).
-pub fn parse_launch(a: &Map<String, Value>) -> Result<GraphLaunch, ParseError> {
+pub(crate) fn parse_launch(a: &Map<String, Value>) -> Result<GraphLaunch, ParseError> {
     // Timelines of earlier versions called the executable graph `graph`.
     let exec = match a.get("graph_exec") {
         Some(_) => get_hex(a, "graph_exec")?,
@@ -231,7 +231,7 @@ fn key_opt_hex(out: &mut String, key: &str, v: Option<u64>) {
 }
 
 /// Appends the `args` of a graph API call.
-pub fn write_call(out: &mut String, c: &GraphCall) {
+pub(crate) fn write_call(out: &mut String, c: &GraphCall) {
     // Every object starts with a handle; the rest follow as `,"key":…`.
     let start = |out: &mut String, key: &str, v: u64| {
         out.push_str("{\"");
@@ -345,7 +345,7 @@ fn params(a: &Map<String, Value>) -> Result<Node, ParseError> {
 }
 
 /// Reads the `args` of a graph API call back.
-pub fn parse_call(op: GraphOp, a: &Map<String, Value>) -> Result<GraphCall, ParseError> {
+pub(crate) fn parse_call(op: GraphOp, a: &Map<String, Value>) -> Result<GraphCall, ParseError> {
     Ok(match op {
         GraphOp::BeginCapture { .. } => GraphCall::BeginCapture {
             stream: get_hex(a, "stream")?,
@@ -424,7 +424,7 @@ pub fn parse_call(op: GraphOp, a: &Map<String, Value>) -> Result<GraphCall, Pars
 
 /// Appends the `{"type":"graph",…}` record (no newline): what an executable
 /// graph of a process runs, `"nodes":null` when that is not known.
-pub fn write_record(out: &mut String, r: &GraphRecord) {
+pub(crate) fn write_record(out: &mut String, r: &GraphRecord) {
     out.push_str("{\"type\":\"graph\",\"ts_ns\":");
     num(out, r.ts_ns);
     out.push_str(",\"pid\":");
@@ -441,7 +441,7 @@ pub fn write_record(out: &mut String, r: &GraphRecord) {
 }
 
 /// Reads a `{"type":"graph",…}` record back.
-pub fn parse_record(v: &Value) -> Result<GraphRecord, ParseError> {
+pub(crate) fn parse_record(v: &Value) -> Result<GraphRecord, ParseError> {
     let m = v
         .as_object()
         .ok_or(ParseError::Json("not an object".into()))?;
@@ -454,6 +454,23 @@ pub fn parse_record(v: &Value) -> Result<GraphRecord, ParseError> {
         exec: get_hex(m, "exec")?,
         contents,
     })
+}
+
+/// `captured` and `capture` of a launch or copy read back.
+pub(crate) fn parse_captured(a: &Map<String, Value>) -> Result<Option<u64>, ParseError> {
+    match a.get("captured") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(None),
+        Some(Value::Bool(true)) => get_u64(a, "capture").map(Some),
+        Some(_) => Err(ParseError::Field("captured")),
+    }
+}
+
+/// Appends `,"captured":true,"capture":N` for work recorded by a capture.
+pub(crate) fn write_captured(out: &mut String, capture: Option<u64>) {
+    if let Some(n) = capture {
+        out.push_str(",\"captured\":true,\"capture\":");
+        num(out, n);
+    }
 }
 
 #[cfg(test)]
@@ -547,22 +564,5 @@ mod tests {
             let v: Value = serde_json::from_str(bad).unwrap();
             assert!(parse_node(&v).is_err(), "{bad}");
         }
-    }
-}
-
-/// `captured` and `capture` of a launch or copy read back.
-pub fn parse_captured(a: &Map<String, Value>) -> Result<Option<u64>, ParseError> {
-    match a.get("captured") {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(None),
-        Some(Value::Bool(true)) => get_u64(a, "capture").map(Some),
-        Some(_) => Err(ParseError::Field("captured")),
-    }
-}
-
-/// Appends `,"captured":true,"capture":N` for work recorded by a capture.
-pub fn write_captured(out: &mut String, capture: Option<u64>) {
-    if let Some(n) = capture {
-        out.push_str(",\"captured\":true,\"capture\":");
-        num(out, n);
     }
 }

@@ -3,8 +3,8 @@
 //! an executable graph's nodes (read from memory for graphs made before
 //! attach).
 
-pub mod book;
-pub mod capture;
-pub mod decode;
-pub mod json;
-pub mod layout;
+pub(crate) mod book;
+pub(crate) mod capture;
+pub(crate) mod decode;
+pub(crate) mod json;
+pub(crate) mod layout;

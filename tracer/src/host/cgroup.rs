@@ -17,7 +17,7 @@ const SCOPE_PREFIXES: [&str; 6] = [
 ];
 
 /// Reads `/proc/PID/cgroup`; an unreadable or unmatched one gives nothing.
-pub fn container_of(pid: u32) -> Container {
+pub(crate) fn container_of(pid: u32) -> Container {
     std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
         .map(|text| parse_cgroup(&text))
         .unwrap_or_default()
@@ -26,7 +26,7 @@ pub fn container_of(pid: u32) -> Container {
 /// Parses the text of `/proc/PID/cgroup` (v1 lines `N:controllers:/path`,
 /// or the v2 line `0::/path`). The first line that names a container wins,
 /// the v2 line first.
-pub fn parse_cgroup(text: &str) -> Container {
+pub(crate) fn parse_cgroup(text: &str) -> Container {
     let paths = text
         .lines()
         .filter_map(|l| {
@@ -57,7 +57,7 @@ pub fn parse_cgroup(text: &str) -> Container {
 }
 
 /// One cgroup path.
-pub fn parse_path(path: &str) -> Container {
+pub(crate) fn parse_path(path: &str) -> Container {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     let mut out = Container::default();
     for (i, part) in parts.iter().enumerate() {

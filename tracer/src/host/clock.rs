@@ -3,7 +3,7 @@
 
 /// Converts `CLOCK_MONOTONIC` (what `bpf_ktime_get_ns` reads) to Unix time.
 #[derive(Clone, Copy, Debug)]
-pub struct Clock {
+pub(crate) struct Clock {
     offset_ns: i128,
 }
 
@@ -19,7 +19,7 @@ fn clock_ns(clock: libc::clockid_t) -> i128 {
 
 impl Clock {
     /// Measures the offset once, keeping the tightest of a few samples.
-    pub fn measure() -> Self {
+    pub(crate) fn measure() -> Self {
         let mut best: Option<(i128, i128)> = None;
         for _ in 0..5 {
             let m0 = clock_ns(libc::CLOCK_MONOTONIC);
@@ -36,11 +36,11 @@ impl Clock {
         }
     }
 
-    pub fn to_unix_ns(self, mono_ns: u64) -> u64 {
+    pub(crate) fn to_unix_ns(self, mono_ns: u64) -> u64 {
         (mono_ns as i128 + self.offset_ns).max(0) as u64
     }
 
-    pub fn now_mono_ns() -> u64 {
+    pub(crate) fn now_mono_ns() -> u64 {
         clock_ns(libc::CLOCK_MONOTONIC) as u64
     }
 }

@@ -24,14 +24,19 @@ fn owned(fd: libc::c_int) -> std::io::Result<File> {
 }
 
 /// `open(path, flags | O_CLOEXEC)`.
-pub fn open(path: &Path, flags: i32) -> std::io::Result<File> {
+pub(crate) fn open(path: &Path, flags: i32) -> std::io::Result<File> {
     let c = c_string(path.as_os_str())?;
     // SAFETY: open of a NUL-terminated path; the result is checked.
     owned(unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) })
 }
 
 /// `openat(dir, name, flags | O_CLOEXEC, mode)`.
-pub fn open_at(dir: BorrowedFd<'_>, name: &OsStr, flags: i32, mode: u32) -> std::io::Result<File> {
+pub(crate) fn open_at(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    flags: i32,
+    mode: u32,
+) -> std::io::Result<File> {
     let c = c_string(name)?;
     // SAFETY: openat relative to a directory the caller holds, of a
     // NUL-terminated name; the result is checked.
@@ -39,7 +44,7 @@ pub fn open_at(dir: BorrowedFd<'_>, name: &OsStr, flags: i32, mode: u32) -> std:
 }
 
 /// Our effective user id.
-pub fn euid() -> u32 {
+pub(crate) fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
 }
@@ -47,7 +52,7 @@ pub fn euid() -> u32 {
 /// Opens a file we mean to read (a library, a cache), never blocking on a
 /// FIFO or a device put in its place; a regular file only, and, when
 /// `expect` is given, the file with that (device, inode).
-pub fn open_regular(path: &Path, expect: Option<(u64, u64)>) -> std::io::Result<File> {
+pub(crate) fn open_regular(path: &Path, expect: Option<(u64, u64)>) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)

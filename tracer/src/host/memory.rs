@@ -2,7 +2,7 @@
 //! unmapped address is just an error.
 
 /// Reads `buf.len()` bytes at `addr` of `pid`; false if any part is unreadable.
-pub fn read_exact(pid: u32, addr: u64, buf: &mut [u8]) -> bool {
+pub(crate) fn read_exact(pid: u32, addr: u64, buf: &mut [u8]) -> bool {
     if buf.is_empty() {
         return true;
     }
@@ -19,14 +19,14 @@ pub fn read_exact(pid: u32, addr: u64, buf: &mut [u8]) -> bool {
     n == buf.len() as isize
 }
 
-pub fn read_u64(pid: u32, addr: u64) -> Option<u64> {
+pub(crate) fn read_u64(pid: u32, addr: u64) -> Option<u64> {
     let mut b = [0u8; 8];
     read_exact(pid, addr, &mut b).then(|| u64::from_ne_bytes(b))
 }
 
 /// Reads a NUL-terminated string of at most `max` bytes, page by page so a
 /// string near the end of a mapping is still read.
-pub fn read_cstr(pid: u32, addr: u64, max: usize) -> Option<Vec<u8>> {
+pub(crate) fn read_cstr(pid: u32, addr: u64, max: usize) -> Option<Vec<u8>> {
     if addr == 0 {
         return None;
     }
@@ -51,7 +51,7 @@ pub fn read_cstr(pid: u32, addr: u64, max: usize) -> Option<Vec<u8>> {
 
 /// Whether bytes look like a kernel's symbol name: printable ASCII, no
 /// spaces except in already-demangled names, not empty.
-pub fn plausible_name(s: &[u8]) -> bool {
+pub(crate) fn plausible_name(s: &[u8]) -> bool {
     !s.is_empty()
         && s.len() < 8192
         && s.iter().all(|b| b.is_ascii_graphic() || *b == b' ')

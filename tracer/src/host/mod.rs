@@ -3,12 +3,12 @@
 //! held at a gate, our own privileges, whether a file may be trusted, files
 //! opened by descriptor, and the sandbox that runs untrusted code.
 
-pub mod cgroup;
-pub mod clock;
+pub(crate) mod cgroup;
+pub(crate) mod clock;
 pub mod discover;
-pub mod fd;
-pub mod memory;
-pub mod privileges;
-pub mod sandbox;
-pub mod spawn;
-pub mod trust;
+pub(crate) mod fd;
+pub(crate) mod memory;
+pub(crate) mod privileges;
+pub(crate) mod sandbox;
+pub(crate) mod spawn;
+pub(crate) mod trust;

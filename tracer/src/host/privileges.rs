@@ -11,7 +11,7 @@ fn effective_caps() -> Option<u64> {
 }
 
 /// What is missing, given the effective capability set.
-pub fn missing_caps(caps: u64) -> Vec<&'static str> {
+pub(crate) fn missing_caps(caps: u64) -> Vec<&'static str> {
     let has = |c: u32| caps & (1u64 << c) != 0;
     let admin = has(CAP_SYS_ADMIN);
     let mut missing = Vec::new();
@@ -25,7 +25,7 @@ pub fn missing_caps(caps: u64) -> Vec<&'static str> {
 }
 
 /// `Err` with a one-line explanation when eBPF uprobes cannot be used.
-pub fn check() -> Result<(), String> {
+pub(crate) fn check() -> Result<(), String> {
     let caps = effective_caps().unwrap_or(0);
     let missing = missing_caps(caps);
     if missing.is_empty() {

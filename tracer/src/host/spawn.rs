@@ -6,7 +6,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 /// A child process waiting at the gate until [`GatedChild::release`].
-pub struct GatedChild {
+pub(crate) struct GatedChild {
     pub pid: u32,
     pub exe: PathBuf,
     gate: libc::c_int,
@@ -15,7 +15,7 @@ pub struct GatedChild {
 }
 
 /// Finds `name` the way execvp would.
-pub fn resolve_command(name: &str) -> Option<PathBuf> {
+pub(crate) fn resolve_command(name: &str) -> Option<PathBuf> {
     if name.contains('/') {
         let p = PathBuf::from(name);
         return p.is_file().then_some(p);
@@ -47,7 +47,7 @@ fn pipe() -> std::io::Result<[libc::c_int; 2]> {
 
 impl GatedChild {
     /// Forks; the child waits for the gate, then execs `argv`.
-    pub fn spawn(argv: &[String]) -> std::io::Result<Self> {
+    pub(crate) fn spawn(argv: &[String]) -> std::io::Result<Self> {
         let exe = resolve_command(&argv[0]).ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::NotFound,
@@ -117,7 +117,7 @@ impl GatedChild {
     }
 
     /// Lets the child exec; reports an exec failure.
-    pub fn release(&mut self) -> std::io::Result<()> {
+    pub(crate) fn release(&mut self) -> std::io::Result<()> {
         let b = 1u8;
         // SAFETY: our end of the gate pipe.
         unsafe {
@@ -140,7 +140,7 @@ impl GatedChild {
 
     /// Sends `sig` to the child unless it has been reaped (its PID may be
     /// another process's by then).
-    pub fn signal(&self, sig: libc::c_int) {
+    pub(crate) fn signal(&self, sig: libc::c_int) {
         if self.reaped.is_none() {
             // SAFETY: our own child, not reaped, so the PID is still its own.
             unsafe { libc::kill(self.pid as i32, sig) };
@@ -148,7 +148,7 @@ impl GatedChild {
     }
 
     /// The exit status once the child has exited (`block`: wait for it).
-    pub fn wait(&mut self, block: bool) -> Option<i32> {
+    pub(crate) fn wait(&mut self, block: bool) -> Option<i32> {
         if self.reaped.is_some() {
             return self.reaped;
         }

@@ -29,7 +29,7 @@ use crate::host::discover::LibraryFile;
 const MAX_LINKS: usize = 40;
 
 /// The verdict on a library file.
-pub enum Trust {
+pub(crate) enum Trust {
     /// A root-controlled file of the host; load it through this descriptor.
     Trusted(File),
     /// Why not.
@@ -65,7 +65,7 @@ fn kind(st: &libc::stat) -> u32 {
 
 /// Whether only root can change this file (or directory) itself: owned by
 /// root, not writable by group or others.
-pub fn root_controlled(meta: &std::fs::Metadata) -> bool {
+pub(crate) fn root_controlled(meta: &std::fs::Metadata) -> bool {
     meta.uid() == 0 && meta.mode() & 0o022 == 0
 }
 
@@ -86,7 +86,7 @@ fn check_dir(st: &libc::stat, shown: &Path) -> Result<(), String> {
 
 /// Walks `path` from the directory `root` as described in the module
 /// documentation; the opened file, or why it cannot be trusted.
-pub fn walk(root: OwnedFd, path: &Path) -> Result<File, String> {
+pub(crate) fn walk(root: OwnedFd, path: &Path) -> Result<File, String> {
     let root_st = fstat(root.as_fd()).map_err(|e| format!("the root directory: {e}"))?;
     check_dir(&root_st, Path::new("/"))?;
     // Directories entered so far (root first), and the path they stand for.
@@ -206,7 +206,7 @@ fn host_root() -> std::io::Result<OwnedFd> {
 
 /// Where a library file was found: `(PID, path inside its filesystem)` for
 /// a mapping read from `/proc/PID/maps`, else `None` (a path given to us).
-pub fn in_process(found_at: &Path) -> Option<(u32, PathBuf)> {
+pub(crate) fn in_process(found_at: &Path) -> Option<(u32, PathBuf)> {
     let rest = found_at.strip_prefix("/proc").ok()?;
     let mut parts = rest.components();
     let pid = parts.next()?.as_os_str().to_str()?.parse().ok()?;
@@ -217,7 +217,7 @@ pub fn in_process(found_at: &Path) -> Option<(u32, PathBuf)> {
 }
 
 /// Judges `file` (see the module documentation).
-pub fn judge(file: &LibraryFile) -> Trust {
+pub(crate) fn judge(file: &LibraryFile) -> Trust {
     let (root, path) = match in_process(&file.found_at) {
         Some((_, inside)) => (host_root(), inside),
         None => {

@@ -3,18 +3,17 @@
 //! with errors that name the field ([`parse`]). The schemas built from them
 //! are each feature's (`schema`, `graphs::json`, `nccl::json`).
 
-pub mod parse;
+pub(crate) mod parse;
 
-pub use parse::{
-    field, get_dim, get_hex, get_opt_hex, get_opt_i64, get_opt_u32, get_opt_u64, get_u64,
-    ParseError,
+pub(crate) use parse::{
+    field, get_dim, get_hex, get_opt_hex, get_opt_u32, get_opt_u64, get_u64, ParseError,
 };
 
 use std::fmt::Write as _;
 
 /// Appends `"0x…"` (lowercase, no leading zeros), without `core::fmt`:
 /// this is the hot path of every event.
-pub fn hex(out: &mut String, v: u64) {
+pub(crate) fn hex(out: &mut String, v: u64) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut buf = [0u8; 16];
     let mut i = buf.len();
@@ -34,7 +33,7 @@ pub fn hex(out: &mut String, v: u64) {
 }
 
 /// Appends `[x,y,z]`.
-pub fn dims(out: &mut String, d: [u32; 3]) {
+pub(crate) fn dims(out: &mut String, d: [u32; 3]) {
     out.push('[');
     num(out, d[0]);
     out.push(',');
@@ -45,18 +44,18 @@ pub fn dims(out: &mut String, d: [u32; 3]) {
 }
 
 /// Appends a decimal integer without `core::fmt`.
-pub fn num<I: itoa::Integer>(out: &mut String, v: I) {
+pub(crate) fn num<I: itoa::Integer>(out: &mut String, v: I) {
     out.push_str(itoa::Buffer::new().format(v));
 }
 
-pub fn opt_hex(out: &mut String, v: Option<u64>) {
+pub(crate) fn opt_hex(out: &mut String, v: Option<u64>) {
     match v {
         Some(v) => hex(out, v),
         None => out.push_str("null"),
     }
 }
 
-pub fn opt_int(out: &mut String, v: Option<i64>) {
+pub(crate) fn opt_int(out: &mut String, v: Option<i64>) {
     match v {
         Some(v) => num(out, v),
         None => out.push_str("null"),
@@ -64,7 +63,7 @@ pub fn opt_int(out: &mut String, v: Option<i64>) {
 }
 
 /// Appends a JSON string literal.
-pub fn string(out: &mut String, s: &str) {
+pub(crate) fn string(out: &mut String, s: &str) {
     out.push('"');
     // Kernel names are long and almost never need escaping: copy them whole.
     if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
@@ -88,7 +87,7 @@ pub fn string(out: &mut String, s: &str) {
     out.push('"');
 }
 
-pub fn opt_string(out: &mut String, s: Option<&str>) {
+pub(crate) fn opt_string(out: &mut String, s: Option<&str>) {
     match s {
         Some(s) => string(out, s),
         None => out.push_str("null"),

@@ -9,21 +9,21 @@ use tracer_common::ProbeCookie;
 use crate::model::types::Direction;
 
 /// `CUgraphNodeType` values (cuda.h).
-pub mod node_type {
-    pub const KERNEL: u32 = 0;
-    pub const MEMCPY: u32 = 1;
-    pub const MEMSET: u32 = 2;
-    pub const HOST: u32 = 3;
-    pub const GRAPH: u32 = 4;
-    pub const EMPTY: u32 = 5;
-    pub const WAIT_EVENT: u32 = 6;
-    pub const EVENT_RECORD: u32 = 7;
-    pub const EXT_SEMAS_SIGNAL: u32 = 8;
-    pub const EXT_SEMAS_WAIT: u32 = 9;
-    pub const MEM_ALLOC: u32 = 10;
-    pub const MEM_FREE: u32 = 11;
-    pub const BATCH_MEM_OP: u32 = 12;
-    pub const CONDITIONAL: u32 = 13;
+pub(crate) mod node_type {
+    pub(crate) const KERNEL: u32 = 0;
+    pub(crate) const MEMCPY: u32 = 1;
+    pub(crate) const MEMSET: u32 = 2;
+    pub(crate) const HOST: u32 = 3;
+    pub(crate) const GRAPH: u32 = 4;
+    pub(crate) const EMPTY: u32 = 5;
+    pub(crate) const WAIT_EVENT: u32 = 6;
+    pub(crate) const EVENT_RECORD: u32 = 7;
+    pub(crate) const EXT_SEMAS_SIGNAL: u32 = 8;
+    pub(crate) const EXT_SEMAS_WAIT: u32 = 9;
+    pub(crate) const MEM_ALLOC: u32 = 10;
+    pub(crate) const MEM_FREE: u32 = 11;
+    pub(crate) const BATCH_MEM_OP: u32 = 12;
+    pub(crate) const CONDITIONAL: u32 = 13;
 }
 
 /// A kernel node: what it launches and how.

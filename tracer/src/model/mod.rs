@@ -3,11 +3,11 @@
 //! types of the model, and the JSON schema.
 
 pub mod call;
-pub mod graph;
-pub mod nccl;
-pub mod raw;
-pub mod sampling;
-pub mod sink;
+pub(crate) mod graph;
+pub(crate) mod nccl;
+pub(crate) mod raw;
+pub(crate) mod sampling;
+pub(crate) mod sink;
 pub mod stack;
 pub mod types;
 

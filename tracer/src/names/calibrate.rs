@@ -32,11 +32,11 @@ use crate::host::memory::read_u64;
 /// Offsets to follow from the handle to the name: `[8]` is `*(h + 8)`,
 /// `[16, 8]` is `*(*(h + 16) + 8)`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Layout(pub Vec<u32>);
+pub(crate) struct Layout(pub Vec<u32>);
 
 impl Layout {
     /// The name of `handle` in process `pid`, if the layout leads to a string.
-    pub fn read(&self, pid: u32, handle: u64) -> Option<Vec<u8>> {
+    pub(crate) fn read(&self, pid: u32, handle: u64) -> Option<Vec<u8>> {
         let mut p = handle;
         for off in &self.0 {
             p = read_u64(pid, p.checked_add(*off as u64)?)?;
@@ -50,7 +50,7 @@ impl Layout {
     /// What calibration can find: one offset up to 512, or two up to 256,
     /// each a multiple of 8. Anything else (from a hostile helper, a
     /// tampered cache) is refused.
-    pub fn is_plausible(&self) -> bool {
+    pub(crate) fn is_plausible(&self) -> bool {
         let max = match self.0.len() {
             1 => 512,
             2 => 256,
@@ -59,7 +59,8 @@ impl Layout {
         self.0.iter().all(|o| *o <= max && o % 8 == 0)
     }
 
-    pub fn describe(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn describe(&self) -> String {
         let path: Vec<String> = self.0.iter().map(|o| format!("+{o}")).collect();
         format!("name pointer at handle{}", path.join(" then "))
     }
@@ -83,7 +84,7 @@ const PTX: &str = "\
 const KERNELS: [&str; 2] = ["gputrace_calibrate_alpha", "gputrace_calibrate_beta"];
 
 /// Every layout (up to two pointers deep) that leads from `handle` to `name`.
-pub fn find_layouts(pid: u32, handle: u64, name: &[u8]) -> Vec<Layout> {
+pub(crate) fn find_layouts(pid: u32, handle: u64, name: &[u8]) -> Vec<Layout> {
     let mut found = Vec::new();
     let matches = |p: u64| p >= 4096 && read_cstr(pid, p, name.len() + 1).as_deref() == Some(name);
     for off in (0..=512u32).step_by(8) {
@@ -134,7 +135,7 @@ type CuFuncGetName = unsafe extern "C" fn(*mut *const c_char, *mut c_void) -> i3
 /// What one calibration found: the name layout, and where executable
 /// graphs keep their kernel nodes (or why that is not known).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Found {
+pub(crate) struct Found {
     pub names: Layout,
     pub exec: Result<ExecLayout, String>,
 }
@@ -148,7 +149,7 @@ const EXEC_SEARCH: Duration = Duration::from_secs(10);
 /// `names_found` is told the name layout before the executable-graph
 /// search starts (the helper says it at once: a driver that crashes in
 /// the graph search then costs the graphs only).
-pub fn calibrate_here(
+pub(crate) fn calibrate_here(
     libcuda: &Path,
     names_found: &mut dyn FnMut(&Layout),
 ) -> Result<Found, String> {
@@ -261,7 +262,7 @@ fn held_fd(path: &Path) -> Option<i32> {
 }
 
 /// The hidden `__calibrate PATH [--sandbox]` subcommand.
-pub fn helper_main(libcuda: &Path, sandbox: bool) -> std::process::ExitCode {
+pub(crate) fn helper_main(libcuda: &Path, sandbox: bool) -> std::process::ExitCode {
     let mut answer = HelperAnswer {
         layout: None,
         error: None,
@@ -323,7 +324,7 @@ pub fn helper_main(libcuda: &Path, sandbox: bool) -> std::process::ExitCode {
 
 /// How the helper runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Helper {
+pub(crate) enum Helper {
     /// As we are (root): for trusted libraries only.
     Privileged,
     /// In the sandbox: for any other library.
@@ -384,7 +385,7 @@ fn one_answer(text: &str) -> Option<HelperAnswer> {
 }
 
 /// Runs the helper on the library open in `lib` (at most `timeout`).
-pub fn run_helper(lib: &File, how: Helper, timeout: Duration) -> Result<Found, String> {
+pub(crate) fn run_helper(lib: &File, how: Helper, timeout: Duration) -> Result<Found, String> {
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find gputrace's own binary: {e}"))?;
     let fd = lib.as_raw_fd();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 /// A kernel's readable name: demangled C++ where it is mangled, spelled as
 /// c++filt, Nsight Systems and torch.profiler spell it.
-pub fn demangle(name: &str) -> Arc<str> {
+pub(crate) fn demangle(name: &str) -> Arc<str> {
     if name.starts_with("_Z") {
         if let Ok(sym) = cpp_demangle::Symbol::new(name) {
             if let Ok(s) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {

@@ -23,20 +23,20 @@ const EXEC_FILE: &str = "exec-layouts-v2.json";
 /// kept too (the names calibration of the same run succeeded, so the GPU
 /// was there: it is this driver's answer).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExecEntry {
+pub(crate) struct ExecEntry {
     pub layout: Option<ExecLayout>,
     pub error: Option<String>,
 }
 
 impl ExecEntry {
-    pub fn of(r: &Result<ExecLayout, String>) -> Self {
+    pub(crate) fn of(r: &Result<ExecLayout, String>) -> Self {
         Self {
             layout: r.as_ref().ok().cloned(),
             error: r.as_ref().err().cloned(),
         }
     }
 
-    pub fn result(&self) -> Result<ExecLayout, String> {
+    pub(crate) fn result(&self) -> Result<ExecLayout, String> {
         match (&self.layout, &self.error) {
             (Some(l), _) if l.is_plausible() => Ok(l.clone()),
             (_, Some(e)) => Err(e.clone()),
@@ -53,7 +53,7 @@ impl ExecEntry {
 }
 
 /// The layouts known on this host, read once at start.
-pub struct LayoutCache {
+pub(crate) struct LayoutCache {
     cache: Cache,
     known: BTreeMap<String, Layout>,
     exec: BTreeMap<String, ExecEntry>,
@@ -63,7 +63,7 @@ pub struct LayoutCache {
 impl LayoutCache {
     /// Opens the cache in `dir` and reads both files; a file that is not
     /// ours alone makes the whole cache ignored (said once).
-    pub fn open(dir: &Path) -> Self {
+    pub(crate) fn open(dir: &Path) -> Self {
         let mut cache = Cache::open(dir);
         let read = cache
             .read(FILE, Layout::is_plausible)
@@ -83,23 +83,13 @@ impl LayoutCache {
         }
     }
 
-    /// A cache that only lives in memory.
-    pub fn in_memory() -> Self {
-        Self {
-            cache: Cache::in_memory(),
-            known: BTreeMap::new(),
-            exec: BTreeMap::new(),
-            said: false,
-        }
-    }
-
-    pub fn get(&mut self, key: &str) -> Option<Layout> {
+    pub(crate) fn get(&mut self, key: &str) -> Option<Layout> {
         self.cache.say_once();
         self.known.get(key).cloned()
     }
 
     /// Both layouts of a library, when both are known.
-    pub fn get_found(&mut self, key: &str) -> Option<Found> {
+    pub(crate) fn get_found(&mut self, key: &str) -> Option<Found> {
         let names = self.get(key)?;
         Some(Found {
             names,
@@ -108,7 +98,7 @@ impl LayoutCache {
     }
 
     /// Records both layouts of a trusted library (only those: see `namer`).
-    pub fn insert_found(&mut self, key: String, found: &Found) {
+    pub(crate) fn insert_found(&mut self, key: String, found: &Found) {
         self.exec.insert(key.clone(), ExecEntry::of(&found.exec));
         // Best effort, as for the names.
         let _ = self
@@ -118,7 +108,7 @@ impl LayoutCache {
     }
 
     /// Records a layout of a trusted library (only those: see `namer`).
-    pub fn insert(&mut self, key: String, layout: Layout) {
+    pub(crate) fn insert(&mut self, key: String, layout: Layout) {
         self.cache.say_once();
         self.known.insert(key, layout);
         // Best effort: a cache that cannot be written only costs a
@@ -129,8 +119,8 @@ impl LayoutCache {
         {
             if !self.said {
                 self.said = true;
-                eprintln!(
-                    "gputrace: cannot write the calibration cache in {}: {e}",
+                crate::say!(
+                    "cannot write the calibration cache in {}: {e}",
                     self.cache.shown().display()
                 );
             }

@@ -2,8 +2,8 @@
 //! calibration on each libcuda build), from intercepted name lookups, and
 //! from the runtime's host stubs; demangled for people.
 
-pub mod calibrate;
-pub mod demangle;
-pub mod layouts;
-pub mod namer;
-pub mod stubs;
+pub(crate) mod calibrate;
+pub(crate) mod demangle;
+pub(crate) mod layouts;
+pub(crate) mod namer;
+pub(crate) mod stubs;

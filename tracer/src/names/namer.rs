@@ -30,7 +30,7 @@ const TRUSTED_TIMEOUT: Duration = Duration::from_secs(60);
 const SANDBOXED_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// What calibration gave for one libcuda file.
-pub type Calibration = Result<Layout, String>;
+pub(crate) type Calibration = Result<Layout, String>;
 
 #[derive(Default)]
 struct ProcessNames {
@@ -44,7 +44,7 @@ struct ProcessNames {
     from_stubs: HashMap<u64, Option<Arc<str>>>,
 }
 
-pub struct KernelNamer {
+pub(crate) struct KernelNamer {
     cache: LayoutCache,
     by_file: HashMap<(u64, u64), Result<Found, String>>,
     procs: HashMap<u32, ProcessNames>,
@@ -57,7 +57,7 @@ pub struct KernelNamer {
 impl KernelNamer {
     /// `enabled`: whether libcuda builds are calibrated at all
     /// (`GPUTRACE_NO_CALIBRATION` turns it off, see `Config`).
-    pub fn new(cache: LayoutCache, enabled: bool) -> Self {
+    pub(crate) fn new(cache: LayoutCache, enabled: bool) -> Self {
         Self {
             cache,
             by_file: HashMap::default(),
@@ -71,7 +71,7 @@ impl KernelNamer {
     /// The layout for a libcuda file: from memory, the disk cache, or a
     /// calibration run now (in the sandbox for a file `probes::trust` does
     /// not trust). Says once on stderr when it cannot be had.
-    pub fn calibrate(&mut self, file: &LibraryFile) -> Calibration {
+    pub(crate) fn calibrate(&mut self, file: &LibraryFile) -> Calibration {
         self.calibrate_all(file).map(|f| f.names)
     }
 
@@ -89,13 +89,13 @@ impl KernelNamer {
             return result;
         }
         match &result {
-            Err(e) => eprintln!(
-                "gputrace: kernel names from handles are off for {}: {} (names still come from calls made while traced)",
+            Err(e) => crate::say!(
+                "kernel names from handles are off for {}: {} (names still come from calls made while traced)",
                 crate::text::printable_path(&file.found_at),
                 crate::text::printable(e)
             ),
-            Ok(Found { exec: Err(e), .. }) => eprintln!(
-                "gputrace: CUDA graphs built before gputrace attached will be opaque for {}: {} (graphs built while traced are followed from their calls)",
+            Ok(Found { exec: Err(e), .. }) => crate::say!(
+                "CUDA graphs built before gputrace attached will be opaque for {}: {} (graphs built while traced are followed from their calls)",
                 crate::text::printable_path(&file.found_at),
                 crate::text::printable(e)
             ),
@@ -138,8 +138,8 @@ impl KernelNamer {
                 Ok(found)
             }
             Some(why) => {
-                eprintln!(
-                    "gputrace: {} is not trusted ({why}): calibrating it in a sandbox (uid {}, no capabilities; its result is not cached)",
+                crate::say!(
+                    "{} is not trusted ({why}): calibrating it in a sandbox (uid {}, no capabilities; its result is not cached)",
                     crate::text::printable_path(&file.found_at),
                     crate::host::sandbox::NOBODY
                 );
@@ -149,17 +149,17 @@ impl KernelNamer {
     }
 
     /// Whether every libcuda calibrated so far has a layout.
-    pub fn all_calibrated(&self) -> bool {
+    pub(crate) fn all_calibrated(&self) -> bool {
         self.by_file.values().all(Result::is_ok)
     }
 
     /// Whether `pid`'s libcuda has a layout (after calibrating it if needed).
-    pub fn has_layout(&mut self, pid: u32) -> bool {
+    pub(crate) fn has_layout(&mut self, pid: u32) -> bool {
         self.layout(pid).is_some()
     }
 
     /// Records which libcuda `pid` uses.
-    pub fn bind(&mut self, pid: u32, file: &LibraryFile) {
+    pub(crate) fn bind(&mut self, pid: u32, file: &LibraryFile) {
         let found = self.calibrate_all(file).ok();
         let p = self.procs.entry(pid).or_default();
         p.exec_layout = Some(found.as_ref().and_then(|f| f.exec.clone().ok()));
@@ -167,7 +167,7 @@ impl KernelNamer {
     }
 
     /// Keeps `pid`'s mappings, to name host stubs after it exits.
-    pub fn remember_mappings(&mut self, pid: u32) {
+    pub(crate) fn remember_mappings(&mut self, pid: u32) {
         self.stubs.remember(pid);
     }
 
@@ -202,12 +202,12 @@ impl KernelNamer {
 
     /// The kernel nodes of executable graph `exec` of `pid`, read from its
     /// memory with its libcuda's layout; `None` where that cannot be done.
-    pub fn read_exec(&mut self, pid: u32, exec: u64) -> Option<Vec<RawKernel>> {
+    pub(crate) fn read_exec(&mut self, pid: u32, exec: u64) -> Option<Vec<RawKernel>> {
         self.exec_layout(pid)?.read(&ProcessMem(pid), exec)
     }
 
     /// The kernel name a CUfunction handle points to in `pid`.
-    pub fn from_handle(&mut self, pid: u32, handle: u64) -> Option<Arc<str>> {
+    pub(crate) fn name_of_handle(&mut self, pid: u32, handle: u64) -> Option<Arc<str>> {
         if handle == 0 {
             return None;
         }
@@ -232,7 +232,7 @@ impl KernelNamer {
     }
 
     /// The kernel name of a runtime host stub in `pid`.
-    pub fn from_stub(&mut self, pid: u32, stub: u64) -> Option<Arc<str>> {
+    pub(crate) fn name_of_stub(&mut self, pid: u32, stub: u64) -> Option<Arc<str>> {
         if stub == 0 {
             return None;
         }
@@ -253,18 +253,18 @@ impl KernelNamer {
     }
 
     /// A module or library was unloaded: handles may be reused.
-    pub fn forget_handles(&mut self, pid: u32) {
+    pub(crate) fn forget_handles(&mut self, pid: u32) {
         if let Some(p) = self.procs.get_mut(&pid) {
             p.from_handles.clear();
         }
     }
 
     /// Processes names are cached for.
-    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn pids(&self) -> impl Iterator<Item = u32> + '_ {
         self.procs.keys().copied()
     }
 
-    pub fn forget(&mut self, pid: u32) {
+    pub(crate) fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
         self.stubs.forget(pid);
     }

@@ -68,7 +68,7 @@ impl SymbolTable {
 
 /// Names host stub addresses of traced processes.
 #[derive(Default)]
-pub struct StubSymbols {
+pub(crate) struct StubSymbols {
     tables: HashMap<(u64, u64), Option<Arc<SymbolTable>>>,
     /// `/proc/PID/maps` as read at attach, for processes gone by the time
     /// their last events are read.
@@ -77,18 +77,18 @@ pub struct StubSymbols {
 
 impl StubSymbols {
     /// Keeps a copy of `pid`'s mappings.
-    pub fn remember(&mut self, pid: u32) {
+    pub(crate) fn remember(&mut self, pid: u32) {
         if let Ok(m) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
             self.maps.insert(pid, m);
         }
     }
 
-    pub fn forget(&mut self, pid: u32) {
+    pub(crate) fn forget(&mut self, pid: u32) {
         self.maps.remove(&pid);
     }
 
     /// The mangled symbol at `addr` in process `pid`, if a mapped ELF file has one there.
-    pub fn name(&mut self, pid: u32, addr: u64) -> Option<Arc<str>> {
+    pub(crate) fn name(&mut self, pid: u32, addr: u64) -> Option<Arc<str>> {
         // A zombie's maps read back empty.
         let (maps, live) = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
             Ok(m) if !m.is_empty() => (m, true),

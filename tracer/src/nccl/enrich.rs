@@ -28,7 +28,7 @@ fn func_of(n: &Nccl) -> Option<Func> {
 
 /// A collective's entry by process `pid` at `ts_ns`, when it names the
 /// collective on every rank (id, rank, size and sequence number known).
-pub fn arrival(pid: u32, ts_ns: u64, n: &Nccl) -> Option<Arrival> {
+pub(crate) fn arrival(pid: u32, ts_ns: u64, n: &Nccl) -> Option<Arrival> {
     let id = &n.ident;
     Some(Arrival {
         comm_id: id.comm_id?,
@@ -43,7 +43,7 @@ pub fn arrival(pid: u32, ts_ns: u64, n: &Nccl) -> Option<Arrival> {
 
 /// A process's NCCL state, created at its first NCCL call.
 #[derive(Debug, Default)]
-pub struct NcclState {
+pub(crate) struct NcclState {
     comms: Option<ProcessComms>,
     warned: bool,
 }
@@ -58,7 +58,7 @@ impl NcclState {
 
     /// Learns from an NCCL call and fills in its identity; returns a
     /// warning to give once (memory reads found wrong for this process).
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         libs: &NcclLibraries,
         api: &str,
@@ -132,7 +132,7 @@ impl NcclState {
 
     /// The identity of a call still in flight (its entry record), without
     /// advancing anything: its return will be observed later.
-    pub fn peek(
+    pub(crate) fn peek(
         &mut self,
         libs: &NcclLibraries,
         e: &CallEvent,
@@ -145,7 +145,7 @@ impl NcclState {
 }
 
 /// What an NCCL call's probe read from its communicator at entry.
-pub fn comm_memory(e: &CallEvent) -> CommMemory {
+pub(crate) fn comm_memory(e: &CallEvent) -> CommMemory {
     let valid = e.extra[COMM_VALID_SLOT];
     let has = |bit: u64| valid & bit != 0;
     let ranks = e.extra[COMM_RANKS_SLOT];
@@ -159,6 +159,6 @@ pub fn comm_memory(e: &CallEvent) -> CommMemory {
 }
 
 /// The libnccl layout slot an NCCL call's record carries (0: none).
-pub fn comm_slot(e: &CallEvent) -> u32 {
+pub(crate) fn comm_slot(e: &CallEvent) -> u32 {
     ((e.extra[COMM_VALID_SLOT] >> COMM_SLOT_SHIFT) & 0xff) as u32
 }

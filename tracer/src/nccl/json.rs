@@ -18,7 +18,7 @@ use crate::nccl::hash::format_comm_id;
 
 /// A cross-rank record read back.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NcclRecord {
+pub(crate) enum NcclRecord {
     Collective(Collective),
     Stall(NcclStall),
     StallOver(StallEnded),
@@ -28,7 +28,7 @@ fn id(v: u64) -> Value {
     Value::from(format_comm_id(v))
 }
 
-pub fn collective_json(c: &Collective) -> Value {
+pub(crate) fn collective_json(c: &Collective) -> Value {
     json!({
         "type": "nccl_collective",
         "comm_id": id(c.comm_id),
@@ -43,7 +43,7 @@ pub fn collective_json(c: &Collective) -> Value {
     })
 }
 
-pub fn stall_json(s: &NcclStall) -> Value {
+pub(crate) fn stall_json(s: &NcclStall) -> Value {
     match s {
         NcclStall::Collective { stall: s, host } => json!({
             "type": "nccl_stall",
@@ -78,7 +78,7 @@ pub fn stall_json(s: &NcclStall) -> Value {
     }
 }
 
-pub fn stall_over_json(e: &StallEnded) -> Value {
+pub(crate) fn stall_over_json(e: &StallEnded) -> Value {
     json!({
         "type": "nccl_stall_over",
         "comm_id": id(e.comm_id),
@@ -144,7 +144,7 @@ fn text(v: &Value, k: &str) -> Result<Arc<str>, String> {
 }
 
 /// The record on a line whose `type` is one of these; `None` for other lines.
-pub fn parse_nccl_record(v: &Value) -> Option<Result<NcclRecord, String>> {
+pub(crate) fn parse_nccl_record(v: &Value) -> Option<Result<NcclRecord, String>> {
     let kind = v.get("type")?.as_str()?;
     let r = match kind {
         "nccl_collective" => (|| {

@@ -2,13 +2,13 @@
 //! where a libnccl build keeps its identity and counters, and which rank of
 //! a collective came last or never came.
 
-pub mod enrich;
+pub(crate) mod enrich;
 pub mod hash;
-pub mod json;
+pub(crate) mod json;
 pub mod layout;
-pub mod libs;
-pub mod ranks;
-pub mod stall;
-pub mod summary;
-pub mod tracker;
+pub(crate) mod libs;
+pub(crate) mod ranks;
+pub(crate) mod stall;
+pub(crate) mod summary;
+pub(crate) mod tracker;
 mod x86;

@@ -17,9 +17,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Collectives waiting for ranks, per communicator, before the oldest is
 /// dropped as incomplete.
-pub const MAX_PENDING: usize = 4096;
+pub(crate) const MAX_PENDING: usize = 4096;
 /// Communicators tracked at once; the least recently active is dropped.
-pub const MAX_COMMS: usize = 256;
+pub(crate) const MAX_COMMS: usize = 256;
 
 #[derive(Clone, Debug)]
 struct Pending {

@@ -117,7 +117,7 @@ impl NcclStall {
 }
 
 /// The line for a stall that ended.
-pub fn ended_line(e: &StallEnded) -> String {
+pub(crate) fn ended_line(e: &StallEnded) -> String {
     format!(
         "gputrace: NCCL stall over: communicator {} {} seq {}: every rank entered it after {}",
         format_comm_id(e.comm_id),

@@ -24,7 +24,7 @@ use crate::nccl::hash::NcclVersion;
 /// What the probe read from the communicator at the call's entry (`None`
 /// where the layout has no offset or the read failed).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CommMemory {
+pub(crate) struct CommMemory {
     pub hash: Option<u64>,
     pub rank: Option<u32>,
     pub nranks: Option<u32>,
@@ -36,7 +36,7 @@ pub struct CommMemory {
 impl CommMemory {
     /// The reads as they are (before a process's state corrects them):
     /// what a record decoded without enrichment shows.
-    pub fn as_identity(&self) -> Identity {
+    pub(crate) fn as_identity(&self) -> Identity {
         Identity {
             comm_id: self.hash.filter(|&h| h != 0),
             rank: self.rank,
@@ -71,7 +71,7 @@ type GroupState = (u32, HashMap<(u64, Func), u64>);
 
 /// One process's communicators and its threads' group nesting.
 #[derive(Debug)]
-pub struct ProcessComms {
+pub(crate) struct ProcessComms {
     version: Option<NcclVersion>,
     comms: HashMap<u64, CommView>,
     /// Per thread: group depth and each (comm, func)'s calls in the group.
@@ -87,7 +87,7 @@ const MAX_COMMS: usize = 4096;
 
 impl ProcessComms {
     /// `version`: the release of the libnccl the process uses, when known.
-    pub fn new(version: Option<NcclVersion>) -> Self {
+    pub(crate) fn new(version: Option<NcclVersion>) -> Self {
         Self {
             version,
             comms: HashMap::new(),
@@ -98,14 +98,14 @@ impl ProcessComms {
     }
 
     /// The release, once a call names its library.
-    pub fn set_version(&mut self, version: Option<NcclVersion>) {
+    pub(crate) fn set_version(&mut self, version: Option<NcclVersion>) {
         if self.version.is_none() {
             self.version = version;
         }
     }
 
     /// A communicator's id, when known.
-    pub fn comm_id_of(&self, comm: u64) -> Option<u64> {
+    pub(crate) fn comm_id_of(&self, comm: u64) -> Option<u64> {
         self.comms.get(&comm).and_then(|v| v.id)
     }
 
@@ -120,11 +120,11 @@ impl ProcessComms {
     /// (first) `ncclUniqueId` the call was given, when the probe copied it.
     /// The id of a communicator made from `id` (its hash as this
     /// process's NCCL release computes it), when the release is known.
-    pub fn id_of_unique_id(&self, id: &[u8]) -> Option<u64> {
+    pub(crate) fn id_of_unique_id(&self, id: &[u8]) -> Option<u64> {
         Some(comm_hash(self.version?, id))
     }
 
-    pub fn init(&mut self, comm: u64, nranks: u32, rank: u32, id: Option<&[u8]>) {
+    pub(crate) fn init(&mut self, comm: u64, nranks: u32, rank: u32, id: Option<&[u8]>) {
         let id = id.and_then(|bytes| self.id_of_unique_id(bytes));
         *self.view(comm) = CommView {
             id,
@@ -138,7 +138,7 @@ impl ProcessComms {
 
     /// `ncclCommInitAll` returned the first of its communicators: rank 0 of
     /// `ndev`; the id is generated inside NCCL (known only from memory).
-    pub fn init_all_first(&mut self, comm: u64, ndev: u32) {
+    pub(crate) fn init_all_first(&mut self, comm: u64, ndev: u32) {
         *self.view(comm) = CommView {
             rank: Some(0),
             nranks: Some(ndev),
@@ -149,7 +149,7 @@ impl ProcessComms {
 
     /// `ncclCommSplit(parent, color, key, &child)` returned `child` (NULL
     /// for a rank that asked for no communicator).
-    pub fn split(&mut self, parent: u64, color: i32, child: u64) {
+    pub(crate) fn split(&mut self, parent: u64, color: i32, child: u64) {
         let p = self.view(parent);
         let counted = p.init_seen;
         p.splits += 1;
@@ -169,15 +169,15 @@ impl ProcessComms {
     }
 
     /// `ncclCommDestroy`/`ncclCommAbort`.
-    pub fn destroy(&mut self, comm: u64) {
+    pub(crate) fn destroy(&mut self, comm: u64) {
         self.comms.remove(&comm);
     }
 
-    pub fn group_start(&mut self, tid: u32) {
+    pub(crate) fn group_start(&mut self, tid: u32) {
         self.groups.entry(tid).or_default().0 += 1;
     }
 
-    pub fn group_end(&mut self, tid: u32) {
+    pub(crate) fn group_end(&mut self, tid: u32) {
         if let Some(g) = self.groups.get_mut(&tid) {
             g.0 = g.0.saturating_sub(1);
             if g.0 == 0 {
@@ -188,7 +188,7 @@ impl ProcessComms {
 
     /// A collective (`func`) or p2p call (`None`) on `comm` by thread `tid`;
     /// `mem` what the probe read at its entry. Advances the counts.
-    pub fn call(
+    pub(crate) fn call(
         &mut self,
         tid: u32,
         comm: u64,
@@ -210,7 +210,7 @@ impl ProcessComms {
     /// As [`ProcessComms::call`] without advancing anything: for a call
     /// still in flight, whose return will be fed to `call` later.
     /// The error carries what is known of the identity all the same.
-    pub fn peek(
+    pub(crate) fn peek(
         &mut self,
         tid: u32,
         comm: u64,

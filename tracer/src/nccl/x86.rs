@@ -31,7 +31,7 @@ enum Role {
 
 /// Facts the sweep found, in address order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Fact {
+pub(super) enum Fact {
     /// `size` bytes loaded from argument `arg` at `disp`.
     Load { arg: u8, disp: i64, size: usize },
     /// The field `disp` of argument `from` (`size` bytes) stored through
@@ -172,7 +172,7 @@ impl State {
 /// order. Branches inside the function are followed (each instruction is
 /// read once, with the state of the first path that reaches it), so a
 /// shared epilogue's `pop`s do not hide what a later block does.
-pub fn sweep(code: &[u8], ip: u64, args: &[u8]) -> Vec<Fact> {
+pub(super) fn sweep(code: &[u8], ip: u64, args: &[u8]) -> Vec<Fact> {
     let mut decoder = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
     let mut by_addr: HashMap<u64, Instruction> = HashMap::new();
     let mut ins = Instruction::default();

@@ -7,13 +7,13 @@ use crate::model::Event;
 
 /// Panics as the `after`th call reaches it; put it first among the sinks,
 /// so that the others have every call before that one, and none after.
-pub struct FaultSink {
+pub(crate) struct FaultSink {
     after: u64,
     calls: u64,
 }
 
 impl FaultSink {
-    pub fn new(after: u64) -> Self {
+    pub(crate) fn new(after: u64) -> Self {
         Self { after, calls: 0 }
     }
 }

@@ -40,7 +40,7 @@ fn create_new(dir: &File, name: &OsStr, mode: u32) -> std::io::Result<Option<Fil
 
 /// Opens `--output FILE` for writing (see the module documentation): a
 /// new file, or an existing one we may overwrite, emptied.
-pub fn create_output(path: &Path) -> std::io::Result<File> {
+pub(crate) fn create_output(path: &Path) -> std::io::Result<File> {
     let name = path
         .file_name()
         .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "not a file name"))?;
@@ -93,8 +93,10 @@ pub fn create_output(path: &Path) -> std::io::Result<File> {
 /// A directory gputrace writes files into (the daemon's `--output-dir`),
 /// held open: every name is looked up relative to it.
 #[derive(Debug)]
-pub struct OutputDir {
+pub(crate) struct OutputDir {
     dir: File,
+    /// As given, for the tests' checks.
+    #[cfg_attr(not(test), allow(dead_code))]
     shown: PathBuf,
 }
 
@@ -102,7 +104,7 @@ impl OutputDir {
     /// Opens `path`, making it (mode 0750) if missing. Refuses a directory
     /// anyone may write without the sticky bit: anyone could replace or
     /// delete what is written there.
-    pub fn open(path: &Path) -> std::io::Result<Self> {
+    pub(crate) fn open(path: &Path) -> std::io::Result<Self> {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o750)
@@ -121,18 +123,19 @@ impl OutputDir {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    #[cfg(test)]
+    pub(crate) fn path(&self) -> &Path {
         &self.shown
     }
 
     /// Creates `name` (`mode` before the umask); `None` if the name exists
     /// (whatever it is: a file, a link someone planted).
-    pub fn create_new(&self, name: &str, mode: u32) -> std::io::Result<Option<File>> {
+    pub(crate) fn create_new(&self, name: &str, mode: u32) -> std::io::Result<Option<File>> {
         create_new(&self.dir, OsStr::new(name), mode)
     }
 
     /// The names in the directory.
-    pub fn names(&self) -> std::io::Result<Vec<OsString>> {
+    pub(crate) fn names(&self) -> std::io::Result<Vec<OsString>> {
         let mut out = Vec::new();
         for e in std::fs::read_dir(format!("/proc/self/fd/{}", self.dir.as_raw_fd()))? {
             out.push(e?.file_name());
@@ -141,7 +144,7 @@ impl OutputDir {
     }
 
     /// Whether `name` is a regular file of ours (not a link, not another user's).
-    pub fn is_ours(&self, name: &str) -> bool {
+    pub(crate) fn is_ours(&self, name: &str) -> bool {
         let Ok(c) = CString::new(name) else {
             return false;
         };
@@ -160,7 +163,7 @@ impl OutputDir {
     }
 
     /// Removes `name`; a name already gone is not an error.
-    pub fn remove(&self, name: &str) -> std::io::Result<()> {
+    pub(crate) fn remove(&self, name: &str) -> std::io::Result<()> {
         let c = CString::new(name).map_err(|_| Error::from(ErrorKind::InvalidInput))?;
         // SAFETY: unlinkat relative to the directory we hold (a link is
         // removed itself, never its target).

@@ -9,11 +9,11 @@
 //! shows it, one arm of its `event` match (sinks match exhaustively, so the
 //! compiler lists every sink to look at).
 
-pub mod fault;
-pub mod files;
-pub mod metrics;
-pub mod print;
-pub mod summary;
+pub(crate) mod fault;
+pub(crate) mod files;
+pub(crate) mod metrics;
+pub(crate) mod print;
+pub(crate) mod summary;
 pub mod timeline;
 
 pub use crate::model::sink::Halt;

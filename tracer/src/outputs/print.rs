@@ -14,14 +14,14 @@ use crate::units::fmt_ns;
 /// Prints each call; the lines are flushed after each bite of calls, so
 /// they appear promptly. A reader that goes away (`| head`) stops the
 /// trace quietly; any other write error stops it with a failure.
-pub struct PrintSink {
+pub(crate) struct PrintSink {
     out: BufWriter<Stdout>,
     line: String,
     error: Option<std::io::Error>,
 }
 
 impl PrintSink {
-    pub fn stdout() -> Self {
+    pub(crate) fn stdout() -> Self {
         Self {
             out: BufWriter::with_capacity(1 << 16, std::io::stdout()),
             line: String::with_capacity(512),
@@ -75,7 +75,7 @@ impl Sink for PrintSink {
 }
 
 /// Names of common CUresult / ncclResult_t codes, for the printed line.
-pub fn result_name(api: &str, ret: i64) -> Option<&'static str> {
+pub(crate) fn result_name(api: &str, ret: i64) -> Option<&'static str> {
     if api.starts_with("nccl") {
         return Some(match ret {
             0 => "ncclSuccess",
@@ -111,7 +111,7 @@ pub fn result_name(api: &str, ret: i64) -> Option<&'static str> {
 }
 
 /// Formats one call: `HH:MM:SS.uuuuuu comm[pid/tid] api dur ret {args}`.
-pub fn format_line(out: &mut String, c: &Call) {
+pub(crate) fn format_line(out: &mut String, c: &Call) {
     let secs = c.ts_ns / 1_000_000_000;
     let micros = (c.ts_ns % 1_000_000_000) / 1000;
     let day = secs % 86_400;

@@ -17,18 +17,18 @@ use crate::summary::Summary;
 
 /// Counts every call; the lost counts are the last reported.
 #[derive(Default)]
-pub struct SummarySink {
+pub(crate) struct SummarySink {
     summary: Summary,
     undecodable: u64,
 }
 
 impl SummarySink {
-    pub fn summary(&self) -> &Summary {
+    pub(crate) fn summary(&self) -> &Summary {
         &self.summary
     }
 
     /// Records that could not be decoded, as last reported.
-    pub fn undecodable(&self) -> u64 {
+    pub(crate) fn undecodable(&self) -> u64 {
         self.undecodable
     }
 }
@@ -57,13 +57,13 @@ impl Sink for SummarySink {
 
 /// Where the summary goes, opened before tracing starts (a file that
 /// cannot be written is said at once, not after the trace).
-pub struct SummaryOutput {
+pub(crate) struct SummaryOutput {
     format: SummaryFormat,
     file: Option<(PathBuf, File)>,
 }
 
 impl SummaryOutput {
-    pub fn open(format: SummaryFormat, file: Option<&Path>) -> Result<Self> {
+    pub(crate) fn open(format: SummaryFormat, file: Option<&Path>) -> Result<Self> {
         let file = match file {
             None => None,
             Some(_) if format == SummaryFormat::None => {
@@ -83,7 +83,7 @@ impl SummaryOutput {
     }
 
     /// Writes the summary in its format.
-    pub fn write(self, summary: &Summary) -> Result<()> {
+    pub(crate) fn write(self, summary: &Summary) -> Result<()> {
         let text = match self.format {
             SummaryFormat::Text => render_text(summary),
             SummaryFormat::Json => format!("{}\n", render_json(summary)),
@@ -101,7 +101,7 @@ impl SummaryOutput {
 
 /// Writes `text` to stdout. A reader that went away (a closed pipe) is no
 /// error: there is no one left to tell. Any other failure is one.
-pub fn write_stdout(text: &str) -> Result<()> {
+pub(crate) fn write_stdout(text: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),

@@ -194,8 +194,8 @@ impl Probes {
                     if let Ok(p) =
                         Self::load_with(selection, ring_bytes, perf_events, stacks, false)
                     {
-                        eprintln!(
-                            "gputrace: this kernel's uprobe programs cannot use task storage ({e:#}); calls in flight are kept in a hash map, which costs each traced call more"
+                        crate::say!(
+                            "this kernel's uprobe programs cannot use task storage ({e:#}); calls in flight are kept in a hash map, which costs each traced call more"
                         );
                         return Ok(p);
                     }
@@ -317,8 +317,8 @@ impl Probes {
                 match written {
                     Ok(()) => slot,
                     Err(e) => {
-                        eprintln!(
-                            "gputrace: {}: cannot give the probes its communicator layout: {e:#}",
+                        crate::say!(
+                            "{}: cannot give the probes its communicator layout: {e:#}",
                             file.path.display()
                         );
                         0
@@ -327,7 +327,7 @@ impl Probes {
             }
             Slot::None(msg) => {
                 if let Some(m) = msg {
-                    eprintln!("gputrace: {m}");
+                    crate::say!("{m}");
                 }
                 0
             }

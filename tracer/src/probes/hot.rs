@@ -13,7 +13,7 @@ use crate::probes::multi::MultiPrograms;
 
 /// The samplable symbols of one library file in one scope.
 #[derive(Debug)]
-pub struct HotSet {
+pub(crate) struct HotSet {
     /// Held open, attached through `/proc/self/fd/N`.
     file: Option<File>,
     path: PathBuf,

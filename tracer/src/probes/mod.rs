@@ -3,7 +3,7 @@
 //! calls the probes could not record.
 
 pub mod attach;
-pub mod hot;
-pub mod lost;
-pub mod multi;
-pub mod symbols;
+pub(crate) mod hot;
+pub(crate) mod lost;
+pub(crate) mod multi;
+pub(crate) mod symbols;

@@ -54,14 +54,14 @@ fn map_fd(map: &Map) -> Option<i32> {
 }
 
 /// The entry and return programs, loaded for multi-uprobe links.
-pub struct MultiPrograms {
+pub(crate) struct MultiPrograms {
     entry: OwnedFd,
     ret: OwnedFd,
 }
 
 /// One multi-uprobe link; dropping it removes all its uprobes.
 #[derive(Debug)]
-pub struct MultiLink {
+pub(crate) struct MultiLink {
     _fd: OwnedFd,
     pub probes: usize,
 }
@@ -103,12 +103,17 @@ fn load_one(insns: &[bpf_insn], name: &str, license: &CString) -> anyhow::Result
 
 impl MultiPrograms {
     /// Relocates `call_entry`/`call_return` against `ebpf`'s maps and loads them.
-    pub fn load(ebpf: &Ebpf, object: &[u8]) -> anyhow::Result<Self> {
+    pub(crate) fn load(ebpf: &Ebpf, object: &[u8]) -> anyhow::Result<Self> {
         Self::load_named(ebpf, object, "call_entry", "call_return")
     }
 
     /// Same, for another entry/return pair of the object.
-    pub fn load_named(ebpf: &Ebpf, object: &[u8], entry: &str, ret: &str) -> anyhow::Result<Self> {
+    pub(crate) fn load_named(
+        ebpf: &Ebpf,
+        object: &[u8],
+        entry: &str,
+        ret: &str,
+    ) -> anyhow::Result<Self> {
         let mut obj = aya_obj::Object::parse(object).context("parsing the eBPF object")?;
         let objmaps = obj.maps.clone();
         let mut maps = Vec::new();
@@ -142,7 +147,7 @@ impl MultiPrograms {
 
     /// Attaches the entry (or return) program at `offsets` of `path`, each
     /// with its cookie; `pid` limits it to one process.
-    pub fn attach(
+    pub(crate) fn attach(
         &self,
         path: &Path,
         offsets: &[u64],

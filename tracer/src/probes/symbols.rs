@@ -77,7 +77,7 @@ impl Prologues {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum SymbolError {
+pub(crate) enum SymbolError {
     // `cause`, not `source`: a `source` field is also the error's source,
     // and `{e:#}` then printed the cause twice.
     #[error("cannot read {path}: {cause}")]
@@ -90,7 +90,7 @@ pub enum SymbolError {
 /// catalogue API of `lib` it defines, one per distinct address: where two
 /// names share an address (NCCL's `pncclX` aliases, say) only the first
 /// catalogue name is kept, so a call is never counted twice.
-pub fn resolve_symbols(path: &Path, lib: Lib) -> Result<Vec<ResolvedSymbol>, SymbolError> {
+pub(crate) fn resolve_symbols(path: &Path, lib: Lib) -> Result<Vec<ResolvedSymbol>, SymbolError> {
     let display = path.display().to_string();
     let data = map_file(path).map_err(|cause| SymbolError::Read {
         path: display.clone(),

@@ -16,7 +16,7 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// What a timeline's first bytes say it is.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Zstd,
     /// A protobuf `Trace`: field 1 (`packet`), length-delimited.
     Perfetto,
@@ -24,7 +24,7 @@ pub enum Kind {
     Text,
 }
 
-pub fn sniff(head: &[u8]) -> Kind {
+pub(crate) fn sniff(head: &[u8]) -> Kind {
     if head.starts_with(&ZSTD_MAGIC) {
         Kind::Zstd
     } else if head.first() == Some(&0x0a) {
@@ -81,7 +81,7 @@ impl<R: Read> Read for UntilError<R> {
 
 /// `.jsonl.zst`: decompressed as it is read; a damaged or cut-short
 /// stream is summarised up to the damage and reported at that line.
-pub fn read_zst<R: Read>(input: R, folded: bool) -> std::io::Result<StatsInput> {
+pub(crate) fn read_zst<R: Read>(input: R, folded: bool) -> std::io::Result<StatsInput> {
     let compressed = Cell::new(0);
     let counted = Counted {
         inner: input,
@@ -109,7 +109,7 @@ pub fn read_zst<R: Read>(input: R, folded: bool) -> std::io::Result<StatsInput> 
 }
 
 /// `.pftrace`: problems are numbered by packet.
-pub fn read_perfetto<R: Read>(input: R) -> std::io::Result<StatsInput> {
+pub(crate) fn read_perfetto<R: Read>(input: R) -> std::io::Result<StatsInput> {
     let mut reader = PerfettoReader::new(input);
     let mut summary = Summary::default();
     let mut problems = Problems {
@@ -160,7 +160,7 @@ pub fn read_perfetto<R: Read>(input: R) -> std::io::Result<StatsInput> {
 }
 
 /// Reads any timeline gputrace writes, by its first bytes.
-pub fn read_any<R: Read>(input: R, folded: bool) -> std::io::Result<StatsInput> {
+pub(crate) fn read_any<R: Read>(input: R, folded: bool) -> std::io::Result<StatsInput> {
     let mut r = BufReader::with_capacity(1 << 16, input);
     let kind = sniff(r.fill_buf()?);
     match kind {

@@ -32,7 +32,7 @@ const MAX_GRAPHS: usize = 1 << 16;
 use crate::outputs::timeline::record::Record;
 use crate::outputs::timeline::record::CHROME_CATEGORY;
 
-pub mod formats;
+pub(crate) mod formats;
 
 /// Longest line accepted; longer ones are reported as corrupt, not buffered.
 const MAX_LINE: usize = 16 << 20;

@@ -3,4 +3,4 @@
 //! arguments (graphs, NCCL) by that feature's own piece.
 
 pub mod parse;
-pub mod write;
+pub(crate) mod write;

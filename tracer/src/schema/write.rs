@@ -11,7 +11,7 @@ use crate::model::nccl::Identity;
 use crate::model::nccl::Unaligned;
 
 /// Appends one event as a JSON object (no newline).
-pub fn write_call(out: &mut String, c: &Call) {
+pub(crate) fn write_call(out: &mut String, c: &Call) {
     out.push_str("{\"ts_ns\":");
     num(out, c.ts_ns);
     out.push_str(",\"dur_ns\":");
@@ -36,7 +36,7 @@ pub fn write_call(out: &mut String, c: &Call) {
 }
 
 /// Appends the frames of a stack as a JSON array of strings.
-pub fn write_frames(out: &mut String, frames: &[std::sync::Arc<str>]) {
+pub(crate) fn write_frames(out: &mut String, frames: &[std::sync::Arc<str>]) {
     out.push('[');
     for (i, f) in frames.iter().enumerate() {
         if i > 0 {
@@ -49,7 +49,7 @@ pub fn write_frames(out: &mut String, frames: &[std::sync::Arc<str>]) {
 
 /// Appends a stack record, `{"type":"stack","id":N,"frames":[..]}`: written
 /// once per file before the first call that names it by `stack_id`.
-pub fn write_stack(out: &mut String, stack: &crate::model::stack::CallStack) {
+pub(crate) fn write_stack(out: &mut String, stack: &crate::model::stack::CallStack) {
     out.push_str("{\"type\":\"stack\",\"id\":");
     num(out, stack.id);
     out.push_str(",\"frames\":");
@@ -58,7 +58,7 @@ pub fn write_stack(out: &mut String, stack: &crate::model::stack::CallStack) {
 }
 
 /// Appends the `args` object.
-pub fn write_args(out: &mut String, args: &Args) {
+pub(crate) fn write_args(out: &mut String, args: &Args) {
     match args {
         Args::Launch(l) => {
             out.push_str("{\"function\":");

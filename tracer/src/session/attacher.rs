@@ -28,7 +28,7 @@ pub(super) type FileKey = (u64, u64);
 
 /// Library files given on the command line replace what maps show.
 #[derive(Clone, Debug, Default)]
-pub struct Overrides {
+pub(crate) struct Overrides {
     pub libcuda: Option<PathBuf>,
     pub libnccl: Option<PathBuf>,
 }

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 
-pub use attacher::Overrides;
-pub use run::{RunOptions, Stop};
-pub use targets::{preflight, StackRequest, TargetSpec};
+pub(crate) use attacher::Overrides;
+pub(crate) use run::{RunOptions, Stop};
+pub(crate) use targets::{preflight, StackRequest, TargetSpec};
 
 use crate::config::Config;
 use crate::decode::enrich::Enricher;
@@ -54,15 +54,15 @@ use stacks::SessionStacks;
 use targets::Targets;
 
 /// How often exits and newly mapped libraries are checked.
-pub const CHECK_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// How often the ring buffer is drained when the probes did not wake us.
-pub const DRAIN_EVERY: Duration = Duration::from_millis(20);
+pub(crate) const DRAIN_EVERY: Duration = Duration::from_millis(20);
 /// Per-process lost counts are read at most this often (reading them walks
 /// a per-CPU hash map).
 const LOST_BY_PID_EVERY: Duration = Duration::from_secs(1);
 
 /// A running session. Its parts are private: commands use its methods.
-pub struct Session {
+pub(crate) struct Session {
     ring: AsyncFd<RingBuf<MapData>>,
     attacher: Attacher,
     enricher: Enricher,
@@ -94,7 +94,7 @@ impl Session {
     /// Loads the probes and attaches them to what `spec` names; a command
     /// given is started and left waiting at its gate (see
     /// [`Session::release`]). Must run inside a tokio runtime.
-    pub fn start(config: &Config, spec: &TargetSpec, clock: Clock) -> Result<Session> {
+    pub(crate) fn start(config: &Config, spec: &TargetSpec, clock: Clock) -> Result<Session> {
         let selection = spec.probes.clone().unwrap_or_default();
         let overrides = Overrides {
             libcuda: spec.libcuda.clone(),
@@ -113,7 +113,7 @@ impl Session {
         let inflight = match probes.take_inflight() {
             Ok(m) => Some(m),
             Err(e) => {
-                eprintln!("gputrace: threads stuck inside NCCL calls will not be seen: {e:#}");
+                crate::say!("threads stuck inside NCCL calls will not be seen: {e:#}");
                 None
             }
         };
@@ -177,8 +177,8 @@ impl Session {
             // children: a wrapper (a shell, a launcher) would be traced
             // empty without a word.
             if files.is_empty() && !spec.all {
-                eprintln!(
-                    "gputrace: WARNING: `{}` would load neither libcuda nor libnccl, so nothing of it can be traced; \
+                crate::say!(
+                    "WARNING: `{}` would load neither libcuda nor libnccl, so nothing of it can be traced; \
                      processes it starts are not followed: put the GPU program itself after --, or use --all",
                     spec.cmd[0]
                 );
@@ -219,19 +219,17 @@ impl Session {
 
     /// The `gputrace: attached ...` line scripts wait for; SIGINT and
     /// SIGTERM are caught from here on (see [`Session::run`]).
-    pub fn announce(&mut self) -> Result<()> {
+    pub(crate) fn announce(&mut self) -> Result<()> {
         if self.signals.is_none() {
             self.signals = Some(run::Signals::install()?);
         }
         let probes = self.attacher.probe_count();
         if self.node.is_some() {
-            eprintln!(
-                "gputrace: attached {probes} probes to every process mapping libcuda/libnccl"
-            );
+            crate::say!("attached {probes} probes to every process mapping libcuda/libnccl");
         } else {
             let n = self.targets.len();
-            eprintln!(
-                "gputrace: attached {probes} probes to {n} process{}",
+            crate::say!(
+                "attached {probes} probes to {n} process{}",
                 if n == 1 { "" } else { "es" }
             );
         }
@@ -239,7 +237,7 @@ impl Session {
     }
 
     /// Lets a command started with `-- CMD` run (a no-op without one).
-    pub fn release(&mut self) -> Result<()> {
+    pub(crate) fn release(&mut self) -> Result<()> {
         self.targets.release()?;
         if let Some(pid) = self.targets.child_pid() {
             let mut seen = Vec::new();
@@ -255,12 +253,12 @@ impl Session {
     }
 
     /// Uprobes and uretprobes attached now.
-    pub fn probe_count(&self) -> usize {
+    pub(crate) fn probe_count(&self) -> usize {
         self.attacher.probe_count()
     }
 
     /// The tracer's own state.
-    pub fn status(&self, now: Instant) -> Status {
+    pub(crate) fn status(&self, now: Instant) -> Status {
         let mut pids: std::collections::HashSet<u32> = self.enricher.pids().collect();
         pids.extend(self.enricher.namer.pids());
         Status {
@@ -274,7 +272,7 @@ impl Session {
 
     /// Waits until the probes wake the reader (they do once a quarter of
     /// the ring is full; loops also drain on a tick).
-    pub async fn readable(&mut self) -> Result<()> {
+    pub(crate) async fn readable(&mut self) -> Result<()> {
         let mut guard = self
             .ring
             .readable_mut()
@@ -304,8 +302,10 @@ impl Session {
             }
             // One stderr line each, whatever the sinks (trace, daemon; top
             // shows its captured stderr).
-            Event::NcclStall(s) => eprintln!("{}", s.line()),
-            Event::NcclStallEnded(e) => eprintln!("{}", crate::nccl::stall::ended_line(e)),
+            Event::NcclStall(s) => crate::log::say_raw(format_args!("{}", s.line())),
+            Event::NcclStallEnded(e) => {
+                crate::log::say_raw(format_args!("{}", crate::nccl::stall::ended_line(e)))
+            }
             _ => {}
         }
     }
@@ -319,7 +319,7 @@ impl Session {
 
     /// Decodes at most `max` records of the ring buffer into `sink`, in
     /// order; fewer than `max` means the ring is empty now.
-    pub fn drain<S: Sink + ?Sized>(&mut self, sink: &mut S, max: usize) -> usize {
+    pub(crate) fn drain<S: Sink + ?Sized>(&mut self, sink: &mut S, max: usize) -> usize {
         self.deliver(sink);
         if let Some(b) = &mut self.budget {
             let mut reports = Vec::new();
@@ -394,7 +394,7 @@ impl Session {
     /// files and processes; exits; libraries a target mapped since; what
     /// the probes could not record. Hands the events to `sink` and gives it
     /// the tracer's status. True when every target has exited.
-    pub fn maintain<S: Sink + ?Sized>(&mut self, sink: &mut S) -> bool {
+    pub(crate) fn maintain<S: Sink + ?Sized>(&mut self, sink: &mut S) -> bool {
         let now = Instant::now();
         let mut events = Vec::new();
         if let Some(node) = self.node.as_mut().filter(|n| n.due(now)) {
@@ -445,11 +445,11 @@ impl Session {
                     .attach(&f, Scope::Process(pid), &mut self.enricher.namer)
                 {
                     Ok(0) => {}
-                    Ok(n) => eprintln!(
-                        "gputrace: process {pid} mapped {} after start: attached {n} more probes (its earlier calls were not traced)",
+                    Ok(n) => crate::say!(
+                        "process {pid} mapped {} after start: attached {n} more probes (its earlier calls were not traced)",
                         f.path.display()
                     ),
-                    Err(e) => eprintln!("gputrace: cannot attach to {}: {e:#}", f.path.display()),
+                    Err(e) => crate::say!("cannot attach to {}: {e:#}", f.path.display()),
                 }
             }
         }
@@ -481,7 +481,7 @@ impl Session {
     /// Ends tracing: detaches every probe (returns first, so no call is
     /// half seen), drains what the ring still holds, reports what was lost,
     /// and ends a command gputrace started if it still runs.
-    pub fn stop<S: Sink + ?Sized>(&mut self, sink: &mut S) {
+    pub(crate) fn stop<S: Sink + ?Sized>(&mut self, sink: &mut S) {
         self.attacher.detach_all();
         while self.drain(sink, usize::MAX) > 0 {}
         let mut events = Vec::new();
@@ -495,7 +495,7 @@ impl Session {
         self.deliver(sink);
         self.targets.end_child();
         if let Some(s) = &self.stacks {
-            eprintln!("{}", s.report());
+            crate::log::say_raw(format_args!("{}", s.report()));
         }
     }
 }
@@ -515,8 +515,8 @@ fn start_budget(
         ))
     })?;
     if verbose {
-        eprintln!(
-            "gputrace: a probe hit costs {:.0} ns (entry), {:.0} ns (entry and return) on this machine where the function's first instruction is single-stepped, {:.0} ns and {:.0} ns where it is emulated ({})",
+        crate::say!(
+            "a probe hit costs {:.0} ns (entry), {:.0} ns (entry and return) on this machine where the function's first instruction is single-stepped, {:.0} ns and {:.0} ns where it is emulated ({})",
             cost.entry_ns,
             cost.entry_return_ns,
             cost.emulated_entry_ns,
@@ -525,8 +525,8 @@ fn start_budget(
         );
     }
     let Some(sampler) = attacher.start_sampler(config.sample_period) else {
-        eprintln!(
-            "gputrace: --overhead-budget needs multi-uprobe links (Linux 6.6+), which this kernel lacks: every call is traced"
+        crate::say!(
+            "--overhead-budget needs multi-uprobe links (Linux 6.6+), which this kernel lacks: every call is traced"
         );
         return Ok(None);
     };

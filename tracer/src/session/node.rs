@@ -33,9 +33,9 @@ use crate::session::attacher::Attacher;
 use crate::session::attacher::FileKey;
 
 /// With `--all`, new library files are looked for this often.
-pub const SCAN_EVERY: Duration = Duration::from_millis(500);
+pub(super) const SCAN_EVERY: Duration = Duration::from_millis(500);
 /// A process's maps are read at least this often.
-pub const REREAD_EVERY: Duration = Duration::from_secs(30);
+pub(super) const REREAD_EVERY: Duration = Duration::from_secs(30);
 
 /// What says a process's library mappings are as they were: its start
 /// time, and the sizes of its program and library code (`VmExe`, `VmLib`
@@ -204,8 +204,8 @@ impl NodeWatch {
                         self.failed.remove(&key);
                         self.paths.insert(key, f.path.clone());
                         if !first && n > 0 {
-                            eprintln!(
-                                "gputrace: attached {n} probes to {} (newly mapped, by process {pid})",
+                            crate::say!(
+                                "attached {n} probes to {} (newly mapped, by process {pid})",
                                 shown(&f.path)
                             );
                         }
@@ -213,7 +213,7 @@ impl NodeWatch {
                     Err(e) if first => return Err(e.into()),
                     Err(e) => {
                         if self.failed.insert(key) {
-                            eprintln!("gputrace: cannot attach to {}: {e:#}", shown(&f.path));
+                            crate::say!("cannot attach to {}: {e:#}", shown(&f.path));
                         }
                     }
                 }
@@ -238,8 +238,8 @@ impl NodeWatch {
             if let Some(att) = attacher.take_file(Scope::All, key) {
                 let n = att.probes();
                 if n > 0 {
-                    eprintln!(
-                        "gputrace: detached {n} probes from {} (no process maps it any more)",
+                    crate::say!(
+                        "detached {n} probes from {} (no process maps it any more)",
                         path.as_deref().map(shown).unwrap_or_default()
                     );
                 }

@@ -22,7 +22,7 @@ use crate::model::Event;
 use crate::model::ProcessInfo;
 
 /// How long an exited process's state is kept for its last calls.
-pub const GONE_AFTER: Duration = Duration::from_secs(2);
+pub(super) const GONE_AFTER: Duration = Duration::from_secs(2);
 
 struct Known {
     start_ticks: Option<u64>,

@@ -19,7 +19,7 @@ use crate::session::DRAIN_EVERY;
 
 /// How a session is run.
 #[derive(Clone, Debug)]
-pub struct RunOptions {
+pub(crate) struct RunOptions {
     /// Stop after this long. One too long for the clock to count (say
     /// `9223372036854775807s`) is no deadline at all.
     pub deadline: Option<Duration>,
@@ -29,7 +29,7 @@ pub struct RunOptions {
 
 /// Records decoded per bite of the ring buffer before the loop looks at
 /// its other sources again (a few milliseconds of work).
-pub const BITE: usize = 4096;
+pub(super) const BITE: usize = 4096;
 
 /// SIGINT and SIGTERM, caught from the moment they are installed: before
 /// the `attached` line, so a script that signals as soon as it reads that
@@ -54,7 +54,7 @@ const LONGEST_SLEEP: Duration = Duration::from_secs(86400);
 
 /// Why tracing stopped.
 #[derive(Debug)]
-pub enum Stop {
+pub(crate) enum Stop {
     Deadline,
     /// SIGINT or SIGTERM (named).
     Signal(&'static str),
@@ -68,7 +68,11 @@ pub enum Stop {
 impl Session {
     /// Runs until one of the [`Stop`] reasons; events go to `sink`. The
     /// caller then calls [`Session::stop`].
-    pub async fn run<S: Sink + ?Sized>(&mut self, sink: &mut S, opts: &RunOptions) -> Result<Stop> {
+    pub(crate) async fn run<S: Sink + ?Sized>(
+        &mut self,
+        sink: &mut S,
+        opts: &RunOptions,
+    ) -> Result<Stop> {
         let Signals {
             int: mut sigint,
             term: mut sigterm,

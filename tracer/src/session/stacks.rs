@@ -42,8 +42,8 @@ pub(super) fn is_stack_record(bytes: &[u8]) -> bool {
 /// end at the uretprobe trampoline): said once.
 pub(super) fn settings(req: &StackRequest) -> Result<StackSettings> {
     let kernel = kernel_offsets().unwrap_or_else(|e| {
-        eprintln!(
-            "gputrace: --stacks: cannot read the kernel's BTF ({e}): native frames only, no Python frames"
+        crate::say!(
+            "--stacks: cannot read the kernel's BTF ({e}): native frames only, no Python frames"
         );
         KernelOffsets {
             fsbase: None,
@@ -119,7 +119,7 @@ impl SessionStacks {
                 self.deferred.push((pid, tries - 1));
             }
             Ok(false) => {}
-            Err(why) => eprintln!("gputrace: process {pid}: no Python frames in its stacks: {why}"),
+            Err(why) => crate::say!("process {pid}: no Python frames in its stacks: {why}"),
         }
     }
 

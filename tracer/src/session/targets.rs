@@ -13,7 +13,7 @@ use crate::host::spawn::GatedChild;
 
 /// What to trace.
 #[derive(Clone, Debug, Default)]
-pub struct TargetSpec {
+pub(crate) struct TargetSpec {
     pub pids: Vec<u32>,
     pub all: bool,
     pub cmd: Vec<String>,
@@ -35,7 +35,7 @@ pub struct TargetSpec {
 
 /// What `--stacks` asks for (checked against the kernel in `Session::start`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StackRequest {
+pub(crate) struct StackRequest {
     /// One launch in `every` gets a stack.
     pub every: u32,
     /// Bytes of user stack copied (`None`: the default).
@@ -67,7 +67,7 @@ fn check_pid(pid: u32) -> Result<()> {
 }
 
 /// Checks the arguments and privileges, before anything else is done.
-pub fn preflight(spec: &TargetSpec) -> Result<()> {
+pub(crate) fn preflight(spec: &TargetSpec) -> Result<()> {
     validate(spec)?;
     privileges::check().map_err(Failure::runtime)?;
     for pid in &spec.pids {

@@ -19,7 +19,7 @@
 //! - [`table`]: stacks as the outputs show them: frame strings, interning,
 //!   call sites, folded lines.
 
-pub mod elf;
+pub(crate) mod elf;
 pub mod kernel;
 pub mod memory;
 pub mod merge;
@@ -28,6 +28,6 @@ pub mod python;
 pub mod record;
 pub mod resolve;
 pub mod settings;
-pub mod sites;
-pub mod symbols;
-pub mod table;
+pub(crate) mod sites;
+pub(crate) mod symbols;
+pub(crate) mod table;

@@ -13,12 +13,12 @@ use crate::stacks::table::call_site;
 /// Distinct call sites kept per API; calls from sites beyond are counted
 /// under [`OTHER_SITES`] (a program calling from ever new places, such as
 /// code generated at run time, must not grow the summary without bound).
-pub const MAX_SITES_PER_API: usize = 1000;
+pub(crate) const MAX_SITES_PER_API: usize = 1000;
 /// Where calls from sites past the bound are counted.
-pub const OTHER_SITES: &str = "(other call sites)";
+pub(crate) const OTHER_SITES: &str = "(other call sites)";
 /// The site of a stack with no user frame (every frame in NVIDIA's
 /// libraries, or the unwind stopped inside them).
-pub const UNKNOWN_SITE: &str = "(no user frame)";
+pub(crate) const UNKNOWN_SITE: &str = "(no user frame)";
 
 /// One call site's calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -87,7 +87,7 @@ impl SymbolTable {
 /// demangled without parameter lists or return types (a stack of libtorch
 /// frames with full template parameters is unreadable, and the parameters
 /// rarely tell two frames of one stack apart); anything else as it is.
-pub fn demangle(raw: &str) -> String {
+pub(crate) fn demangle(raw: &str) -> String {
     if let Ok(d) = rustc_demangle::try_demangle(raw) {
         // `{:#}` drops the hash suffix of legacy Rust names.
         return format!("{d:#}");

@@ -43,7 +43,7 @@ fn location(frame: &str) -> Option<&str> {
 
 /// A Python frame: `function (path:line)`, or `function (file.py)` when
 /// the instruction has no line. Library names never end in `:digits`.
-pub fn is_python_frame(frame: &str) -> bool {
+pub(crate) fn is_python_frame(frame: &str) -> bool {
     location(frame).is_some_and(|loc| {
         loc.ends_with(".py")
             || loc
@@ -53,13 +53,13 @@ pub fn is_python_frame(frame: &str) -> bool {
 }
 
 /// A native frame in one of NVIDIA's libraries.
-pub fn is_gpu_library_frame(frame: &str) -> bool {
+pub(crate) fn is_gpu_library_frame(frame: &str) -> bool {
     location(frame).is_some_and(|lib| GPU_LIBRARY_PREFIXES.iter().any(|p| lib.starts_with(p)))
 }
 
 /// The innermost user frame: the innermost Python frame if there is one,
 /// else the innermost native frame outside NVIDIA's libraries.
-pub fn call_site<S: AsRef<str>>(frames: &[S]) -> Option<&str> {
+pub(crate) fn call_site<S: AsRef<str>>(frames: &[S]) -> Option<&str> {
     let frames = || frames.iter().map(AsRef::as_ref);
     frames()
         .find(|f| is_python_frame(f))
@@ -68,7 +68,7 @@ pub fn call_site<S: AsRef<str>>(frames: &[S]) -> Option<&str> {
 
 /// One line of the folded format (flamegraph.pl, inferno, speedscope):
 /// frames outermost first joined by `;`, a space, the weight.
-pub fn folded_line<S: AsRef<str>>(frames: &[S], weight: u64) -> String {
+pub(crate) fn folded_line<S: AsRef<str>>(frames: &[S], weight: u64) -> String {
     let mut line = String::new();
     for (i, f) in frames.iter().rev().enumerate() {
         if i > 0 {
@@ -122,17 +122,17 @@ impl FoldedStacks {
 
 /// Interns stacks: the same frames get the same [`CallStack`].
 #[derive(Default)]
-pub struct StackTable {
+pub(crate) struct StackTable {
     by_frames: HashMap<Frames, Arc<CallStack>>,
 }
 
 impl StackTable {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// The stack with these frames, made the first time they are seen.
-    pub fn intern(&mut self, frames: Vec<Arc<str>>) -> Arc<CallStack> {
+    pub(crate) fn intern(&mut self, frames: Vec<Arc<str>>) -> Arc<CallStack> {
         let frames: Frames = frames.into();
         if let Some(s) = self.by_frames.get(&frames) {
             return s.clone();
@@ -146,12 +146,8 @@ impl StackTable {
     }
 
     /// Distinct stacks held.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.by_frames.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_frames.is_empty()
     }
 }
 

@@ -3,7 +3,7 @@
 //! NCCL by operation and communicator, and events lost. The live run and
 //! `gputrace stats FILE` feed the same [`Summary`] with the same calls.
 
-pub mod histogram;
+pub(crate) mod histogram;
 pub mod render;
 
 use std::collections::BTreeMap;

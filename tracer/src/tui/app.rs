@@ -5,18 +5,15 @@
 use crate::tui::gpu::GpuStatus;
 use crate::tui::model::settled_sec;
 use crate::tui::model::Model;
-pub use crate::tui::snapshot::detail;
-pub use crate::tui::snapshot::process_rows;
-pub use crate::tui::snapshot::ApiRow;
-pub use crate::tui::snapshot::Detail;
-pub use crate::tui::snapshot::KernelRow;
-pub use crate::tui::snapshot::NcclRow;
-pub use crate::tui::snapshot::ProcessRow;
-pub use crate::tui::snapshot::Snapshot;
+pub(crate) use crate::tui::snapshot::detail;
+pub(crate) use crate::tui::snapshot::process_rows;
+pub(crate) use crate::tui::snapshot::ApiRow;
+pub(crate) use crate::tui::snapshot::ProcessRow;
+pub(crate) use crate::tui::snapshot::Snapshot;
 
 /// What a key (or the clock) asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     Up,
     Down,
     PageUp,
@@ -41,7 +38,7 @@ pub enum Action {
 
 /// Which table has the keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pane {
+pub(crate) enum Pane {
     Processes,
     Apis,
     Kernels,
@@ -70,7 +67,7 @@ impl Pane {
 
 /// Process table columns, in the order `s` cycles through them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProcessSort {
+pub(crate) enum ProcessSort {
     Launches,
     Copies,
     HtoD,
@@ -111,7 +108,7 @@ impl ProcessSort {
 
 /// Latency table columns, in the order `s` cycles through them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ApiSort {
+pub(crate) enum ApiSort {
     Calls,
     P50,
     P95,
@@ -135,7 +132,7 @@ impl ApiSort {
 
 /// What is being traced, for the title line.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Scope {
+pub(crate) struct Scope {
     /// `every process` or `PID 12, 34`.
     pub what: String,
     pub probes: usize,
@@ -144,7 +141,7 @@ pub struct Scope {
 }
 
 #[derive(Debug)]
-pub struct App {
+pub(crate) struct App {
     pub model: Model,
     pub snapshot: Snapshot,
     pub scope: Scope,
@@ -171,7 +168,7 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(scope: Scope, gpus: GpuStatus, window_secs: u64) -> Self {
+    pub(crate) fn new(scope: Scope, gpus: GpuStatus, window_secs: u64) -> Self {
         Self {
             model: Model::default(),
             snapshot: Snapshot::default(),
@@ -195,7 +192,7 @@ impl App {
     }
 
     /// Takes a new snapshot of the model at `now_ns` (unless paused).
-    pub fn refresh(&mut self, now_ns: u64, clock: String) {
+    pub(crate) fn refresh(&mut self, now_ns: u64, clock: String) {
         if self.paused {
             return;
         }
@@ -217,7 +214,7 @@ impl App {
     }
 
     /// The process rows the table shows: filtered, sorted.
-    pub fn visible_rows(&self) -> Vec<&ProcessRow> {
+    pub(crate) fn visible_rows(&self) -> Vec<&ProcessRow> {
         let needle = self.filter.to_lowercase();
         let mut rows: Vec<&ProcessRow> = self
             .snapshot
@@ -255,7 +252,7 @@ impl App {
     }
 
     /// The latency rows of the detail, sorted.
-    pub fn api_rows(&self) -> Vec<&ApiRow> {
+    pub(crate) fn api_rows(&self) -> Vec<&ApiRow> {
         let Some(d) = &self.snapshot.detail else {
             return Vec::new();
         };
@@ -330,7 +327,7 @@ impl App {
         }
     }
 
-    pub fn apply(&mut self, action: Action) {
+    pub(crate) fn apply(&mut self, action: Action) {
         match action {
             Action::Up => self.step(-1),
             Action::Down => self.step(1),

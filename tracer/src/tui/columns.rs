@@ -8,7 +8,7 @@ use crate::tui::app::ProcessSort;
 use crate::units::fmt_ns;
 
 /// `15.0k`, `1.50M`, `950`, `2.5`: at most 5 characters.
-pub fn fmt_rate(x: f64) -> String {
+pub(super) fn fmt_rate(x: f64) -> String {
     let x = x.max(0.0);
     let three = |v: f64, unit: &str| {
         if v < 9.995 {
@@ -35,7 +35,7 @@ pub fn fmt_rate(x: f64) -> String {
 }
 
 /// `9.00Ki`, `13.4Mi`, `512`: binary units, at most 6 characters.
-pub fn fmt_bytes_short(b: f64) -> String {
+pub(super) fn fmt_bytes_short(b: f64) -> String {
     const UNITS: [&str; 5] = ["Ki", "Mi", "Gi", "Ti", "Pi"];
     let b = b.max(0.0);
     if b < 1023.5 {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use nvml_wrapper::Nvml;
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct GpuStat {
+pub(crate) struct GpuStat {
     pub index: u32,
     pub name: String,
     /// Percent of time a kernel ran over NVML's last sample period.
@@ -22,7 +22,7 @@ pub struct GpuStat {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum GpuStatus {
+pub(crate) enum GpuStatus {
     /// Not read yet.
     Pending,
     /// NVML could not be used: why.
@@ -70,13 +70,13 @@ fn read(nvml: &Nvml) -> GpuStatus {
 }
 
 /// The latest reading, refreshed every interval by a thread.
-pub struct GpuMonitor {
+pub(crate) struct GpuMonitor {
     latest: Arc<Mutex<GpuStatus>>,
     stop: Arc<AtomicBool>,
 }
 
 impl GpuMonitor {
-    pub fn start(interval: Duration) -> Self {
+    pub(crate) fn start(interval: Duration) -> Self {
         let latest = Arc::new(Mutex::new(GpuStatus::Pending));
         let stop = Arc::new(AtomicBool::new(false));
         let (l, s) = (latest.clone(), stop.clone());
@@ -100,7 +100,7 @@ impl GpuMonitor {
         Self { latest, stop }
     }
 
-    pub fn latest(&self) -> GpuStatus {
+    pub(crate) fn latest(&self) -> GpuStatus {
         self.latest
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -5,7 +5,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crate::tui::app::Action;
 use crate::tui::app::App;
 
-pub fn action_for(key: &KeyEvent, app: &App) -> Option<Action> {
+pub(crate) fn action_for(key: &KeyEvent, app: &App) -> Option<Action> {
     if key.kind == KeyEventKind::Release {
         return None;
     }

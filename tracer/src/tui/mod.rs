@@ -3,18 +3,18 @@
 //! the drawing, the keys, the terminal, and the GPUs' own figures (NVML).
 //! The command and its loop are `commands::top`.
 
-pub mod app;
+pub(crate) mod app;
 mod columns;
 #[cfg(test)]
 mod fixtures;
 #[cfg(test)]
 mod frames;
-pub mod gpu;
-pub mod input;
-pub mod model;
-pub mod snapshot;
-pub mod terminal;
-pub mod view;
+pub(crate) mod gpu;
+pub(crate) mod input;
+pub(crate) mod model;
+pub(crate) mod snapshot;
+pub(crate) mod terminal;
+pub(crate) mod view;
 
 use crate::model::sink::Sink;
 use crate::model::sink::Status;
@@ -22,7 +22,7 @@ use crate::model::Event;
 use model::Model;
 
 /// The model as a sink, for one bite of events at `now_ns`.
-pub struct ModelSink<'a> {
+pub(crate) struct ModelSink<'a> {
     pub model: &'a mut Model,
     pub now_ns: u64,
     /// gputrace's own name: its calibration helper maps libcuda and is not

@@ -13,18 +13,18 @@ use crate::summary::ProcessSummary;
 
 const NS: u64 = 1_000_000_000;
 /// Per-second summaries (with histograms) kept for the latency window.
-pub const DETAIL_SECS: u64 = 30;
+pub(crate) const DETAIL_SECS: u64 = 30;
 /// Per-second totals kept for rates and charts.
-pub const HISTORY_SECS: u64 = 600;
+pub(crate) const HISTORY_SECS: u64 = 600;
 /// A second counts as complete this long after it ended: calls are
 /// recorded when they return and reach us through the ring buffer.
-pub const SETTLE_NS: u64 = 300_000_000;
+pub(crate) const SETTLE_NS: u64 = 300_000_000;
 /// An exited process stays on screen (marked) this long after its exit
 /// was noticed.
-pub const EXIT_GRACE_NS: u64 = 10 * NS;
+pub(crate) const EXIT_GRACE_NS: u64 = 10 * NS;
 
 /// Host calls that wait for the GPU (sync wait share).
-pub fn waits_for_gpu(api: &str) -> bool {
+pub(crate) fn waits_for_gpu(api: &str) -> bool {
     matches!(
         api,
         "cuStreamSynchronize"
@@ -36,7 +36,7 @@ pub fn waits_for_gpu(api: &str) -> bool {
 
 /// The counts of one or more seconds of one process.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Totals {
+pub(crate) struct Totals {
     pub calls: u64,
     /// Kernels run: launched directly (any cuLaunchKernel*, captured ones
     /// excluded) or as nodes of graph launches; a launch of a graph whose
@@ -54,7 +54,7 @@ pub struct Totals {
 
 impl Totals {
     /// The counts of a summary of calls.
-    pub fn of(s: &ProcessSummary) -> Totals {
+    pub(crate) fn of(s: &ProcessSummary) -> Totals {
         let mut t = Totals {
             calls: s.events,
             launches: s.kernels.values().map(|k| k.runs()).sum::<u64>() + s.graphs.opaque,
@@ -76,7 +76,7 @@ impl Totals {
         t
     }
 
-    pub fn add(&mut self, o: &Totals) {
+    pub(crate) fn add(&mut self, o: &Totals) {
         self.calls += o.calls;
         self.launches += o.launches;
         self.copies += o.copies;
@@ -89,7 +89,7 @@ impl Totals {
     }
 
     /// Per second, over `secs` seconds.
-    pub fn per_sec(&self, secs: u64) -> Rates {
+    pub(crate) fn per_sec(&self, secs: u64) -> Rates {
         let s = secs.max(1) as f64;
         Rates {
             calls: self.calls as f64 / s,
@@ -105,7 +105,7 @@ impl Totals {
 
 /// [`Totals`] per second.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Rates {
+pub(crate) struct Rates {
     pub calls: f64,
     pub launches: f64,
     pub copies: f64,
@@ -118,18 +118,14 @@ pub struct Rates {
 }
 
 impl Rates {
-    pub fn bytes(&self, d: Direction) -> f64 {
+    pub(crate) fn bytes(&self, d: Direction) -> f64 {
         self.copy_bytes[d as usize]
-    }
-
-    pub fn all_copy_bytes(&self) -> f64 {
-        self.copy_bytes.iter().sum()
     }
 }
 
 /// One process as `top` has seen it.
 #[derive(Debug)]
-pub struct ProcessActivity {
+pub(crate) struct ProcessActivity {
     pub pid: u32,
     pub comm: String,
     /// Per-second summaries, oldest first, by Unix second.
@@ -151,7 +147,7 @@ pub struct ProcessActivity {
 }
 
 impl ProcessActivity {
-    pub fn new(pid: u32, comm: String, now_ns: u64) -> Self {
+    pub(crate) fn new(pid: u32, comm: String, now_ns: u64) -> Self {
         Self {
             pid,
             comm,
@@ -224,18 +220,18 @@ impl ProcessActivity {
     }
 
     /// (rank, nranks) of a communicator whose init this process was seen to call.
-    pub fn comm_ranks(&self, comm: u64) -> Option<(Option<i64>, i64)> {
+    pub(crate) fn comm_ranks(&self, comm: u64) -> Option<(Option<i64>, i64)> {
         self.comms.get(&comm).map(|(n, r)| (*r, *n))
     }
 
     /// How many of the `secs` seconds before `end` the process was seen
     /// in (a process that appeared 3 s ago has a 3 s window), at least 1.
-    pub fn covered(&self, end: u64, secs: u64) -> u64 {
+    pub(crate) fn covered(&self, end: u64, secs: u64) -> u64 {
         secs.min(end.saturating_sub(self.first_sec)).max(1)
     }
 
     /// The totals of the `secs` complete seconds before `end`.
-    pub fn totals(&self, end: u64, secs: u64) -> Totals {
+    pub(crate) fn totals(&self, end: u64, secs: u64) -> Totals {
         let mut t = Totals::default();
         for (s, x) in self.history.iter().rev() {
             if *s >= end {
@@ -250,7 +246,7 @@ impl ProcessActivity {
     }
 
     /// The calls of the `secs` complete seconds before `end`, merged.
-    pub fn window(&self, end: u64, secs: u64) -> ProcessSummary {
+    pub(crate) fn window(&self, end: u64, secs: u64) -> ProcessSummary {
         let mut w = ProcessSummary::default();
         w.pid = self.pid;
         w.comm = self.comm.clone();
@@ -264,7 +260,7 @@ impl ProcessActivity {
 
     /// One value per second for the `len` seconds before `end` (0 where
     /// nothing happened), oldest first.
-    pub fn series(&self, end: u64, len: u64, f: impl Fn(&Totals) -> u64) -> Vec<u64> {
+    pub(crate) fn series(&self, end: u64, len: u64, f: impl Fn(&Totals) -> u64) -> Vec<u64> {
         let start = end.saturating_sub(len);
         let mut out = vec![0; (end - start) as usize];
         for (s, x) in &self.history {
@@ -277,13 +273,13 @@ impl ProcessActivity {
 }
 
 /// The last complete second at `now_ns`, exclusive: seconds before it are complete.
-pub fn settled_sec(now_ns: u64) -> u64 {
+pub(crate) fn settled_sec(now_ns: u64) -> u64 {
     now_ns.saturating_sub(SETTLE_NS) / NS
 }
 
 /// Every process `top` shows, and the tracer's own state.
 #[derive(Debug, Default)]
-pub struct Model {
+pub(crate) struct Model {
     pub processes: BTreeMap<u32, ProcessActivity>,
     /// Calls not recorded, all processes.
     pub lost: u64,
@@ -300,7 +296,7 @@ pub struct Model {
 impl Model {
     /// Counts a call. A call of an exited process is one it made before
     /// it exited (a new process with its PID is seen first).
-    pub fn record(&mut self, c: &Call, device_bytes: Option<u64>, now_ns: u64) {
+    pub(crate) fn record(&mut self, c: &Call, device_bytes: Option<u64>, now_ns: u64) {
         let p = self
             .processes
             .entry(c.pid)
@@ -313,7 +309,7 @@ impl Model {
 
     /// Shows a process the session saw (it may have made no call yet); a
     /// PID seen again after its process exited is a new process.
-    pub fn seen(&mut self, pid: u32, comm: &str, now_ns: u64) {
+    pub(crate) fn seen(&mut self, pid: u32, comm: &str, now_ns: u64) {
         match self.processes.get_mut(&pid) {
             Some(p) if p.exited_at_ns.is_none() => {}
             _ => {
@@ -324,7 +320,7 @@ impl Model {
     }
 
     /// A stall said by the session.
-    pub fn nccl_stall(&mut self, s: &crate::model::nccl::NcclStall) {
+    pub(crate) fn nccl_stall(&mut self, s: &crate::model::nccl::NcclStall) {
         use crate::model::nccl::NcclStall;
         let key = match s {
             NcclStall::Collective { stall, .. } => (stall.comm_id, stall.func.name(), stall.seq),
@@ -335,12 +331,12 @@ impl Model {
     }
 
     /// A collective stall is over.
-    pub fn nccl_stall_over(&mut self, e: &crate::model::nccl::StallEnded) {
+    pub(crate) fn nccl_stall_over(&mut self, e: &crate::model::nccl::StallEnded) {
         self.nccl_stalls.remove(&(e.comm_id, e.func.name(), e.seq));
     }
 
     /// Marks a process the session says is gone (exited at `exited_ns`).
-    pub fn gone(&mut self, pid: u32, exited_ns: u64) {
+    pub(crate) fn gone(&mut self, pid: u32, exited_ns: u64) {
         self.nccl_stalls
             .retain(|k, _| k.1 != "stuck" || k.0 != u64::from(pid));
         if let Some(p) = self.processes.get_mut(&pid) {
@@ -348,7 +344,7 @@ impl Model {
         }
     }
 
-    pub fn set_lost(&mut self, by_pid: &[(u32, u64)]) {
+    pub(crate) fn set_lost(&mut self, by_pid: &[(u32, u64)]) {
         for (pid, n) in by_pid {
             if let Some(p) = self.processes.get_mut(pid) {
                 p.lost = *n;
@@ -358,7 +354,7 @@ impl Model {
 
     /// Moves complete seconds into the history, and takes exited
     /// processes off the screen [`EXIT_GRACE_NS`] after they exited.
-    pub fn advance(&mut self, now_ns: u64) {
+    pub(crate) fn advance(&mut self, now_ns: u64) {
         let settled = settled_sec(now_ns);
         for p in self.processes.values_mut() {
             p.advance(settled);

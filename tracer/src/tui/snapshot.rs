@@ -15,7 +15,7 @@ use crate::tui::model::HISTORY_SECS;
 
 /// One row of the process table.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ProcessRow {
+pub(crate) struct ProcessRow {
     pub pid: u32,
     pub comm: String,
     pub rates: Rates,
@@ -26,7 +26,7 @@ pub struct ProcessRow {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct ApiRow {
+pub(crate) struct ApiRow {
     pub name: &'static str,
     pub calls_per_s: f64,
     pub failed: u64,
@@ -42,7 +42,7 @@ pub struct ApiRow {
 
 /// One call site of an API (`top --stacks`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct SiteRow {
+pub(crate) struct SiteRow {
     pub site: String,
     pub calls_per_s: f64,
     /// Share of the API's host time in calls with a stack.
@@ -50,10 +50,10 @@ pub struct SiteRow {
 }
 
 /// Call sites shown per API.
-pub const SITES_SHOWN: usize = 5;
+pub(crate) const SITES_SHOWN: usize = 5;
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct KernelRow {
+pub(crate) struct KernelRow {
     pub name: Option<Arc<str>>,
     /// Runs per second, direct and through graphs.
     pub per_s: f64,
@@ -65,7 +65,7 @@ pub struct KernelRow {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct NcclRow {
+pub(crate) struct NcclRow {
     pub op: NcclOp,
     pub comm: u64,
     /// (rank, nranks) from the communicator's init call, when traced.
@@ -77,7 +77,7 @@ pub struct NcclRow {
 
 /// The selected process in detail.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Detail {
+pub(crate) struct Detail {
     pub pid: u32,
     pub comm: String,
     pub apis: Vec<ApiRow>,
@@ -91,7 +91,7 @@ pub struct Detail {
 
 /// The numbers on screen, as of one refresh.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// The end (exclusive, Unix seconds) of the windows.
     pub end_sec: u64,
     pub rows: Vec<ProcessRow>,
@@ -100,7 +100,7 @@ pub struct Snapshot {
 
 /// The process table's rows at `end` (exclusive, Unix seconds), rates over
 /// `window_secs`.
-pub fn process_rows(model: &Model, end: u64, window_secs: u64) -> Vec<ProcessRow> {
+pub(crate) fn process_rows(model: &Model, end: u64, window_secs: u64) -> Vec<ProcessRow> {
     model
         .processes
         .values()
@@ -132,7 +132,7 @@ fn site_rows(sites: &CallSites, api: &str, secs: f64) -> Vec<SiteRow> {
         .collect()
 }
 
-pub fn detail(p: &ProcessActivity, end: u64) -> Detail {
+pub(crate) fn detail(p: &ProcessActivity, end: u64) -> Detail {
     let covered = p.covered(end, DETAIL_WINDOW_SECS);
     let w = p.window(end, covered);
     let secs = covered as f64;
@@ -197,4 +197,4 @@ pub fn detail(p: &ProcessActivity, end: u64) -> Detail {
 }
 
 /// The latency, kernel and NCCL tables cover this many seconds.
-pub const DETAIL_WINDOW_SECS: u64 = 10;
+pub(crate) const DETAIL_WINDOW_SECS: u64 = 10;

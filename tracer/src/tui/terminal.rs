@@ -20,7 +20,7 @@ use ratatui::Terminal;
 static SAVED_STDERR: AtomicI32 = AtomicI32::new(-1);
 
 /// Puts the terminal back as the shell had it.
-pub fn restore() {
+pub(crate) fn restore() {
     let _ = disable_raw_mode();
     let _ = execute!(std::io::stdout(), LeaveAlternateScreen, Show);
 }
@@ -49,12 +49,12 @@ fn install_panic_hook() {
 }
 
 /// The terminal in raw mode on the alternate screen; dropping it restores both.
-pub struct Screen {
+pub(crate) struct Screen {
     pub terminal: Terminal<CrosstermBackend<Stdout>>,
 }
 
 impl Screen {
-    pub fn enter() -> std::io::Result<Screen> {
+    pub(crate) fn enter() -> std::io::Result<Screen> {
         install_panic_hook();
         enable_raw_mode()?;
         let guard = Restore;
@@ -82,13 +82,13 @@ impl Drop for Restore {
 
 /// Whatever is written to stderr (by gputrace or a child) while the screen
 /// is up, line by line; the real stderr comes back on drop.
-pub struct StderrCapture {
+pub(crate) struct StderrCapture {
     lines: mpsc::Receiver<String>,
     pub seen: Vec<String>,
 }
 
 impl StderrCapture {
-    pub fn start() -> std::io::Result<StderrCapture> {
+    pub(crate) fn start() -> std::io::Result<StderrCapture> {
         let mut fds = [0i32; 2];
         // SAFETY: `fds` has room for the two descriptors pipe2 writes.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -128,7 +128,7 @@ impl StderrCapture {
     }
 
     /// The newest line written since the last call, if any.
-    pub fn latest(&mut self) -> Option<String> {
+    pub(crate) fn latest(&mut self) -> Option<String> {
         let before = self.seen.len();
         self.seen.extend(self.lines.try_iter());
         (self.seen.len() > before)
@@ -143,7 +143,7 @@ impl Drop for StderrCapture {
         // Say again, where it can be read, what was said meanwhile.
         self.seen.extend(self.lines.try_iter());
         for line in self.seen.iter().rev().take(20).rev() {
-            eprintln!("{line}");
+            crate::log::say_raw(format_args!("{line}"));
         }
     }
 }

@@ -24,7 +24,7 @@ const TITLE: Style = Style::new().add_modifier(Modifier::BOLD);
 const HEADER: Style = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
 const DIM: Style = Style::new().fg(Color::DarkGray);
 
-pub fn draw(frame: &mut Frame, app: &App) {
+pub(crate) fn draw(frame: &mut Frame, app: &App) {
     let area = frame.area();
     let gpu_lines = gpu_lines(app);
     let gpu_h = (gpu_lines.len() as u16).min((area.height / 4).max(1));

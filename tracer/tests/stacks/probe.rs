@@ -26,8 +26,8 @@ use tracer_common::EventKind;
 use crate::support::{run, scratch, Fixture};
 
 fn require_root() {
-    // SAFETY: geteuid has no preconditions.
     assert_eq!(
+        // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() },
         0,
         "the probe tests load eBPF programs: run them as root (`cargo xtask test`)"
@@ -35,7 +35,7 @@ fn require_root() {
 }
 
 /// The simulator (libraries and stack fixtures) built into `dir`.
-pub fn build_sim(dir: &Path) -> PathBuf {
+pub(crate) fn build_sim(dir: &Path) -> PathBuf {
     let sim = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/sim");
     let out = dir.join("sim");
     run(Command::new("make")

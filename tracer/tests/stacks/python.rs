@@ -1,3 +1,5 @@
+#![allow(clippy::print_stderr)] // tests say what they measured
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -19,7 +21,7 @@ use crate::support::{fixture, run, scratch, stop_and_copy, Fixture};
 /// The CPython interpreters to test: the system's and pyenv's (3.10 to
 /// 3.13 where installed; this machine's image has 3.11 for sure). At least
 /// one must exist.
-pub fn interpreters() -> Vec<PathBuf> {
+pub(crate) fn interpreters() -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     for p in ["/usr/bin/python3"] {
         if Path::new(p).exists() {
@@ -47,7 +49,7 @@ pub fn interpreters() -> Vec<PathBuf> {
     out
 }
 
-pub fn minor_of(python: &Path) -> u8 {
+pub(crate) fn minor_of(python: &Path) -> u8 {
     let out = Command::new(python)
         .args(["-c", "import sys; print(sys.version_info[1])"])
         .output()

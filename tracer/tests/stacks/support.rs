@@ -7,21 +7,21 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-pub fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/stacks/fixtures")
         .join(name)
 }
 
 /// A fresh scratch directory for one test.
-pub fn scratch(test: &str) -> PathBuf {
+pub(crate) fn scratch(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gputrace-stacks-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("creating a scratch directory");
     dir
 }
 
-pub fn run(cmd: &mut Command) {
+pub(crate) fn run(cmd: &mut Command) {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
@@ -34,7 +34,7 @@ pub fn run(cmd: &mut Command) {
 
 /// A child process killed when dropped (a failed assertion must not leave a
 /// spinning fixture behind).
-pub struct Fixture(pub Child);
+pub(crate) struct Fixture(pub Child);
 
 impl Drop for Fixture {
     fn drop(&mut self) {
@@ -45,7 +45,7 @@ impl Drop for Fixture {
 
 impl Fixture {
     /// Starts `cmd` with piped stdin/stdout and waits for the line `ready`.
-    pub fn start(cmd: &mut Command) -> Self {
+    pub(crate) fn start(cmd: &mut Command) -> Self {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -61,13 +61,13 @@ impl Fixture {
         Fixture(child)
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.0.id()
     }
 }
 
 /// The registers and stack of one thread, stopped until this is dropped.
-pub struct Stopped {
+pub(crate) struct Stopped {
     tid: u32,
     pub regs: libc::user_regs_struct,
     /// Bytes from `regs.rsp` up to the end of the stack mapping (at most
@@ -80,7 +80,7 @@ pub struct Stopped {
 /// stopped until the result is dropped.
 /// `ready(regs)` may refuse a stop (the thread was not where the test wants
 /// it yet): then it runs a little and is stopped again, up to 100 times.
-pub fn stop_and_copy(
+pub(crate) fn stop_and_copy(
     pid: u32,
     tid: u32,
     max: usize,

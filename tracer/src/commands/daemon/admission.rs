@@ -21,15 +21,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// Connections open at once, in all.
-pub const MAX_CONNECTIONS: usize = 256;
+pub(super) const MAX_CONNECTIONS: usize = 256;
 /// Connections open at once from one address.
-pub const MAX_PER_PEER: usize = 128;
+pub(super) const MAX_PER_PEER: usize = 128;
 /// A connection without a request in flight for this long is closed.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A response in flight this long may be cut for a newcomer.
-pub const SLOW_RESPONSE: Duration = Duration::from_secs(1);
+pub(super) const SLOW_RESPONSE: Duration = Duration::from_secs(1);
 /// A response not sent within this is cut.
-pub const RESPONSE_LIMIT: Duration = Duration::from_secs(30);
+pub(super) const RESPONSE_LIMIT: Duration = Duration::from_secs(30);
 
 /// One open connection.
 struct Conn {
@@ -57,7 +57,7 @@ impl Conn {
 }
 
 /// What a connection holds on to: its id, its close signal, its flag.
-pub struct Admitted {
+pub(super) struct Admitted {
     pub id: u64,
     pub close: Arc<Notify>,
     pub heard: Arc<AtomicBool>,
@@ -74,7 +74,7 @@ struct Inner {
 /// The connections open now (shared by the accept loop, the connections'
 /// tasks and the sweep).
 #[derive(Clone, Default)]
-pub struct Admission {
+pub(super) struct Admission {
     inner: Arc<Mutex<Inner>>,
 }
 
@@ -115,7 +115,7 @@ impl Admission {
 
     /// Lets a new connection from `peer` in, closing another to make room
     /// if a limit is reached; `None` if there is no room to make.
-    pub fn admit(&self, peer: IpAddr) -> Option<Admitted> {
+    pub(super) fn admit(&self, peer: IpAddr) -> Option<Admitted> {
         let now = Instant::now();
         let mut t = self.lock();
         if t.per_peer.get(&peer).copied().unwrap_or(0) >= MAX_PER_PEER {
@@ -149,7 +149,7 @@ impl Admission {
     }
 
     /// A request of `id` is being answered.
-    pub fn begin(&self, id: u64) {
+    pub(super) fn begin(&self, id: u64) {
         if let Some(c) = self.lock().conns.get_mut(&id) {
             c.idle_since = None;
             c.busy_since = Instant::now();
@@ -158,7 +158,7 @@ impl Admission {
 
     /// The answer of `id` is written (or dropped): idle again, waiting for
     /// a new request.
-    pub fn end(&self, id: u64) {
+    pub(super) fn end(&self, id: u64) {
         if let Some(c) = self.lock().conns.get_mut(&id) {
             c.idle_since = Some(Instant::now());
             c.heard.store(false, Ordering::Relaxed);
@@ -166,12 +166,12 @@ impl Admission {
     }
 
     /// The connection `id` has ended.
-    pub fn left(&self, id: u64) {
+    pub(super) fn left(&self, id: u64) {
         self.lock().remove(id);
     }
 
     /// Closes connections idle too long or whose response is overdue.
-    pub fn sweep(&self) {
+    pub(super) fn sweep(&self) {
         let now = Instant::now();
         let mut t = self.lock();
         let overdue: Vec<u64> = t
@@ -192,7 +192,7 @@ impl Admission {
 
     /// (open connections, connections closed to make room so far).
     #[cfg(test)]
-    pub fn counts(&self) -> (usize, u64) {
+    pub(super) fn counts(&self) -> (usize, u64) {
         let t = self.lock();
         (t.conns.len(), t.evicted)
     }

@@ -35,9 +35,9 @@ use crate::commands::daemon::admission::IDLE_TIMEOUT;
 use crate::outputs::metrics::Cursor;
 use crate::outputs::metrics::Metrics;
 
-pub const HEADER_TIMEOUT: Duration = IDLE_TIMEOUT;
-pub const CONNECTION_LIMIT: Duration = Duration::from_secs(120);
-pub const CHUNK: usize = 64 * 1024;
+pub(super) const HEADER_TIMEOUT: Duration = IDLE_TIMEOUT;
+pub(super) const CONNECTION_LIMIT: Duration = Duration::from_secs(120);
+pub(super) const CHUNK: usize = 64 * 1024;
 /// How often idle connections and overdue responses are looked for.
 const SWEEP_EVERY: Duration = Duration::from_millis(500);
 
@@ -46,16 +46,16 @@ const METRICS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 const PLAIN: &str = "text/plain; charset=utf-8";
 
 /// Says (one line) when the metrics can be reached from the network.
-pub fn warn_if_exposed(addr: SocketAddr) {
+pub(super) fn warn_if_exposed(addr: SocketAddr) {
     if !addr.ip().to_canonical().is_loopback() {
-        eprintln!(
-            "gputrace: WARNING: --listen {addr} is not a loopback address: anyone who can reach it reads the metrics (process ids, commands, kernel names, container and pod ids); restrict it with a firewall or a network policy"
+        crate::say!(
+            "WARNING: --listen {addr} is not a loopback address: anyone who can reach it reads the metrics (process ids, commands, kernel names, container and pod ids); restrict it with a firewall or a network policy"
         );
     }
 }
 
 /// Serves until the task is dropped.
-pub async fn serve(listener: TcpListener, metrics: Arc<Mutex<Metrics>>) {
+pub(super) async fn serve(listener: TcpListener, metrics: Arc<Mutex<Metrics>>) {
     let admission = Admission::default();
     let sweeper = {
         let a = admission.clone();
@@ -74,7 +74,7 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Mutex<Metrics>>) {
             Ok(s) => s,
             Err(e) => {
                 if !accept_error_said {
-                    eprintln!("gputrace: accepting a metrics connection failed: {e} (retrying)");
+                    crate::say!("accepting a metrics connection failed: {e} (retrying)");
                     accept_error_said = true;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -177,7 +177,7 @@ fn tracked(response: Response<Payload>, guard: RequestGuard) -> Response<Reply> 
 }
 
 /// A response body, and the guard that ends its request when dropped.
-pub struct Reply {
+pub(super) struct Reply {
     body: Payload,
     _guard: RequestGuard,
 }
@@ -256,7 +256,7 @@ impl AsyncWrite for Heard {
 }
 
 /// A response body: fixed bytes, or the exposition rendered chunk by chunk.
-pub enum Payload {
+pub(super) enum Payload {
     Fixed(Option<Bytes>),
     Metrics {
         metrics: Arc<Mutex<Metrics>>,

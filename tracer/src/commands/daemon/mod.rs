@@ -34,7 +34,7 @@ use crate::session::TargetSpec;
 /// Rotated timelines are made readable this often.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
-pub fn run(args: DaemonArgs, config: &Config) -> Result<ExitCode> {
+pub(crate) fn run(args: DaemonArgs, config: &Config) -> Result<ExitCode> {
     let spec = TargetSpec {
         all: true,
         stacks: crate::commands::stack_request(&args.stacks),
@@ -98,7 +98,7 @@ fn finish_timelines(args: &DaemonArgs, timelines: Option<TimelineSink<RotatingTi
                 .output_dir
                 .as_deref()
                 .unwrap_or(std::path::Path::new(""));
-            eprintln!("gputrace: finishing the timeline in {}: {e}", dir.display());
+            crate::say!("finishing the timeline in {}: {e}", dir.display());
         }
     }
 }
@@ -129,10 +129,10 @@ async fn daemon(
     // The processes found at the start, and the gauges, before the first scrape.
     session.maintain(&mut (&mut sink, &mut *timelines));
     let server = tokio::spawn(http::serve(listener, metrics));
-    eprintln!("gputrace: serving metrics at http://{addr}/metrics");
+    crate::say!("serving metrics at http://{addr}/metrics");
     if let Some(t) = &timelines {
-        eprintln!(
-            "gputrace: {} ({} files of {} MB at most)",
+        crate::say!(
+            "{} ({} files of {} MB at most)",
             t.what(),
             args.max_files,
             args.max_file_mb
@@ -156,8 +156,8 @@ async fn daemon(
         Stop::Signal(name) => name,
         _ => "stopped",
     };
-    eprintln!(
-        "gputrace: {signal}: detached every probe and stopped in {} ms ({} calls traced, {} lost)",
+    crate::say!(
+        "{signal}: detached every probe and stopped in {} ms ({} calls traced, {} lost)",
         stopping.elapsed().as_millis(),
         sink.calls,
         sink.lost.events_lost()

@@ -31,16 +31,16 @@ mod exec;
 #[cfg(test)]
 mod tests;
 
-pub const MAX_GRAPHS: usize = 16384;
-pub const MAX_EXECS: usize = 16384;
-pub const MAX_NODES: usize = 1 << 20;
+pub(crate) const MAX_GRAPHS: usize = 16384;
+pub(crate) const MAX_EXECS: usize = 16384;
+pub(crate) const MAX_NODES: usize = 1 << 20;
 
 /// Ids of graphs gputrace holds without a handle (a capture's graph before
 /// it ends, a child node's copy of its graph): above any user address.
 const SYNTHETIC: u64 = 1 << 63;
 
 /// What the book needs from the rest of the tracer.
-pub trait GraphEnv {
+pub(crate) trait GraphEnv {
     /// The demangled name of a CUfunction or CUkernel handle.
     fn kernel_name(&mut self, handle: u64) -> Option<Arc<str>>;
     /// The nodes of an executable graph read from the process's memory,
@@ -61,7 +61,7 @@ pub trait GraphEnv {
 
 /// Something the user should be told once.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum GraphNote {
+pub(crate) enum GraphNote {
     /// gputrace attached while `stream` was capturing: work issued to it
     /// before the capture was noticed may have been counted as run.
     MidCapture { stream: u64 },
@@ -97,14 +97,14 @@ struct GraphDef {
 /// A launch's executable graph became known (or changed): the record to
 /// write before the launch.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ExecNews {
+pub(crate) struct ExecNews {
     pub exec: u64,
     pub contents: Option<Arc<ExecContents>>,
 }
 
 /// The CUDA graphs of one process.
 #[derive(Debug, Default)]
-pub struct GraphBook {
+pub(crate) struct GraphBook {
     graphs: HashMap<u64, GraphDef>,
     /// Node handle → the graph holding it.
     node_graph: HashMap<u64, u64>,
@@ -128,7 +128,7 @@ impl GraphBook {
     /// and completes it: work recorded by a capture is marked `captured`,
     /// a graph launch gets what it runs. Returns the record to write first
     /// when a launch runs an executable graph not yet said (or changed).
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         api: &str,
         args: &mut Args,
@@ -202,12 +202,13 @@ impl GraphBook {
     }
 
     /// What the user should be told, once each.
-    pub fn take_notes(&mut self) -> Vec<GraphNote> {
+    pub(crate) fn take_notes(&mut self) -> Vec<GraphNote> {
         std::mem::take(&mut self.notes)
     }
 
+    #[cfg(test)]
     /// Graphs and executable graphs held (for status and tests).
-    pub fn held(&self) -> (usize, usize, usize) {
+    pub(crate) fn held(&self) -> (usize, usize, usize) {
         (self.graphs.len(), self.execs.len(), self.held)
     }
 

@@ -229,98 +229,118 @@ struct Builder {
 impl Builder {
     /// A graph of kernel nodes in a chain; the graph is returned with its nodes.
     unsafe fn chain(&self, ks: &[KnownKernel]) -> Result<(P, Vec<P>), String> {
-        let mut g = null_mut();
-        ck("cuGraphCreate", (self.api.graph_create)(&mut g, 0))?;
-        let mut nodes: Vec<P> = Vec::new();
-        for k in ks {
-            let mut n = null_mut();
-            let p = params(k, null_mut());
-            let (deps, nd) = match nodes.last() {
-                Some(last) => (last as *const P, 1),
-                None => (std::ptr::null(), 0),
-            };
-            ck(
-                "cuGraphAddKernelNode_v2",
-                (self.api.add_kernel)(&mut n, g, deps, nd, &p),
-            )?;
-            nodes.push(n);
+        // SAFETY: the caller's contract (a CUDA context current on this
+        // thread, `self.api` resolved from the libcuda being calibrated);
+        // every pointer handed to the driver is a local or a node it made.
+        unsafe {
+            let mut g = null_mut();
+            ck("cuGraphCreate", (self.api.graph_create)(&mut g, 0))?;
+            let mut nodes: Vec<P> = Vec::new();
+            for k in ks {
+                let mut n = null_mut();
+                let p = params(k, null_mut());
+                let (deps, nd) = match nodes.last() {
+                    Some(last) => (last as *const P, 1),
+                    None => (std::ptr::null(), 0),
+                };
+                ck(
+                    "cuGraphAddKernelNode_v2",
+                    (self.api.add_kernel)(&mut n, g, deps, nd, &p),
+                )?;
+                nodes.push(n);
+            }
+            Ok((g, nodes))
         }
-        Ok((g, nodes))
     }
 
     /// A kernel, the next ones each on it in parallel, the last on all of
     /// those; instantiated, the graph destroyed.
     unsafe fn fork(&self, ks: &[KnownKernel]) -> Result<P, String> {
-        let mut g = null_mut();
-        ck("cuGraphCreate", (self.api.graph_create)(&mut g, 0))?;
-        let mut nodes: Vec<P> = Vec::new();
-        for (i, k) in ks.iter().enumerate() {
-            let deps: Vec<P> = match i {
-                0 => Vec::new(),
-                _ if i + 1 < ks.len() => vec![nodes[0]],
-                _ => nodes[1..].to_vec(),
-            };
-            let mut n = null_mut();
-            let p = params(k, null_mut());
-            ck(
-                "cuGraphAddKernelNode_v2",
-                (self.api.add_kernel)(&mut n, g, deps.as_ptr(), deps.len(), &p),
-            )?;
-            nodes.push(n);
+        // SAFETY: the caller's contract (a CUDA context current on this
+        // thread, `self.api` resolved from the libcuda being calibrated);
+        // every pointer handed to the driver is a local or a node it made.
+        unsafe {
+            let mut g = null_mut();
+            ck("cuGraphCreate", (self.api.graph_create)(&mut g, 0))?;
+            let mut nodes: Vec<P> = Vec::new();
+            for (i, k) in ks.iter().enumerate() {
+                let deps: Vec<P> = match i {
+                    0 => Vec::new(),
+                    _ if i + 1 < ks.len() => vec![nodes[0]],
+                    _ => nodes[1..].to_vec(),
+                };
+                let mut n = null_mut();
+                let p = params(k, null_mut());
+                ck(
+                    "cuGraphAddKernelNode_v2",
+                    (self.api.add_kernel)(&mut n, g, deps.as_ptr(), deps.len(), &p),
+                )?;
+                nodes.push(n);
+            }
+            let e = self.instantiate(g)?;
+            ck("cuGraphDestroy", (self.api.graph_destroy)(g))?;
+            Ok(e)
         }
-        let e = self.instantiate(g)?;
-        ck("cuGraphDestroy", (self.api.graph_destroy)(g))?;
-        Ok(e)
     }
 
     unsafe fn instantiate(&self, g: P) -> Result<P, String> {
-        let mut e = null_mut();
-        ck(
-            "cuGraphInstantiateWithFlags",
-            (self.api.instantiate)(&mut e, g, 0),
-        )?;
-        ck("cuGraphLaunch", (self.api.graph_launch)(e, self.stream))?;
-        ck("cuStreamSynchronize", (self.api.stream_sync)(self.stream))?;
-        Ok(e)
+        // SAFETY: the caller's contract (a CUDA context current on this
+        // thread, `self.api` resolved from the libcuda being calibrated);
+        // every pointer handed to the driver is a local or a node it made.
+        unsafe {
+            let mut e = null_mut();
+            ck(
+                "cuGraphInstantiateWithFlags",
+                (self.api.instantiate)(&mut e, g, 0),
+            )?;
+            ck("cuGraphLaunch", (self.api.graph_launch)(e, self.stream))?;
+            ck("cuStreamSynchronize", (self.api.stream_sync)(self.stream))?;
+            Ok(e)
+        }
     }
 
     unsafe fn captured(&self, ks: &[KnownKernel]) -> Result<P, String> {
-        ck(
-            "cuStreamBeginCapture_v2",
-            (self.api.begin_capture)(self.stream, 1),
-        )?;
-        for k in ks {
-            let [gx, gy, gz] = k.grid;
-            let [bx, by, bz] = k.block;
-            let r = (self.api.launch)(
-                k.func as P,
-                gx,
-                gy,
-                gz,
-                bx,
-                by,
-                bz,
-                k.shared,
-                self.stream,
-                null_mut(),
-                null_mut(),
-            );
-            ck("cuLaunchKernel (captured)", r)?;
+        // SAFETY: the caller's contract (a CUDA context current on this
+        // thread, `self.api` resolved from the libcuda being calibrated);
+        // every pointer handed to the driver is a local or a node it made.
+        unsafe {
+            ck(
+                "cuStreamBeginCapture_v2",
+                (self.api.begin_capture)(self.stream, 1),
+            )?;
+            for k in ks {
+                let [gx, gy, gz] = k.grid;
+                let [bx, by, bz] = k.block;
+                let r = (self.api.launch)(
+                    k.func as P,
+                    gx,
+                    gy,
+                    gz,
+                    bx,
+                    by,
+                    bz,
+                    k.shared,
+                    self.stream,
+                    null_mut(),
+                    null_mut(),
+                );
+                ck("cuLaunchKernel (captured)", r)?;
+            }
+            let mut g = null_mut();
+            ck(
+                "cuStreamEndCapture",
+                (self.api.end_capture)(self.stream, &mut g),
+            )?;
+            let e = self.instantiate(g)?;
+            ck("cuGraphDestroy", (self.api.graph_destroy)(g))?;
+            Ok(e)
         }
-        let mut g = null_mut();
-        ck(
-            "cuStreamEndCapture",
-            (self.api.end_capture)(self.stream, &mut g),
-        )?;
-        let e = self.instantiate(g)?;
-        ck("cuGraphDestroy", (self.api.graph_destroy)(g))?;
-        Ok(e)
     }
 }
 
 /// Builds the graphs and finds the layout (`lib`: the library, with a
 /// context current on this thread).
-pub fn calibrate(lib: P, ctx: P, deadline: Duration) -> Result<ExecLayout, String> {
+pub(crate) fn calibrate(lib: P, ctx: P, deadline: Duration) -> Result<ExecLayout, String> {
     let until = Instant::now() + deadline;
     let api = Api::load(lib)?;
     let mem = ProcessMem(std::process::id());
@@ -511,68 +531,73 @@ impl Builder {
     /// C: kernel, memset, copy, empty, CUkernel node, child graph of two
     /// kernels, kernel.
     unsafe fn mixed(&self, kern: P, kern_func: P) -> Result<KnownGraph, String> {
-        let f = &self.funcs;
-        let (mut d1, mut d2) = (0u64, 0u64);
-        ck("cuMemAlloc_v2", (self.api.mem_alloc)(&mut d1, 1 << 20))?;
-        ck("cuMemAlloc_v2", (self.api.mem_alloc)(&mut d2, 1 << 20))?;
-        let k0 = kernel(f[0], [3000, 5, 5], [64, 1, 1], 512);
-        let kl = kernel(kern_func, [3100, 6, 6], [96, 1, 1], 768);
-        let c0 = kernel(f[5], [3200, 7, 7], [64, 1, 1], 1024);
-        let c1 = kernel(f[6], [3300, 8, 8], [32, 2, 1], 1280);
-        let k7 = kernel(f[7], [3400, 9, 9], [128, 1, 1], 1536);
-        let (g, first) = self.chain(std::slice::from_ref(&k0))?;
-        let mut prev = first[0];
-        let mut n = null_mut();
-        let ms = MemsetParams {
-            dst: d1,
-            pitch: 0,
-            value: 0x5a,
-            element_size: 4,
-            width: 1024,
-            height: 1,
-        };
-        ck(
-            "cuGraphAddMemsetNode",
-            (self.api.add_memset)(&mut n, g, &prev, 1, &ms, self.ctx),
-        )?;
-        prev = n;
-        // SAFETY: all-zero is a valid CUDA_MEMCPY3D to fill in.
-        let mut mc: Memcpy3d = std::mem::zeroed();
-        (mc.src_type, mc.src_device, mc.dst_type, mc.dst_device) = (2, d1, 2, d2);
-        (mc.width, mc.height, mc.depth) = (4096, 1, 1);
-        ck(
-            "cuGraphAddMemcpyNode",
-            (self.api.add_memcpy)(&mut n, g, &prev, 1, &mc, self.ctx),
-        )?;
-        prev = n;
-        ck(
-            "cuGraphAddEmptyNode",
-            (self.api.add_empty)(&mut n, g, &prev, 1),
-        )?;
-        prev = n;
-        let p = params(&kl, kern);
-        ck(
-            "cuGraphAddKernelNode_v2",
-            (self.api.add_kernel)(&mut n, g, &prev, 1, &p),
-        )?;
-        prev = n;
-        let (child, _) = self.chain(&[c0.clone(), c1.clone()])?;
-        ck(
-            "cuGraphAddChildGraphNode",
-            (self.api.add_child)(&mut n, g, &prev, 1, child),
-        )?;
-        ck("cuGraphDestroy", (self.api.graph_destroy)(child))?;
-        prev = n;
-        let p = params(&k7, null_mut());
-        ck(
-            "cuGraphAddKernelNode_v2",
-            (self.api.add_kernel)(&mut n, g, &prev, 1, &p),
-        )?;
-        Ok(KnownGraph {
-            name: "C",
-            exec: self.instantiate(g)? as u64,
-            kernels: vec![k0, kl, c0, c1, k7],
-            others: 3,
-        })
+        // SAFETY: the caller's contract (a CUDA context current on this
+        // thread, `self.api` resolved from the libcuda being calibrated);
+        // every pointer handed to the driver is a local or a node it made.
+        unsafe {
+            let f = &self.funcs;
+            let (mut d1, mut d2) = (0u64, 0u64);
+            ck("cuMemAlloc_v2", (self.api.mem_alloc)(&mut d1, 1 << 20))?;
+            ck("cuMemAlloc_v2", (self.api.mem_alloc)(&mut d2, 1 << 20))?;
+            let k0 = kernel(f[0], [3000, 5, 5], [64, 1, 1], 512);
+            let kl = kernel(kern_func, [3100, 6, 6], [96, 1, 1], 768);
+            let c0 = kernel(f[5], [3200, 7, 7], [64, 1, 1], 1024);
+            let c1 = kernel(f[6], [3300, 8, 8], [32, 2, 1], 1280);
+            let k7 = kernel(f[7], [3400, 9, 9], [128, 1, 1], 1536);
+            let (g, first) = self.chain(std::slice::from_ref(&k0))?;
+            let mut prev = first[0];
+            let mut n = null_mut();
+            let ms = MemsetParams {
+                dst: d1,
+                pitch: 0,
+                value: 0x5a,
+                element_size: 4,
+                width: 1024,
+                height: 1,
+            };
+            ck(
+                "cuGraphAddMemsetNode",
+                (self.api.add_memset)(&mut n, g, &prev, 1, &ms, self.ctx),
+            )?;
+            prev = n;
+            // SAFETY: all-zero is a valid CUDA_MEMCPY3D to fill in.
+            let mut mc: Memcpy3d = std::mem::zeroed();
+            (mc.src_type, mc.src_device, mc.dst_type, mc.dst_device) = (2, d1, 2, d2);
+            (mc.width, mc.height, mc.depth) = (4096, 1, 1);
+            ck(
+                "cuGraphAddMemcpyNode",
+                (self.api.add_memcpy)(&mut n, g, &prev, 1, &mc, self.ctx),
+            )?;
+            prev = n;
+            ck(
+                "cuGraphAddEmptyNode",
+                (self.api.add_empty)(&mut n, g, &prev, 1),
+            )?;
+            prev = n;
+            let p = params(&kl, kern);
+            ck(
+                "cuGraphAddKernelNode_v2",
+                (self.api.add_kernel)(&mut n, g, &prev, 1, &p),
+            )?;
+            prev = n;
+            let (child, _) = self.chain(&[c0.clone(), c1.clone()])?;
+            ck(
+                "cuGraphAddChildGraphNode",
+                (self.api.add_child)(&mut n, g, &prev, 1, child),
+            )?;
+            ck("cuGraphDestroy", (self.api.graph_destroy)(child))?;
+            prev = n;
+            let p = params(&k7, null_mut());
+            ck(
+                "cuGraphAddKernelNode_v2",
+                (self.api.add_kernel)(&mut n, g, &prev, 1, &p),
+            )?;
+            Ok(KnownGraph {
+                name: "C",
+                exec: self.instantiate(g)? as u64,
+                kernels: vec![k0, kl, c0, c1, k7],
+                others: 3,
+            })
+        }
     }
 }

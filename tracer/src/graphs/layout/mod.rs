@@ -4,8 +4,8 @@
 //! saw. The layout is found by calibration (`exec_search`) on graphs of
 //! known kernels, never assumed; a read that does not fit it gives nothing.
 
-pub mod known;
-pub mod search;
+pub(crate) mod known;
+pub(crate) mod search;
 
 use serde::{Deserialize, Serialize};
 
@@ -14,7 +14,7 @@ use crate::host::memory::read_exact;
 /// How the elements (one per node) follow each other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Walk {
+pub(crate) enum Walk {
     /// A linked list: the next element's address at `element + link`; it
     /// ends at NULL or back at the first element.
     List { link: i32 },
@@ -25,7 +25,7 @@ pub enum Walk {
 /// Where the number of elements is: a u32 at `off` from the address
 /// reached after the first `level` offsets of the prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CountField {
+pub(crate) struct CountField {
     pub level: u8,
     pub off: i32,
 }
@@ -34,7 +34,7 @@ pub struct CountField {
 /// a child graph besides its kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Mixed {
+pub(crate) enum Mixed {
     /// Read right: every kernel, and one element without a function per
     /// other node.
     Exact,
@@ -47,7 +47,7 @@ pub enum Mixed {
 
 /// Path from a `CUgraphExec` handle to its kernel nodes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExecLayout {
+pub(crate) struct ExecLayout {
     /// Offsets followed from the handle: `p = *(p + off)` for each. A list
     /// starts at the element reached; an array at the base reached.
     pub prefix: Vec<i32>,
@@ -75,7 +75,7 @@ pub struct ExecLayout {
 /// Fields that tell elements apart, all u32 relative to the function
 /// slot, with the values calibration saw on graphs of known nodes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Kinds {
+pub(crate) struct Kinds {
     /// The node kind (driver 580: the `CUgraphNodeType`).
     pub kind: i32,
     /// Its value on every kernel node.
@@ -88,7 +88,7 @@ pub struct Kinds {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Flags {
+pub(crate) struct Flags {
     pub off: i32,
     /// The value on every kernel node.
     pub kernel: u32,
@@ -98,7 +98,7 @@ pub struct Flags {
 
 /// What an element is, by the layout's [`Kinds`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Element {
+pub(crate) enum Element {
     Kernel,
     /// A node of another kind (memset, copy).
     Other,
@@ -112,7 +112,7 @@ const MAX_KIND_VALUES: usize = 8;
 impl Kinds {
     /// The element at function slot `slot`; `None` when it is of no kind
     /// calibration saw (then the graph is not read at all).
-    pub fn element(&self, mem: &dyn Mem, slot: u64) -> Option<Element> {
+    pub(crate) fn element(&self, mem: &dyn Mem, slot: u64) -> Option<Element> {
         let kind = mem.u32_at(add(slot, self.kind)?)?;
         if self.others.contains(&kind) {
             return Some(Element::Other);
@@ -141,11 +141,11 @@ impl Kinds {
 }
 
 /// Most elements read from one executable graph.
-pub const MAX_ELEMENTS: usize = 1 << 16;
+pub(crate) const MAX_ELEMENTS: usize = 1 << 16;
 
 /// A kernel node as read from memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawKernel {
+pub(crate) struct RawKernel {
     pub function: u64,
     pub grid: [u32; 3],
     pub block: [u32; 3],
@@ -153,7 +153,7 @@ pub struct RawKernel {
 }
 
 /// Memory to read: another process's, or this one's.
-pub trait Mem {
+pub(crate) trait Mem {
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool;
 
     fn u64_at(&self, addr: u64) -> Option<u64> {
@@ -176,7 +176,7 @@ pub trait Mem {
 }
 
 /// A process's memory (process_vm_readv: a bad address is an error).
-pub struct ProcessMem(pub u32);
+pub(crate) struct ProcessMem(pub u32);
 
 impl Mem for ProcessMem {
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
@@ -185,18 +185,18 @@ impl Mem for ProcessMem {
 }
 
 /// `p + off` for a signed offset; `None` on overflow.
-pub fn add(p: u64, off: i32) -> Option<u64> {
+pub(crate) fn add(p: u64, off: i32) -> Option<u64> {
     p.checked_add_signed(off as i64)
 }
 
 /// Follows `offs` from `p`: `p = *(p + off)`, each non-NULL.
-pub fn follow(mem: &dyn Mem, p: u64, offs: &[i32]) -> Option<u64> {
+pub(crate) fn follow(mem: &dyn Mem, p: u64, offs: &[i32]) -> Option<u64> {
     follow_nullable(mem, p, offs).flatten()
 }
 
 /// [`follow`], telling a NULL pointer on the way (`Some(None)`: nothing
 /// there) from memory that cannot be read (`None`).
-pub fn follow_nullable(mem: &dyn Mem, mut p: u64, offs: &[i32]) -> Option<Option<u64>> {
+pub(crate) fn follow_nullable(mem: &dyn Mem, mut p: u64, offs: &[i32]) -> Option<Option<u64>> {
     for off in offs {
         p = mem.u64_at(add(p, *off)?)?;
         if p == 0 {
@@ -210,7 +210,7 @@ pub fn follow_nullable(mem: &dyn Mem, mut p: u64, offs: &[i32]) -> Option<Option
 }
 
 /// What a walk found: each element's function slot.
-pub struct Walked {
+pub(crate) struct Walked {
     pub slots: Vec<u64>,
     /// The count field's value, when the layout has one.
     pub count: Option<u32>,
@@ -218,14 +218,14 @@ pub struct Walked {
 
 impl ExecLayout {
     /// The count field of `exec`.
-    pub fn count_of(&self, mem: &dyn Mem, exec: u64) -> Option<u32> {
+    pub(crate) fn count_of(&self, mem: &dyn Mem, exec: u64) -> Option<u32> {
         let c = self.count?;
         let base = follow(mem, exec, self.prefix.get(..c.level as usize)?)?;
         mem.u32_at(add(base, c.off)?)
     }
 
     /// The function slots of up to `max` elements of `exec`, in order.
-    pub fn walk(&self, mem: &dyn Mem, exec: u64, max: usize) -> Option<Walked> {
+    pub(crate) fn walk(&self, mem: &dyn Mem, exec: u64, max: usize) -> Option<Walked> {
         let count = match self.count {
             Some(_) => Some(self.count_of(mem, exec)?),
             None => None,
@@ -279,7 +279,7 @@ impl ExecLayout {
 
     /// The kernel node at a function slot (`None` for an element with no
     /// function: a node of another kind).
-    pub fn kernel_at(&self, mem: &dyn Mem, slot: u64) -> Option<RawKernel> {
+    pub(crate) fn kernel_at(&self, mem: &dyn Mem, slot: u64) -> Option<RawKernel> {
         let function = mem.u64_at(slot)?;
         if function == 0 {
             return None;
@@ -297,7 +297,7 @@ impl ExecLayout {
 
     /// The kernel nodes of executable graph `exec`, in order; `None` when
     /// what is there does not fit the layout (then nothing is said).
-    pub fn read(&self, mem: &dyn Mem, exec: u64) -> Option<Vec<RawKernel>> {
+    pub(crate) fn read(&self, mem: &dyn Mem, exec: u64) -> Option<Vec<RawKernel>> {
         let walked = self.walk(mem, exec, MAX_ELEMENTS)?;
         if walked.slots.is_empty() {
             return None;
@@ -335,7 +335,7 @@ impl ExecLayout {
 
     /// What calibration can find (anything else, from a hostile helper or a
     /// tampered cache, is refused).
-    pub fn is_plausible(&self) -> bool {
+    pub(crate) fn is_plausible(&self) -> bool {
         let off = |o: &i32| (-4096..=65536).contains(o);
         self.prefix.len() <= 5
             && self.inner.len() <= 4
@@ -352,7 +352,7 @@ impl ExecLayout {
             }
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let path: Vec<String> = self.prefix.iter().map(|o| format!("->[{o:+}]")).collect();
         let inner: Vec<String> = self.inner.iter().map(|o| format!("->[{o:+}]")).collect();
         let walk = match self.walk {
@@ -405,7 +405,7 @@ impl Kinds {
 }
 
 /// Grid and block sizes a launch can have.
-pub fn plausible(k: &RawKernel) -> bool {
+pub(crate) fn plausible(k: &RawKernel) -> bool {
     k.function.is_multiple_of(8)
         && k.grid.iter().all(|d| *d >= 1)
         && k.grid[0] < (1 << 31)
@@ -418,4 +418,4 @@ pub fn plausible(k: &RawKernel) -> bool {
 #[cfg(test)]
 mod real580;
 #[cfg(test)]
-pub mod tests;
+pub(crate) mod tests;

@@ -12,10 +12,10 @@ use crate::graphs::layout::search::Reading;
 use crate::graphs::layout::*;
 
 /// Memory from a fixture.
-pub struct Fixture(Vec<(u64, Vec<u8>)>);
+pub(super) struct Fixture(Vec<(u64, Vec<u8>)>);
 
 impl Fixture {
-    pub fn parse(mut b: &[u8]) -> Self {
+    pub(super) fn parse(mut b: &[u8]) -> Self {
         let mut out = Vec::new();
         while b.len() >= 12 {
             let addr = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));

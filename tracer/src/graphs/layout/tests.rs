@@ -10,10 +10,10 @@ use crate::graphs::layout::search::KnownKernel;
 use crate::graphs::layout::*;
 
 /// Fake CUfunction objects: their addresses are the handles.
-pub struct Funcs(Arena);
+pub(crate) struct Funcs(Arena);
 
 impl Funcs {
-    pub fn new(n: usize) -> Self {
+    pub(crate) fn new(n: usize) -> Self {
         let mut arena = Arena::default();
         for i in 0..n {
             let at = arena.alloc(64);
@@ -23,7 +23,7 @@ impl Funcs {
         }
         Self(arena)
     }
-    pub fn at(&self, i: usize) -> u64 {
+    pub(crate) fn at(&self, i: usize) -> u64 {
         self.0.base + (Arena::MARGIN + (64 + Arena::GAP) * i) as u64
     }
 }
@@ -32,7 +32,7 @@ impl Funcs {
 /// own, with a margin either side wider than the search's windows, so the
 /// search reads only what the test laid out (never the heap, which the
 /// other tests running at the same time keep changing).
-pub struct Arena {
+pub(crate) struct Arena {
     base: u64,
     used: usize,
 }
@@ -80,16 +80,16 @@ impl Arena {
     /// A block of `bytes`, a gap after it (as heap blocks are never
     /// back to back with the one allocated before: no field of one is at a
     /// fixed offset from the other).
-    pub fn alloc(&mut self, bytes: usize) -> u64 {
+    pub(crate) fn alloc(&mut self, bytes: usize) -> u64 {
         let at = self.used;
         self.used += bytes.max(1).div_ceil(64) * 64 + Self::GAP;
         assert!(self.used + Self::MARGIN <= Self::LEN, "the arena is full");
         self.base + at as u64
     }
-    pub fn put64(&mut self, addr: u64, v: u64) {
+    pub(crate) fn put64(&mut self, addr: u64, v: u64) {
         self.with(addr, |w, i| w[i] = v);
     }
-    pub fn put32(&mut self, addr: u64, v: u32) {
+    pub(crate) fn put32(&mut self, addr: u64, v: u32) {
         let (word, hi) = (addr & !7, addr % 8 == 4);
         self.with(word, |w, i| {
             w[i] = if hi {
@@ -99,7 +99,7 @@ impl Arena {
             }
         });
     }
-    pub fn dims(&mut self, addr: u64, d: [u32; 3]) {
+    pub(crate) fn dims(&mut self, addr: u64, d: [u32; 3]) {
         for (i, v) in d.into_iter().enumerate() {
             self.put32(addr + 4 * i as u64, v);
         }
@@ -142,7 +142,7 @@ fn kernels(f: &Funcs, n: usize, seed: u32) -> Vec<KnownKernel> {
 /// of the branch +1672. `others` > 0 builds graph C's shape (a kernel, a
 /// memset, a copy, an empty node, the rest kernels); `fork` a graph with
 /// parallel branches (no heads, each kernel its own run).
-pub fn real_like(a: &mut Arena, ks: &[KnownKernel], others: usize, fork: bool) -> u64 {
+pub(crate) fn real_like(a: &mut Arena, ks: &[KnownKernel], others: usize, fork: bool) -> u64 {
     const REC: u64 = 1896;
     #[derive(Clone, Copy, PartialEq)]
     enum R {
@@ -231,7 +231,7 @@ pub fn real_like(a: &mut Arena, ks: &[KnownKernel], others: usize, fork: bool) -
 /// count, +24 first record); 128-byte records, kind at 0, block +16, shared
 /// +28, grid +32, function +48, next +112; other nodes are records without
 /// a function.
-pub fn sim_like(a: &mut Arena, ks: &[KnownKernel], others: usize, _fork: bool) -> u64 {
+pub(crate) fn sim_like(a: &mut Arena, ks: &[KnownKernel], others: usize, _fork: bool) -> u64 {
     let exec = a.alloc(48);
     a.put64(exec, 0x4345_5847_434d_4953);
     let plan = a.alloc(40);
@@ -308,7 +308,7 @@ fn deadline() -> Instant {
 /// at record +688 (0 on a kernel node, 0x100 on a run head, 0x10000 on a
 /// copy run as a kernel of the driver's), both relative to the function
 /// at +32.
-pub fn kinds_580() -> Kinds {
+pub(crate) fn kinds_580() -> Kinds {
     Kinds {
         kind: -28,
         kernel: 0,

@@ -42,7 +42,7 @@ struct PathBeneathAttr {
 }
 
 /// The Landlock ABI version the kernel offers (0: none).
-pub fn abi() -> u32 {
+pub(crate) fn abi() -> u32 {
     // SAFETY: the version query takes no attribute pointer.
     let v = unsafe {
         libc::syscall(
@@ -57,7 +57,7 @@ pub fn abi() -> u32 {
 
 /// Restricts this process (and what it starts) as described above; the
 /// ABI version applied. Needs no_new_privs set first.
-pub fn restrict() -> Result<u32, String> {
+pub(crate) fn restrict() -> Result<u32, String> {
     let abi = abi();
     if abi == 0 {
         return Err("Landlock is not available in this kernel".into());

@@ -20,11 +20,11 @@
 //! stays usable where `/dev/nvidia*` let any user open them (their usual
 //! mode, 0666).
 
-pub mod landlock;
-pub mod seccomp;
+pub(crate) mod landlock;
+pub(crate) mod seccomp;
 
 /// nobody and nogroup.
-pub const NOBODY: u32 = 65534;
+pub(crate) const NOBODY: u32 = 65534;
 
 const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
@@ -137,7 +137,7 @@ fn drop_privileges() -> Result<(), String> {
 }
 
 /// Enters the sandbox; `keep` is the library's descriptor. What was applied.
-pub fn enter(keep: Option<i32>) -> Result<Vec<String>, String> {
+pub(crate) fn enter(keep: Option<i32>) -> Result<Vec<String>, String> {
     let mut applied = Vec::new();
     close_inherited(keep)?;
     drop_privileges()?;

@@ -203,7 +203,7 @@ fn program(pid: u32) -> Vec<Insn> {
 }
 
 /// Installs the filter on this process (no_new_privs must be set).
-pub fn install() -> Result<(), String> {
+pub(crate) fn install() -> Result<(), String> {
     if !cfg!(target_arch = "x86_64") {
         return Err("the system call filter is written for x86-64 only".into());
     }
@@ -270,13 +270,13 @@ mod tests {
             assert!(out.status.success() && text.contains("1 passed"), "{text}");
             return;
         }
-        // SAFETY: prctl with constant arguments.
         assert_eq!(
+            // SAFETY: prctl with constant arguments.
             unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) },
             0
         );
         install().unwrap();
-        // SAFETY (each block): plain system calls whose results are checked.
+        // SAFETY: plain system calls whose results are checked.
         unsafe {
             assert_eq!(libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0), -1);
             assert_eq!(errno(), libc::EPERM, "ptrace");

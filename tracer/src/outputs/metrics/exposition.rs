@@ -73,7 +73,7 @@ const FAMILIES: &[Family] = &[
 /// written (by name; `None` before the first), whether its header is out,
 /// and the last process written.
 #[derive(Clone, Debug, Default)]
-pub struct Cursor {
+pub(crate) struct Cursor {
     family: Option<&'static str>,
     header_done: bool,
     after_pid: Option<u32>,
@@ -102,8 +102,9 @@ impl Cursor {
 }
 
 impl Metrics {
+    #[cfg(test)]
     /// The whole exposition text (tests; the daemon sends it in chunks).
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut cursor = Cursor::default();
         let mut out = String::new();
         while let Some(chunk) = self.render_chunk(&mut cursor, usize::MAX) {
@@ -118,7 +119,7 @@ impl Metrics {
     /// chunk: thousands of processes make tens of MB of text, which is
     /// never held whole, and the tracing loop is never held up long.
     /// Processes that come or go between chunks are simply there or not.
-    pub fn render_chunk(&self, cursor: &mut Cursor, target: usize) -> Option<String> {
+    pub(crate) fn render_chunk(&self, cursor: &mut Cursor, target: usize) -> Option<String> {
         if cursor.done {
             return None;
         }

@@ -15,7 +15,7 @@ use std::fmt::Write;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-pub use exposition::Cursor;
+pub(crate) use exposition::Cursor;
 
 use crate::model::call::Args;
 use crate::model::call::Call;
@@ -32,7 +32,7 @@ use crate::model::ProcessInfo;
 /// API latencies run from about a microsecond (a queued launch) to seconds
 /// (a synchronisation, a communicator's creation).
 #[rustfmt::skip]
-pub const BUCKETS_NS: [u64; 22] = [
+pub(crate) const BUCKETS_NS: [u64; 22] = [
     1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
     1_000_000, 2_500_000, 5_000_000, 10_000_000, 25_000_000, 50_000_000,
     100_000_000, 250_000_000, 500_000_000, 1_000_000_000, 2_500_000_000,
@@ -127,7 +127,7 @@ fn escape_into(out: &mut String, v: &str) {
 
 /// What the tracer itself reports alongside the calls.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct TracerGauges {
+pub(crate) struct TracerGauges {
     pub probes: usize,
     pub library_files: usize,
     /// Processes whose decoding state (allocations, kernel names) is held.
@@ -135,7 +135,7 @@ pub struct TracerGauges {
 }
 
 /// Every metric the daemon serves.
-pub struct Metrics {
+pub(crate) struct Metrics {
     procs: BTreeMap<u32, ProcessSeries>,
     /// Processes seen, by PID, that have no series yet (or whose series
     /// are an earlier process's, gone since): their first call starts them.
@@ -153,7 +153,7 @@ pub struct Metrics {
 
 impl Metrics {
     /// `keep_exited`: how long the series of a gone process are kept.
-    pub fn new(keep_exited: Duration) -> Self {
+    pub(crate) fn new(keep_exited: Duration) -> Self {
         Self {
             procs: BTreeMap::new(),
             seen: HashMap::new(),
@@ -169,7 +169,7 @@ impl Metrics {
     /// A period of the `--overhead-budget` schedule: each process's
     /// estimates replace its counts of the sampled APIs, and its families'
     /// ratios are the period's.
-    pub fn sampling(&mut self, r: &crate::model::sampling::SamplingReport) {
+    pub(crate) fn sampling(&mut self, r: &crate::model::sampling::SamplingReport) {
         self.hit_cost = Some(r.hit_cost);
         self.cost_ratio = Some(r.cost_ratio);
         for p in &r.processes {
@@ -189,12 +189,12 @@ impl Metrics {
     /// A process the session saw: its series are labelled with what was
     /// read of it then (a short-lived process may be gone from /proc by
     /// the time its calls are counted).
-    pub fn seen(&mut self, info: &ProcessInfo) {
+    pub(crate) fn seen(&mut self, info: &ProcessInfo) {
         self.seen.insert(info.pid, info.clone());
     }
 
     /// Counts one call.
-    pub fn record(&mut self, c: &Call, device_bytes: Option<u64>) {
+    pub(crate) fn record(&mut self, c: &Call, device_bytes: Option<u64>) {
         let info = self.seen.remove(&c.pid);
         let fresh = || match &info {
             Some(i) => ProcessSeries::new(c.pid, &i.comm, &i.container),
@@ -244,23 +244,23 @@ impl Metrics {
 
     /// The session says `pid` is gone: its series stay `keep_exited` from
     /// `now`.
-    pub fn gone(&mut self, pid: u32, now: Instant) {
+    pub(crate) fn gone(&mut self, pid: u32, now: Instant) {
         self.seen.remove(&pid);
         if let Some(p) = self.procs.get_mut(&pid) {
             p.gone_at.get_or_insert(now);
         }
     }
 
-    pub fn set_lost(&mut self, lost: LostCounts) {
+    pub(crate) fn set_lost(&mut self, lost: LostCounts) {
         self.lost = lost;
     }
 
-    pub fn set_gauges(&mut self, g: TracerGauges) {
+    pub(crate) fn set_gauges(&mut self, g: TracerGauges) {
         self.gauges = g;
     }
 
     /// Drops the series of processes gone longer than `keep_exited`.
-    pub fn sweep(&mut self, now: Instant) {
+    pub(crate) fn sweep(&mut self, now: Instant) {
         let keep = self.keep_exited;
         self.procs.retain(|_, p| {
             p.gone_at
@@ -268,8 +268,9 @@ impl Metrics {
         });
     }
 
+    #[cfg(test)]
     /// Processes with series (gone ones within `keep_exited` included).
-    pub fn processes(&self) -> usize {
+    pub(crate) fn processes(&self) -> usize {
         self.procs.len()
     }
 }
@@ -279,7 +280,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// The metrics as a sink: shared with the HTTP server, which renders them
 /// for each scrape.
-pub struct MetricsSink {
+pub(crate) struct MetricsSink {
     metrics: Arc<Mutex<Metrics>>,
     last_sweep: Instant,
     /// Calls counted, and the last lost counts (for the daemon's last line).
@@ -288,12 +289,12 @@ pub struct MetricsSink {
 }
 
 /// The metrics, locked (a panic elsewhere does not take them down).
-pub fn lock(m: &Mutex<Metrics>) -> MutexGuard<'_, Metrics> {
+pub(crate) fn lock(m: &Mutex<Metrics>) -> MutexGuard<'_, Metrics> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl MetricsSink {
-    pub fn new(metrics: Arc<Mutex<Metrics>>) -> Self {
+    pub(crate) fn new(metrics: Arc<Mutex<Metrics>>) -> Self {
         Self {
             metrics,
             last_sweep: Instant::now(),

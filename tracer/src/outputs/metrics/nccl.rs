@@ -24,7 +24,7 @@ use crate::outputs::metrics::exposition::seconds;
 use crate::outputs::metrics::BUCKETS_NS;
 
 /// Communicators with series at once.
-pub const MAX_COMMS: usize = 64;
+pub(super) const MAX_COMMS: usize = 64;
 
 #[derive(Clone, Debug, Default)]
 struct RankSeries {
@@ -57,7 +57,7 @@ struct CommSeries {
 
 /// The NCCL series of the daemon.
 #[derive(Clone, Debug, Default)]
-pub struct NcclMetrics {
+pub(super) struct NcclMetrics {
     comms: BTreeMap<u64, CommSeries>,
     tick: u64,
 }
@@ -82,7 +82,7 @@ impl NcclMetrics {
     }
 
     /// A successful call with its communicator identified.
-    pub fn record(&mut self, call: &Call) {
+    pub(super) fn record(&mut self, call: &Call) {
         let Args::Nccl(n) = &call.args else { return };
         let (Some(id), Some(rank), Some(nranks)) = (n.ident.comm_id, n.ident.rank, n.ident.nranks)
         else {
@@ -100,7 +100,7 @@ impl NcclMetrics {
         }
     }
 
-    pub fn collective(&mut self, c: &Collective) {
+    pub(super) fn collective(&mut self, c: &Collective) {
         let s = self.comm(c.comm_id, c.nranks);
         let i = BUCKETS_NS.partition_point(|b| *b < c.skew_ns);
         s.skew[i] += 1;
@@ -114,7 +114,7 @@ impl NcclMetrics {
         }
     }
 
-    pub fn stall(&mut self, stall: &NcclStall) {
+    pub(super) fn stall(&mut self, stall: &NcclStall) {
         match stall {
             NcclStall::Collective { stall: s, .. } => {
                 let c = self.comm(s.comm_id, s.nranks);
@@ -145,7 +145,7 @@ impl NcclMetrics {
         }
     }
 
-    pub fn stall_over(&mut self, e: &StallEnded) {
+    pub(super) fn stall_over(&mut self, e: &StallEnded) {
         let Some(c) = self.comms.get_mut(&e.comm_id) else {
             return;
         };
@@ -160,7 +160,7 @@ impl NcclMetrics {
 
     /// The NCCL families; `now_ns`: the wall clock (Unix ns), for how long
     /// a stall has lasted.
-    pub fn render(&self, o: &mut String, now_ns: u64) {
+    pub(super) fn render(&self, o: &mut String, now_ns: u64) {
         let labels = |id: u64, c: &CommSeries, rank: u32| {
             format!(
                 "comm_id=\"{}\",rank=\"{rank}\",nranks=\"{}\"",

@@ -19,7 +19,7 @@ use crate::schema::write::write_args;
 use crate::schema::write::write_frames;
 
 /// The category of the cross-rank NCCL records in a Chrome trace.
-pub const CROSS_RANK_CAT: &str = "nccl_cross_rank";
+pub(crate) const CROSS_RANK_CAT: &str = "nccl_cross_rank";
 
 pub struct ChromeWriter {
     out: BufWriter<File>,

@@ -103,7 +103,7 @@ impl<W: Write> JsonlLines<W> {
 }
 
 /// A `.jsonl` file.
-pub type JsonlWriter = JsonlLines<BufWriter<File>>;
+pub(crate) type JsonlWriter = JsonlLines<BufWriter<File>>;
 
 impl JsonlLines<BufWriter<File>> {
     /// Writes to `file` (opened by `sinks::files`).

@@ -10,13 +10,13 @@
 //!   of its own, so a slow disk never holds up draining.
 //! - [`read`]: `gputrace stats FILE` reads every format back.
 
-pub mod chrome;
-pub mod jsonl;
+pub(crate) mod chrome;
+pub(crate) mod jsonl;
 pub mod jsonl_zst;
 pub mod perfetto;
 pub mod record;
-pub mod rotate;
-pub mod writer;
+pub(crate) mod rotate;
+pub(crate) mod writer;
 
 use std::fs::File;
 use std::io::BufWriter;

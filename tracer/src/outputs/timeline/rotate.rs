@@ -37,7 +37,7 @@ const SUFFIX: &str = ".jsonl";
 /// Names found taken (planted) in a row before giving up.
 const MAX_TAKEN: u64 = 1000;
 
-pub struct RotatingTimeline {
+pub(crate) struct RotatingTimeline {
     dir: OutputDir,
     max_bytes: u64,
     keep: usize,
@@ -69,7 +69,7 @@ fn seq_of(name: &str) -> Option<u64> {
 
 impl RotatingTimeline {
     /// Creates `dir` if needed; numbering goes on after the files there.
-    pub fn open(dir: &Path, max_bytes: u64, keep: usize) -> std::io::Result<Self> {
+    pub(crate) fn open(dir: &Path, max_bytes: u64, keep: usize) -> std::io::Result<Self> {
         let dir = OutputDir::open(dir)?;
         // After our own files: a name someone else made is skipped when
         // reached, and cannot push the numbering to its end.
@@ -88,10 +88,6 @@ impl RotatingTimeline {
             next_seq,
             graphs: HashMap::new(),
         })
-    }
-
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 
     /// A new file at the next free number.

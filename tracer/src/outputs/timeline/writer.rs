@@ -48,14 +48,14 @@ enum Message {
 
 /// What a write error does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnError {
+pub(crate) enum OnError {
     /// Stop the trace, which then fails (`gputrace --output`).
     Stop,
     /// Say so once and write no more; everything else goes on (the daemon).
     Disable,
 }
 
-pub struct TimelineSink<T: TimelineFile> {
+pub(crate) struct TimelineSink<T: TimelineFile> {
     /// What is written, for messages: `writing trace.jsonl`.
     what: String,
     on_error: OnError,
@@ -103,7 +103,7 @@ fn write_messages<T: TimelineFile>(
 impl<T: TimelineFile> TimelineSink<T> {
     /// Starts the writer thread for `file`; `what` names it in messages
     /// (`writing trace.jsonl`).
-    pub fn start(file: T, what: String, on_error: OnError) -> std::io::Result<Self> {
+    pub(crate) fn start(file: T, what: String, on_error: OnError) -> std::io::Result<Self> {
         let (tx, rx) = sync_channel(QUEUED_BATCHES);
         let error = Arc::new(Mutex::new(None));
         let e = error.clone();
@@ -123,18 +123,18 @@ impl<T: TimelineFile> TimelineSink<T> {
     }
 
     /// Makes what was written readable in the file about this often.
-    pub fn flush_every(mut self, every: Duration) -> Self {
+    pub(crate) fn flush_every(mut self, every: Duration) -> Self {
         self.flush_every = Some(every);
         self
     }
 
     /// What it writes, as said in messages.
-    pub fn what(&self) -> &str {
+    pub(crate) fn what(&self) -> &str {
         &self.what
     }
 
     /// Whether it stopped writing after an error ([`OnError::Disable`]).
-    pub fn is_disabled(&self) -> bool {
+    pub(crate) fn is_disabled(&self) -> bool {
         self.tx.is_none()
     }
 
@@ -170,7 +170,7 @@ impl<T: TimelineFile> TimelineSink<T> {
     }
 
     /// Queues a non-call entry, in order with the calls before it.
-    pub fn record(&mut self, r: crate::outputs::timeline::record::Record) {
+    pub(crate) fn record(&mut self, r: crate::outputs::timeline::record::Record) {
         self.queue(Message::Record(r));
     }
 
@@ -194,7 +194,7 @@ impl<T: TimelineFile> TimelineSink<T> {
 
     /// Writes everything queued, then the ending. `summary`: the summary
     /// of the whole trace, for files that end with it.
-    pub fn finish(mut self, summary: Option<&serde_json::Value>) -> std::io::Result<()> {
+    pub(crate) fn finish(mut self, summary: Option<&serde_json::Value>) -> std::io::Result<()> {
         self.send_batch();
         drop(self.tx.take());
         let file = self
@@ -259,8 +259,8 @@ impl<T: TimelineFile> Sink for TimelineSink<T> {
                 self.what
             )))),
             OnError::Disable => {
-                eprintln!(
-                    "gputrace: {} failed: {e}; no more timelines are written (metrics go on)",
+                crate::say!(
+                    "{} failed: {e}; no more timelines are written (metrics go on)",
                     self.what
                 );
                 self.tx = None;

@@ -7,7 +7,7 @@ use crate::stacks::python::FrameModel;
 use crate::stacks::python::Layout;
 
 /// The configuration for a process whose `_PyRuntime` is at `runtime`.
-pub fn probe_config(l: &Layout, runtime: u64) -> PyConfig {
+pub(crate) fn probe_config(l: &Layout, runtime: u64) -> PyConfig {
     let (model, cframe_current_frame) = match l.model {
         FrameModel::FrameObject => (PyModel::FrameObject, NO_OFFSET),
         FrameModel::CFrame { current_frame } => (PyModel::CFrame, current_frame),
@@ -49,7 +49,7 @@ pub fn probe_config(l: &Layout, runtime: u64) -> PyConfig {
 
 /// Whether the probe can walk this layout: every frame field lies within
 /// the block it reads per frame (`frame_head_len` is past the farthest).
-pub fn probe_can_walk(c: &PyConfig) -> bool {
+pub(crate) fn probe_can_walk(c: &PyConfig) -> bool {
     c.frame_head_len as usize <= PY_FRAME_HEAD
 }
 

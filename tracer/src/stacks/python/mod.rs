@@ -8,8 +8,8 @@
 //! - the resolution ([`PythonProcess::resolve`]): code object to qualified
 //!   name, file and line, cached per code object, done in userspace.
 
-pub mod config;
-pub mod layout;
+pub(crate) mod config;
+pub(crate) mod layout;
 pub mod linetable;
 
 use std::collections::HashMap;

@@ -27,7 +27,7 @@ use crate::graphs::layout::Walk;
 
 /// A kernel node as built.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KnownKernel {
+pub(crate) struct KnownKernel {
     /// The function handle the element should hold (for a node made from a
     /// CUkernel: its CUfunction).
     pub func: u64,
@@ -39,7 +39,9 @@ pub struct KnownKernel {
 /// An executable graph as built: its kernels in order (child graphs in
 /// place), and how many nodes of other kinds it has.
 #[derive(Clone, Debug)]
-pub struct KnownGraph {
+pub(crate) struct KnownGraph {
+    /// What the graph is, in `GPUTRACE_DEBUG` lines (through `Debug`).
+    #[allow(dead_code)]
     pub name: &'static str,
     pub exec: u64,
     pub kernels: Vec<KnownKernel>,
@@ -261,8 +263,8 @@ fn fields(mem: &dyn Mem, p: &Path, a: &KnownGraph) -> Option<(i32, i32, Option<i
             by_node[n].get_or_insert(s);
         }
     }
-    if std::env::var_os("GT_DEBUG").is_some() && matches!(p.walk, Walk::List { .. }) {
-        eprintln!("fields {p:?} by_node {by_node:x?}");
+    if crate::log::debug_enabled() && matches!(p.walk, Walk::List { .. }) {
+        crate::log::say_raw(format_args!("fields {p:?} by_node {by_node:x?}"));
     }
     let by_node: Vec<u64> = by_node.into_iter().collect::<Option<_>>()?;
     let all = |f: &dyn Fn(u64, &KnownKernel) -> bool| {
@@ -283,7 +285,7 @@ fn fields(mem: &dyn Mem, p: &Path, a: &KnownGraph) -> Option<(i32, i32, Option<i
 
 /// How a layout reads graph `g`.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Reading {
+pub(crate) enum Reading {
     /// Every kernel once, with its fields, and one element without a
     /// function for each other node.
     Exact,
@@ -294,7 +296,7 @@ pub enum Reading {
 }
 
 /// Reads `g` with `l` and compares with what was built.
-pub fn check(mem: &dyn Mem, l: &ExecLayout, g: &KnownGraph) -> Reading {
+pub(crate) fn check(mem: &dyn Mem, l: &ExecLayout, g: &KnownGraph) -> Reading {
     let Some(walked) = l.walk(mem, g.exec, 4 * (g.kernels.len() + g.others) + 8) else {
         return Reading::Wrong("the path cannot be followed".into());
     };
@@ -398,7 +400,7 @@ fn counts(mem: &dyn Mem, p: &Path, graphs: &[&KnownGraph], elements: bool) -> Ve
 
 /// Finds the layout: `a` to search from, `same` kernel-only graphs it must
 /// read exactly, `mixed` one with other nodes.
-pub fn search(
+pub(crate) fn search(
     mem: &dyn Mem,
     a: &KnownGraph,
     same: &[&KnownGraph],
@@ -417,54 +419,54 @@ pub fn search(
         ));
     }
     let mut paths = derive(mem, a, &blocks, &hits, deadline);
-    if std::env::var_os("GT_DEBUG").is_some() {
-        eprintln!(
+    if crate::log::debug_enabled() {
+        crate::log::say_raw(format_args!(
             "blocks {} hits {} derived {}",
             blocks.len(),
             hits.len(),
             paths.len()
-        );
+        ));
         for p in paths
             .iter()
             .filter(|p| matches!(p.walk, Walk::List { .. }))
             .take(30)
         {
-            eprintln!("  {p:?} fields {:?}", fields(mem, p, a));
+            crate::log::say_raw(format_args!("  {p:?} fields {:?}", fields(mem, p, a)));
         }
         let plan = mem.u64_at(a.exec + 32).unwrap_or(0);
         let r0 = mem.u64_at(plan + 24).unwrap_or(0);
-        eprintln!(
+        crate::log::say_raw(format_args!(
             "exec {:#x} plan {:#x} (rel {}) r0 {:#x} (rel {})",
             a.exec,
             plan,
             plan as i64 - a.exec as i64,
             r0,
             r0 as i64 - a.exec as i64
-        );
+        ));
         for (i, b) in blocks.iter().enumerate() {
             if b.addr == plan || b.addr == r0 {
-                eprintln!(
+                crate::log::say_raw(format_args!(
                     "  block {i} {:#x} depth {} path {:?}",
                     b.addr,
                     b.depth,
                     path_of(&blocks, i)
-                );
+                ));
             }
         }
         for k in &a.kernels {
-            eprintln!("  func {:#x}", k.func);
+            crate::log::say_raw(format_args!("  func {:#x}", k.func));
         }
-        eprintln!(
+        crate::log::say_raw(format_args!(
             "  r0+48 = {:?}",
             mem.u64_at(r0 + 48).map(|v| format!("{v:#x}"))
-        );
+        ));
         for h in hits.iter().take(40) {
-            eprintln!(
+            crate::log::say_raw(format_args!(
                 "  hit {:?} @{} depth {}",
                 path_of(&blocks, h.block),
                 h.off,
                 blocks[h.block].depth
-            );
+            ));
         }
     }
     paths.retain(|p| fields(mem, p, a).is_some());

@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 use crate::model::call::*;
 
 /// Where the annotations of one event go (the writer interns and encodes).
-pub trait AnnotationSink {
+pub(super) trait AnnotationSink {
     /// An interned string value.
     fn string(&mut self, name: &'static str, v: &str);
     fn uint(&mut self, name: &'static str, v: u64);
@@ -36,7 +36,7 @@ pub trait AnnotationSink {
 }
 
 /// The `kernel` annotation of a launch.
-pub fn launch_text(out: &mut String, l: &Launch) {
+pub(super) fn launch_text(out: &mut String, l: &Launch) {
     if let Some(k) = &l.kernel {
         out.push_str(k);
         out.push(' ');
@@ -62,7 +62,7 @@ fn hex_ok(s: &str) -> Option<Value> {
 }
 
 /// The JSONL launch args from a `kernel` annotation; `None` if malformed.
-pub fn parse_launch_text(s: &str, args: &mut Map<String, Value>) -> Option<()> {
+pub(super) fn parse_launch_text(s: &str, args: &mut Map<String, Value>) -> Option<()> {
     let mut parts = s.rsplitn(6, ' ');
     let function = parts.next()?.strip_prefix("function=")?;
     let stream = parts.next()?.strip_prefix("stream=")?;
@@ -100,7 +100,7 @@ fn captured(s: &mut impl AnnotationSink, capture: Option<u64>) {
 }
 
 /// Sends the annotations of `args` to `s`.
-pub fn annotate(args: &Args, s: &mut impl AnnotationSink) {
+pub(super) fn annotate(args: &Args, s: &mut impl AnnotationSink) {
     match args {
         Args::Launch(l) => {
             s.launch(l);

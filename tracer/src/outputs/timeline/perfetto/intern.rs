@@ -13,7 +13,7 @@ use crate::outputs::timeline::perfetto::args::AnnotationSink;
 use crate::outputs::timeline::perfetto::wire;
 
 #[derive(Default)]
-pub struct Interner {
+pub(super) struct Interner {
     pub names: FxHashMap<&'static str, u64>,
     annotation_names: FxHashMap<Box<str>, u64>,
     strings: FxHashMap<Box<str>, u64>,
@@ -48,7 +48,7 @@ impl PartialEq for ArcPtr {
 }
 impl Eq for ArcPtr {}
 
-pub struct Annotator<'a> {
+pub(super) struct Annotator<'a> {
     pub interned: &'a mut Interner,
     /// Pending InternedData fields for this packet.
     pub new: &'a mut Vec<u8>,
@@ -92,7 +92,7 @@ impl Annotator<'_> {
 
 /// Appends an EventName / DebugAnnotationName / InternedString entry
 /// (all three are `iid = 1`, name/str = 2) as InternedData field `field`.
-pub fn interned_entry(out: &mut Vec<u8>, field: u32, iid: u64, s: &[u8]) {
+pub(super) fn interned_entry(out: &mut Vec<u8>, field: u32, iid: u64, s: &[u8]) {
     let mut entry = Vec::with_capacity(s.len() + 12);
     wire::uint(&mut entry, 1, iid);
     wire::bytes(&mut entry, 2, s);

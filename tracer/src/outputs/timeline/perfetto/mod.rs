@@ -9,7 +9,7 @@
 
 mod args;
 mod intern;
-pub mod proto;
+pub(crate) mod proto;
 mod reader;
 mod records;
 mod wire;

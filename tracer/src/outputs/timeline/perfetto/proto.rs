@@ -13,15 +13,16 @@
 //! reading. Members of a `oneof data` in TracePacket are separate optional
 //! fields here (the same bytes on the wire). Enums are plain `int32`.
 
+#[cfg(test)]
 /// `Trace`: the file is a sequence of `packet` fields (tag 1).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Trace {
+pub(crate) struct Trace {
     #[prost(message, repeated, tag = "1")]
     pub packet: Vec<TracePacket>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct TracePacket {
+pub(crate) struct TracePacket {
     #[prost(uint64, optional, tag = "8")]
     pub timestamp: Option<u64>,
     #[prost(uint32, optional, tag = "58")]
@@ -50,11 +51,11 @@ pub struct TracePacket {
 }
 
 /// TracePacket.SequenceFlags.
-pub const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
-pub const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
+pub(crate) const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
+pub(crate) const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct TrackEvent {
+pub(crate) struct TrackEvent {
     #[prost(int32, optional, tag = "9")]
     pub r#type: Option<i32>,
     #[prost(uint64, optional, tag = "11")]
@@ -72,13 +73,13 @@ pub struct TrackEvent {
 }
 
 /// TrackEvent.Type.
-pub const TYPE_SLICE_BEGIN: i32 = 1;
-pub const TYPE_SLICE_END: i32 = 2;
-pub const TYPE_INSTANT: i32 = 3;
-pub const TYPE_COUNTER: i32 = 4;
+pub(crate) const TYPE_SLICE_BEGIN: i32 = 1;
+pub(crate) const TYPE_SLICE_END: i32 = 2;
+pub(crate) const TYPE_INSTANT: i32 = 3;
+pub(crate) const TYPE_COUNTER: i32 = 4;
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct DebugAnnotation {
+pub(crate) struct DebugAnnotation {
     #[prost(uint64, optional, tag = "1")]
     pub name_iid: Option<u64>,
     #[prost(string, optional, tag = "10")]
@@ -104,7 +105,7 @@ pub struct DebugAnnotation {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct InternedData {
+pub(crate) struct InternedData {
     #[prost(message, repeated, tag = "2")]
     pub event_names: Vec<EventName>,
     #[prost(message, repeated, tag = "3")]
@@ -115,7 +116,7 @@ pub struct InternedData {
 
 /// EventName and DebugAnnotationName (the same two fields).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct EventName {
+pub(crate) struct EventName {
     #[prost(uint64, optional, tag = "1")]
     pub iid: Option<u64>,
     #[prost(string, optional, tag = "2")]
@@ -123,7 +124,7 @@ pub struct EventName {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct InternedString {
+pub(crate) struct InternedString {
     #[prost(uint64, optional, tag = "1")]
     pub iid: Option<u64>,
     #[prost(bytes = "vec", optional, tag = "2")]
@@ -131,7 +132,7 @@ pub struct InternedString {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct TracePacketDefaults {
+pub(crate) struct TracePacketDefaults {
     #[prost(uint32, optional, tag = "58")]
     pub timestamp_clock_id: Option<u32>,
     #[prost(message, optional, tag = "11")]
@@ -139,13 +140,13 @@ pub struct TracePacketDefaults {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct TrackEventDefaults {
+pub(crate) struct TrackEventDefaults {
     #[prost(uint64, optional, tag = "11")]
     pub track_uuid: Option<u64>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ClockSnapshot {
+pub(crate) struct ClockSnapshot {
     #[prost(message, repeated, tag = "1")]
     pub clocks: Vec<Clock>,
     #[prost(int32, optional, tag = "2")]
@@ -153,7 +154,7 @@ pub struct ClockSnapshot {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Clock {
+pub(crate) struct Clock {
     #[prost(uint32, optional, tag = "1")]
     pub clock_id: Option<u32>,
     #[prost(uint64, optional, tag = "2")]
@@ -165,12 +166,12 @@ pub struct Clock {
 }
 
 /// BuiltinClock.BUILTIN_CLOCK_REALTIME: our timestamps are Unix time.
-pub const CLOCK_REALTIME: u32 = 1;
+pub(crate) const CLOCK_REALTIME: u32 = 1;
 /// The first sequence-scoped clock id: the SDK's delta-encoded clock.
-pub const CLOCK_INCREMENTAL: u32 = 64;
+pub(crate) const CLOCK_INCREMENTAL: u32 = 64;
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct TrackDescriptor {
+pub(crate) struct TrackDescriptor {
     #[prost(uint64, optional, tag = "1")]
     pub uuid: Option<u64>,
     #[prost(uint64, optional, tag = "5")]
@@ -186,7 +187,7 @@ pub struct TrackDescriptor {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ProcessDescriptor {
+pub(crate) struct ProcessDescriptor {
     #[prost(int32, optional, tag = "1")]
     pub pid: Option<i32>,
     #[prost(string, optional, tag = "6")]
@@ -194,7 +195,7 @@ pub struct ProcessDescriptor {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ThreadDescriptor {
+pub(crate) struct ThreadDescriptor {
     #[prost(int32, optional, tag = "1")]
     pub pid: Option<i32>,
     #[prost(int64, optional, tag = "2")]
@@ -204,25 +205,23 @@ pub struct ThreadDescriptor {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct CounterDescriptor {
+pub(crate) struct CounterDescriptor {
     #[prost(int32, optional, tag = "3")]
     pub unit: Option<i32>,
     #[prost(string, optional, tag = "6")]
     pub unit_name: Option<String>,
 }
 
-/// CounterDescriptor.Unit.
-pub const UNIT_COUNT: i32 = 2;
-pub const UNIT_SIZE_BYTES: i32 = 3;
+pub(crate) const UNIT_SIZE_BYTES: i32 = 3;
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct TraceAttributes {
+pub(crate) struct TraceAttributes {
     #[prost(message, repeated, tag = "1")]
     pub attribute: Vec<Attribute>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Attribute {
+pub(crate) struct Attribute {
     #[prost(string, optional, tag = "1")]
     pub key: Option<String>,
     #[prost(int64, optional, tag = "2")]

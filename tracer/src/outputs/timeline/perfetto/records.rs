@@ -12,7 +12,7 @@ use crate::outputs::timeline::perfetto::proto::TYPE_SLICE_END;
 use rustc_hash::FxHashMap;
 
 /// Most records kept for the summary (one per process and second).
-pub const MAX_KEPT: usize = 1 << 20;
+pub(super) const MAX_KEPT: usize = 1 << 20;
 /// Most record slices open at once on one lane.
 const MAX_OPEN: usize = 64;
 
@@ -36,7 +36,7 @@ fn value(a: &DebugAnnotation) -> Result<Value, String> {
 
 /// One track event of a record lane: a record begun (kept open), ended
 /// (returned, with `dur_ns`) or an instant (returned).
-pub fn step(
+pub(super) fn step(
     open: &mut FxHashMap<u64, Vec<Map<String, Value>>>,
     track: u64,
     pid: Option<u32>,

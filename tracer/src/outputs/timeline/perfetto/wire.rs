@@ -3,11 +3,11 @@
 //! would allocate a Vec per annotation). Rare packets go through prost;
 //! the tests decode both with prost.
 
-pub const VARINT: u32 = 0;
-pub const LEN: u32 = 2;
+pub(super) const VARINT: u32 = 0;
+pub(super) const LEN: u32 = 2;
 
 #[inline]
-pub fn varint(out: &mut Vec<u8>, mut v: u64) {
+pub(super) fn varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -16,20 +16,20 @@ pub fn varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 #[inline]
-pub fn key(out: &mut Vec<u8>, field: u32, wire_type: u32) {
+pub(super) fn key(out: &mut Vec<u8>, field: u32, wire_type: u32) {
     varint(out, u64::from(field << 3 | wire_type));
 }
 
 /// A `uint32`/`uint64`/`bool`/enum field.
 #[inline]
-pub fn uint(out: &mut Vec<u8>, field: u32, v: u64) {
+pub(super) fn uint(out: &mut Vec<u8>, field: u32, v: u64) {
     key(out, field, VARINT);
     varint(out, v);
 }
 
 /// A length-delimited field (bytes, string, embedded message).
 #[inline]
-pub fn bytes(out: &mut Vec<u8>, field: u32, data: &[u8]) {
+pub(super) fn bytes(out: &mut Vec<u8>, field: u32, data: &[u8]) {
     key(out, field, LEN);
     varint(out, data.len() as u64);
     out.extend_from_slice(data);

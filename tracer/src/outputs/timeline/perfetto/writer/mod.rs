@@ -48,12 +48,12 @@ const RATE_PERIOD_NS: u64 = 100_000_000;
 /// compressed packet under 512 KB; deflate never grows data by half).
 const BUNDLE: usize = 256 << 10;
 /// Header attribute key naming the format (what the reader checks).
-pub const FORMAT_KEY: &str = "gputrace.format";
-pub const FORMAT_VERSION: i64 = 1;
+pub(super) const FORMAT_KEY: &str = "gputrace.format";
+pub(super) const FORMAT_VERSION: i64 = 1;
 /// Name prefix of the lanes of non-call records ("gputrace sampling").
-pub const RECORD_TRACK_PREFIX: &str = "gputrace ";
+pub(super) const RECORD_TRACK_PREFIX: &str = "gputrace ";
 /// Trailer attribute key holding the JSON summary.
-pub const SUMMARY_KEY: &str = "gputrace.summary";
+pub(super) const SUMMARY_KEY: &str = "gputrace.summary";
 
 struct Sequence {
     id: u32,
