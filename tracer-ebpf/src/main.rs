@@ -339,11 +339,13 @@ fn comm_field(base: u64, off: u32, wide: bool) -> Option<u64> {
         return None;
     }
     let at = base.checked_add(off as u64)?;
-    // SAFETY: user-memory reads; failure is handled (and is not counted as
-    // lost: the call is recorded, its identity is then unknown).
+    // SAFETY (both reads): user-memory reads; failure is handled (and is
+    // not counted as lost: the call is recorded, its identity is then
+    // unknown).
     if wide {
         unsafe { bpf_probe_read_user(at as *const u64) }.ok()
     } else {
+        // SAFETY: as above.
         unsafe { bpf_probe_read_user(at as *const u32) }
             .ok()
             .map(u64::from)
@@ -493,6 +495,7 @@ fn keep_blob(ctx: &ProbeContext, cookie: ProbeCookie, e: &CallEvent) {
 
 #[uretprobe]
 pub fn call_return(ctx: RetProbeContext) -> u32 {
+    // SAFETY: a helper without arguments.
     let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: the helper reads the cookie of the link that ran us.
     let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });

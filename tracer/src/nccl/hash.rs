@@ -3,8 +3,8 @@
 //! (2.26 on) prints as `commId 0x%llx` in its INFO lines.
 //!
 //! Sources: `src/include/bitops.h` (`eatHash`, `digestHash`, `getHash`) and
-//! `src/init.cc` (`hashUniqueId`) of NVIDIA/nccl; the table of which release
-//! stores which is in /work/notes/nccl.md and docs/nccl.md.
+//! `src/init.cc` (`hashUniqueId`) of NVIDIA/nccl. Which release stores
+//! which hash: [`FIRST_MIXER_RELEASE`] below, and docs/events.md (`comm_id`).
 
 /// Bytes of an `ncclUniqueId` (`struct { char internal[128]; }`).
 pub const UNIQUE_ID_BYTES: usize = 128;
