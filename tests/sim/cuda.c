@@ -37,6 +37,11 @@ static __thread CUcontext t_current_ctx;
 
 static const char k_device_name[] = "Simulated GPU";
 
+SIM_HIDDEN CUcontext sim_current_ctx(void)
+{
+    return t_current_ctx;
+}
+
 SIM_HIDDEN unsigned int sim_next_id(void)
 {
     pthread_mutex_lock(&g_lock);
@@ -171,6 +176,14 @@ SIM_HIDDEN CUmemorytype sim_memory_type(uint64_t addr)
     struct rec *r = rec_find_containing(addr, 1, REC_FREEABLE);
     pthread_mutex_unlock(&g_lock);
     return r ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+}
+
+SIM_HIDDEN int sim_host_pinned(uint64_t addr)
+{
+    pthread_mutex_lock(&g_lock);
+    struct rec *r = rec_find_containing(addr, 1, REC_HOST);
+    pthread_mutex_unlock(&g_lock);
+    return r != NULL;
 }
 
 /* Device-style allocation: fake address, 2 MiB aligned. */
@@ -733,8 +746,10 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f,
                                 void **kernelParams, void **extra)
 {
     UNUSED(extra);
-    return launch_impl(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
-                       hStream, kernelParams);
+    SIM_OBSERVED(SIM_CBID_cuLaunchKernel, sim_func_name(f), hStream,
+                 launch_impl(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                             hStream, kernelParams),
+                 sim_obs_kernel(o_, &c_, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, 0));
 }
 
 CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f,
@@ -744,20 +759,30 @@ CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f,
                                 void **kernelParams, void **extra)
 {
     UNUSED(extra);
-    return launch_impl(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
-                       hStream, kernelParams);
+    SIM_OBSERVED(SIM_CBID_cuLaunchKernel_ptsz, sim_func_name(f), hStream,
+                 launch_impl(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                             hStream, kernelParams),
+                 sim_obs_kernel(o_, &c_, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, 0));
 }
 
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
     UNUSED(extra);
-    return launch_ex_impl(config, f, kernelParams);
+    SIM_OBSERVED(SIM_CBID_cuLaunchKernelEx, sim_func_name(f), config ? config->hStream : NULL,
+                 launch_ex_impl(config, f, kernelParams),
+                 sim_obs_kernel(o_, &c_, f, config->gridDimX, config->gridDimY, config->gridDimZ,
+                                config->blockDimX, config->blockDimY, config->blockDimZ,
+                                config->sharedMemBytes, config->hStream, 0));
 }
 
 CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
     UNUSED(extra);
-    return launch_ex_impl(config, f, kernelParams);
+    SIM_OBSERVED(SIM_CBID_cuLaunchKernelEx_ptsz, sim_func_name(f), config ? config->hStream : NULL,
+                 launch_ex_impl(config, f, kernelParams),
+                 sim_obs_kernel(o_, &c_, f, config->gridDimX, config->gridDimY, config->gridDimZ,
+                                config->blockDimX, config->blockDimY, config->blockDimZ,
+                                config->sharedMemBytes, config->hStream, 0));
 }
 
 CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f,
@@ -765,8 +790,10 @@ CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f,
                                 unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                                 unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    return launch_impl(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
-                       hStream, kernelParams);
+    SIM_OBSERVED(SIM_CBID_cuLaunchCooperativeKernel, sim_func_name(f), hStream,
+                 launch_impl(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                             hStream, kernelParams),
+                 sim_obs_kernel(o_, &c_, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, 1));
 }
 
 CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f,
@@ -774,8 +801,10 @@ CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f,
                                 unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                                 unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    return launch_impl(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
-                       hStream, kernelParams);
+    SIM_OBSERVED(SIM_CBID_cuLaunchCooperativeKernel_ptsz, sim_func_name(f), hStream,
+                 launch_impl(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                             hStream, kernelParams),
+                 sim_obs_kernel(o_, &c_, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, 1));
 }
 
 /* ------------------------------------------------------------------ */
@@ -1035,94 +1064,216 @@ static CUresult memset_async_impl(CUdeviceptr dst, unsigned int value, unsigned 
     return sim_capture_memset(s, dst, value, elem, n);
 }
 
+static CUresult htod_async_impl(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+    if (UNLIKELY(srcHost == NULL && ByteCount != 0)) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    return copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_HOST, (uintptr_t)srcHost, ByteCount, hStream);
+}
+
+static CUresult dtoh_async_impl(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+    if (UNLIKELY(dstHost == NULL && ByteCount != 0)) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    return copy_async_impl(CU_MEMORYTYPE_HOST, (uintptr_t)dstHost, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream);
+}
+
+static CUresult peer_async_impl(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
+                                size_t ByteCount, CUstream hStream)
+{
+    CUresult rc = copy_peer_impl(dstContext, srcContext, hStream);
+    if (rc != CUDA_SUCCESS) return rc;
+    return copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream);
+}
+
 CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
-{ UNUSED3(dst, src, ByteCount); return copy_impl(NULL); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemcpy, NULL, NULL,
+                 copy_impl(NULL),
+                 sim_obs_copy(o_, &c_, 0, dst, 0, src, ByteCount, NULL, 0));
+}
 CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
-{ UNUSED3(dst, src, ByteCount); return copy_impl(NULL); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemcpy_ptds, NULL, CU_STREAM_PER_THREAD,
+                 copy_impl(NULL),
+                 sim_obs_copy(o_, &c_, 0, dst, 0, src, ByteCount, CU_STREAM_PER_THREAD, 0));
+}
 CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
-{ return copy_async_impl(MT_INFER, dst, MT_INFER, src, ByteCount, hStream); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemcpyAsync, NULL, hStream,
+                 copy_async_impl(MT_INFER, dst, MT_INFER, src, ByteCount, hStream),
+                 sim_obs_copy(o_, &c_, 0, dst, 0, src, ByteCount, hStream, 0));
+}
 CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
-{ return copy_async_impl(MT_INFER, dst, MT_INFER, src, ByteCount, hStream); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemcpyAsync_ptsz, NULL, hStream,
+                 copy_async_impl(MT_INFER, dst, MT_INFER, src, ByteCount, hStream),
+                 sim_obs_copy(o_, &c_, 0, dst, 0, src, ByteCount, hStream, 0));
+}
 
 CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
-{ UNUSED(dstDevice); return copy_host_impl(srcHost, ByteCount, NULL); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemcpyHtoD_v2, NULL, NULL,
+                 copy_host_impl(srcHost, ByteCount, NULL),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_HOST, (uintptr_t)srcHost, ByteCount, NULL, 0));
+}
 CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
-{ UNUSED(dstDevice); return copy_host_impl(srcHost, ByteCount, NULL); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemcpyHtoD_v2_ptds, NULL, CU_STREAM_PER_THREAD,
+                 copy_host_impl(srcHost, ByteCount, NULL),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_HOST, (uintptr_t)srcHost, ByteCount, CU_STREAM_PER_THREAD, 0));
+}
 CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{ UNUSED(srcDevice); return copy_host_impl(dstHost, ByteCount, NULL); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemcpyDtoH_v2, NULL, NULL,
+                 copy_host_impl(dstHost, ByteCount, NULL),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_HOST, (uintptr_t)dstHost, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, NULL, 0));
+}
 CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{ UNUSED(srcDevice); return copy_host_impl(dstHost, ByteCount, NULL); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemcpyDtoH_v2_ptds, NULL, CU_STREAM_PER_THREAD,
+                 copy_host_impl(dstHost, ByteCount, NULL),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_HOST, (uintptr_t)dstHost, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, CU_STREAM_PER_THREAD, 0));
+}
 CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
-{ UNUSED3(dstDevice, srcDevice, ByteCount); return copy_impl(NULL); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemcpyDtoD_v2, NULL, NULL,
+                 copy_impl(NULL),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, NULL, 0));
+}
 CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
-{ UNUSED3(dstDevice, srcDevice, ByteCount); return copy_impl(NULL); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemcpyDtoD_v2_ptds, NULL, CU_STREAM_PER_THREAD,
+                 copy_impl(NULL),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, CU_STREAM_PER_THREAD, 0));
+}
 
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
-    if (UNLIKELY(srcHost == NULL && ByteCount != 0)) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
-    return copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_HOST, (uintptr_t)srcHost, ByteCount, hStream);
+    SIM_OBSERVED(SIM_CBID_cuMemcpyHtoDAsync_v2, NULL, hStream,
+                 htod_async_impl(dstDevice, srcHost, ByteCount, hStream),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_HOST, (uintptr_t)srcHost, ByteCount, hStream, 0));
 }
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
-    if (UNLIKELY(srcHost == NULL && ByteCount != 0)) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
-    return copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_HOST, (uintptr_t)srcHost, ByteCount, hStream);
+    SIM_OBSERVED(SIM_CBID_cuMemcpyHtoDAsync_v2_ptsz, NULL, hStream,
+                 htod_async_impl(dstDevice, srcHost, ByteCount, hStream),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_HOST, (uintptr_t)srcHost, ByteCount, hStream, 0));
 }
 CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    if (UNLIKELY(dstHost == NULL && ByteCount != 0)) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
-    return copy_async_impl(CU_MEMORYTYPE_HOST, (uintptr_t)dstHost, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream);
+    SIM_OBSERVED(SIM_CBID_cuMemcpyDtoHAsync_v2, NULL, hStream,
+                 dtoh_async_impl(dstHost, srcDevice, ByteCount, hStream),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_HOST, (uintptr_t)dstHost, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream, 0));
 }
 CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    if (UNLIKELY(dstHost == NULL && ByteCount != 0)) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
-    return copy_async_impl(CU_MEMORYTYPE_HOST, (uintptr_t)dstHost, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream);
+    SIM_OBSERVED(SIM_CBID_cuMemcpyDtoHAsync_v2_ptsz, NULL, hStream,
+                 dtoh_async_impl(dstHost, srcDevice, ByteCount, hStream),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_HOST, (uintptr_t)dstHost, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream, 0));
 }
 CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
-{ return copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemcpyDtoDAsync_v2, NULL, hStream,
+                 copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream, 0));
+}
 CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
-{ return copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemcpyDtoDAsync_v2_ptsz, NULL, hStream,
+                 copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream, 0));
+}
 
 CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
-{ UNUSED3(dstDevice, srcDevice, ByteCount); return copy_peer_impl(dstContext, srcContext, NULL); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemcpyPeer, NULL, NULL,
+                 copy_peer_impl(dstContext, srcContext, NULL),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, NULL, dstContext != srcContext));
+}
 CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
-{ UNUSED3(dstDevice, srcDevice, ByteCount); return copy_peer_impl(dstContext, srcContext, NULL); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemcpyPeer_ptds, NULL, CU_STREAM_PER_THREAD,
+                 copy_peer_impl(dstContext, srcContext, NULL),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, CU_STREAM_PER_THREAD, dstContext != srcContext));
+}
 CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
-    CUresult rc = copy_peer_impl(dstContext, srcContext, hStream);
-    if (rc != CUDA_SUCCESS) return rc;
-    return copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream);
+    SIM_OBSERVED(SIM_CBID_cuMemcpyPeerAsync, NULL, hStream,
+                 peer_async_impl(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream, dstContext != srcContext));
 }
 CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
-    CUresult rc = copy_peer_impl(dstContext, srcContext, hStream);
-    if (rc != CUDA_SUCCESS) return rc;
-    return copy_async_impl(CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream);
+    SIM_OBSERVED(SIM_CBID_cuMemcpyPeerAsync_ptsz, NULL, hStream,
+                 peer_async_impl(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream),
+                 sim_obs_copy(o_, &c_, CU_MEMORYTYPE_DEVICE, dstDevice, CU_MEMORYTYPE_DEVICE, srcDevice, ByteCount, hStream, dstContext != srcContext));
 }
 
 CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-{ UNUSED3(dstDevice, uc, N); return copy_impl(NULL); }
+{
+    UNUSED(dstDevice);
+    SIM_OBSERVED(SIM_CBID_cuMemsetD8_v2, NULL, NULL, copy_impl(NULL),
+                 sim_obs_memset(o_, &c_, uc, 1, N, NULL));
+}
 CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-{ UNUSED3(dstDevice, uc, N); return copy_impl(NULL); }
+{
+    UNUSED(dstDevice);
+    SIM_OBSERVED(SIM_CBID_cuMemsetD8_v2_ptds, NULL, CU_STREAM_PER_THREAD, copy_impl(NULL),
+                 sim_obs_memset(o_, &c_, uc, 1, N, CU_STREAM_PER_THREAD));
+}
 CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
-{ UNUSED3(dstDevice, us, N); return copy_impl(NULL); }
+{
+    UNUSED(dstDevice);
+    SIM_OBSERVED(SIM_CBID_cuMemsetD16_v2, NULL, NULL, copy_impl(NULL),
+                 sim_obs_memset(o_, &c_, us, 2, N, NULL));
+}
 CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
-{ UNUSED3(dstDevice, us, N); return copy_impl(NULL); }
+{
+    UNUSED(dstDevice);
+    SIM_OBSERVED(SIM_CBID_cuMemsetD16_v2_ptds, NULL, CU_STREAM_PER_THREAD, copy_impl(NULL),
+                 sim_obs_memset(o_, &c_, us, 2, N, CU_STREAM_PER_THREAD));
+}
 CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
-{ UNUSED3(dstDevice, ui, N); return copy_impl(NULL); }
+{
+    UNUSED(dstDevice);
+    SIM_OBSERVED(SIM_CBID_cuMemsetD32_v2, NULL, NULL, copy_impl(NULL),
+                 sim_obs_memset(o_, &c_, ui, 4, N, NULL));
+}
 CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
-{ UNUSED3(dstDevice, ui, N); return copy_impl(NULL); }
+{
+    UNUSED(dstDevice);
+    SIM_OBSERVED(SIM_CBID_cuMemsetD32_v2_ptds, NULL, CU_STREAM_PER_THREAD, copy_impl(NULL),
+                 sim_obs_memset(o_, &c_, ui, 4, N, CU_STREAM_PER_THREAD));
+}
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
-{ return memset_async_impl(dstDevice, uc, 1, N, hStream); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemsetD8Async, NULL, hStream, memset_async_impl(dstDevice, uc, 1, N, hStream),
+                 sim_obs_memset(o_, &c_, uc, 1, N, hStream));
+}
 CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
-{ return memset_async_impl(dstDevice, uc, 1, N, hStream); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemsetD8Async_ptsz, NULL, hStream, memset_async_impl(dstDevice, uc, 1, N, hStream),
+                 sim_obs_memset(o_, &c_, uc, 1, N, hStream));
+}
 CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
-{ return memset_async_impl(dstDevice, us, 2, N, hStream); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemsetD16Async, NULL, hStream, memset_async_impl(dstDevice, us, 2, N, hStream),
+                 sim_obs_memset(o_, &c_, us, 2, N, hStream));
+}
 CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
-{ return memset_async_impl(dstDevice, us, 2, N, hStream); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemsetD16Async_ptsz, NULL, hStream, memset_async_impl(dstDevice, us, 2, N, hStream),
+                 sim_obs_memset(o_, &c_, us, 2, N, hStream));
+}
 CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
-{ return memset_async_impl(dstDevice, ui, 4, N, hStream); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemsetD32Async, NULL, hStream, memset_async_impl(dstDevice, ui, 4, N, hStream),
+                 sim_obs_memset(o_, &c_, ui, 4, N, hStream));
+}
 CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
-{ return memset_async_impl(dstDevice, ui, 4, N, hStream); }
+{
+    SIM_OBSERVED(SIM_CBID_cuMemsetD32Async_ptsz, NULL, hStream, memset_async_impl(dstDevice, ui, 4, N, hStream),
+                 sim_obs_memset(o_, &c_, ui, 4, N, hStream));
+}
 
 /* ------------------------------------------------------------------ */
 /* Streams and events                                                  */

@@ -537,8 +537,50 @@ CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
     return upload_impl(hGraphExec, hStream);
 }
 
-/* "Runs" every record: counts kernels by name, copies and memsets. */
-static CUresult graph_launch_impl(CUgraphExec e, CUstream s)
+/* An executable graph's record as the observer's work (graph launches). */
+static void report_record(const struct sim_observer *o, struct sim_obs_call *c, CUgraphExec e,
+                          const struct sim_rec *r, CUstream s)
+{
+    struct sim_obs_work w;
+    memset(&w, 0, sizeof(w));
+    w.stream_id = sim_obs_stream_id(s, c->tid);
+    w.graph_id = e->graph_id;
+    w.graph_node_id = ((uint64_t)e->graph_id << 32) | (r->index + 1u);
+    switch (r->kind) {
+    case SIM_REC_KERNEL:
+        w.kind = SIM_OBS_KERNEL;
+        w.name = sim_func_name(r->func);
+        memcpy(w.grid, r->grid, sizeof(w.grid));
+        memcpy(w.block, r->block, sizeof(w.block));
+        w.dynamic_shared = r->shmem;
+        if (w.name != NULL) {
+            w.static_shared = r->func->shared_size_bytes;
+            w.registers = r->func->num_regs;
+        }
+        break;
+    case SIM_REC_MEMCPY:
+        w.kind = SIM_OBS_MEMCPY;
+        w.dst_type = r->u.copy.dst_type;
+        w.src_type = r->u.copy.src_type;
+        w.dst_pinned = w.dst_type == CU_MEMORYTYPE_HOST ? (uint32_t)sim_host_pinned(r->u.copy.dst) : 0;
+        w.src_pinned = w.src_type == CU_MEMORYTYPE_HOST ? (uint32_t)sim_host_pinned(r->u.copy.src) : 0;
+        w.bytes = r->u.copy.bytes;
+        break;
+    case SIM_REC_MEMSET:
+        w.kind = SIM_OBS_MEMSET;
+        w.bytes = r->u.set.bytes;
+        w.value = r->u.set.value;
+        w.element_size = r->u.set.elem;
+        break;
+    default:
+        return;
+    }
+    o->work(c, &w);
+}
+
+/* "Runs" every record: counts kernels by name, copies and memsets; reports
+ * each to the observer `o` (NULL: none). */
+static CUresult graph_launch_impl(CUgraphExec e, CUstream s, const struct sim_observer *o, struct sim_obs_call *call)
 {
     REQUIRE_INIT();
     if (UNLIKELY(!stream_ok(s))) return CUDA_ERROR_INVALID_HANDLE;
@@ -551,6 +593,7 @@ static CUresult graph_launch_impl(CUgraphExec e, CUstream s)
     } else {
         struct sim_graph_counters *c = &g_graph_counters;
         for (struct sim_rec *r = e->plan->head; r; r = r->next) {
+            if (o != NULL) report_record(o, call, e, r, s);
             switch (r->kind) {
             case SIM_REC_KERNEL:
                 c->kernels_run++;
@@ -577,10 +620,22 @@ static CUresult graph_launch_impl(CUgraphExec e, CUstream s)
 
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
-    return graph_launch_impl(hGraphExec, hStream);
+    const struct sim_observer *o = sim_observer();
+    if (LIKELY(o == NULL)) return graph_launch_impl(hGraphExec, hStream, NULL, NULL);
+    struct sim_obs_call c;
+    sim_obs_begin(o, &c, SIM_CBID_cuGraphLaunch, __func__, NULL);
+    const CUresult r = graph_launch_impl(hGraphExec, hStream, o, &c);
+    o->exit(&c, (int)r);
+    return r;
 }
 
 CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
-    return graph_launch_impl(hGraphExec, hStream);
+    const struct sim_observer *o = sim_observer();
+    if (LIKELY(o == NULL)) return graph_launch_impl(hGraphExec, hStream, NULL, NULL);
+    struct sim_obs_call c;
+    sim_obs_begin(o, &c, SIM_CBID_cuGraphLaunch_ptsz, __func__, NULL);
+    const CUresult r = graph_launch_impl(hGraphExec, hStream, o, &c);
+    o->exit(&c, (int)r);
+    return r;
 }

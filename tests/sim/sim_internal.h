@@ -271,4 +271,55 @@ struct sim_graph_counters {
 };
 extern SIM_HIDDEN struct sim_graph_counters g_graph_counters;
 
+/* ------------------------------------------------------------------ */
+/* The observer (observe.c): what the simulated CUPTI sees             */
+/* ------------------------------------------------------------------ */
+
+#include "sim_observer.h"
+#include "cupti_sim.h" /* SIM_CBID_* values */
+
+extern SIM_HIDDEN const struct sim_observer *g_observer; /* __atomic builtins */
+
+static inline const struct sim_observer *sim_observer(void)
+{
+    return __atomic_load_n(&g_observer, __ATOMIC_ACQUIRE);
+}
+
+/* The calling thread's current context (cuda.c). */
+SIM_HIDDEN CUcontext sim_current_ctx(void);
+/* Is addr inside a page-locked host allocation?  (cuda.c) */
+SIM_HIDDEN int sim_host_pinned(uint64_t addr);
+/* A launch's kernel name, or NULL (checks the handle's magic). */
+SIM_HIDDEN const char *sim_func_name(CUfunction f);
+/* Fills *c and calls o->enter. */
+SIM_HIDDEN void sim_obs_begin(const struct sim_observer *o, struct sim_obs_call *c, uint32_t cbid,
+                              const char *function, const char *symbol);
+SIM_HIDDEN uint32_t sim_obs_stream_id(CUstream s, pid_t tid);
+SIM_HIDDEN void sim_obs_kernel(const struct sim_observer *o, struct sim_obs_call *c, CUfunction f,
+                               unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned shmem, CUstream s, int cooperative);
+/* dt/st: CUmemorytype, or 0 to infer from the address (sim_memory_type). */
+SIM_HIDDEN void sim_obs_copy(const struct sim_observer *o, struct sim_obs_call *c, CUmemorytype dt, uint64_t dst,
+                             CUmemorytype st, uint64_t src, size_t n, CUstream s, int peer);
+SIM_HIDDEN void sim_obs_memset(const struct sim_observer *o, struct sim_obs_call *c, unsigned value,
+                               unsigned elem, size_t n, CUstream s);
+
+/*
+ * The body of an observed entry point: `return CALL;` when no observer is
+ * set; otherwise enter, CALL, WORK (a statement using o_ and c_; only when
+ * CALL succeeded and STREAM was not capturing), exit.
+ */
+#define SIM_OBSERVED(CBID, SYMBOL, STREAM, CALL, WORK)                      \
+    do {                                                                  \
+        const struct sim_observer *o_ = sim_observer();                   \
+        if (LIKELY(o_ == NULL)) return (CALL);                            \
+        struct sim_obs_call c_;                                           \
+        sim_obs_begin(o_, &c_, (CBID), __func__, (SYMBOL));               \
+        const int runs_ = !stream_capturing(STREAM);                      \
+        const CUresult r_ = (CALL);                                       \
+        if (r_ == CUDA_SUCCESS && runs_) { WORK; }                        \
+        o_->exit(&c_, (int)r_);                                           \
+        return r_;                                                        \
+    } while (0)
+
 #endif /* GPUTRACE_SIM_INTERNAL_H */

@@ -8,6 +8,7 @@
 #include "workload.h"
 #include "cudart_sim.h"
 #include "workload_nccl.h"
+#include "workload_cupti.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -208,6 +209,10 @@ static const char *usage_text =
     "[--graph-replays R] [--graph-update] [--graphs-before-wait] [--graph-linger-ms N] [--capture-sleep-ms N] "
     "[--per-thread-stream] [--wait-stdin] [--delay-ms N] [--names-after-wait] [--loop] "
     "[--duration-ms N] [--sync-us US] [--print-handles] "
+    "[--varied N] [--map-cupti] [--subscribe-cupti] [--load-agent PATH [--agent-cupti PATH] [--agent-kinds N] "
+    "[--agent-ring N] [--agent-names N] [--agent-flush-ms N] [--agent-hello-ms N] [--agent-finalize-ms N] "
+    "[--agent-buffers N] [--agent-buffer-size N] [--agent-join]] [--cupti-report] [--wait-stdin-end] [--fork-child] "
+    "[--end-launches N] "
     "[--bench launch|launch-ex|memcpy|nccl|alloc [--calls N]]";
 
 void usage_error(const char *fmt, const char *arg)
@@ -577,6 +582,9 @@ static void run_pass(struct worker *w)
 
     /* --graph-replays: capture, node-by-node construction, replays, updates */
     if (opt.graph_replays) graphs_pass(w);
+
+    /* --varied (workload_cupti.c) */
+    if (copt.varied) wcupti_pass(w);
 }
 
 static int keep_going(void)
@@ -769,10 +777,15 @@ static void *worker_main(void *arg)
         bench_teardown(w);
         return NULL;
     }
+    struct timespec win;
+    clock_gettime(CLOCK_MONOTONIC, &win);
+    w->window_start_ns = (uint64_t)win.tv_sec * 1000000000ULL + (uint64_t)win.tv_nsec;
     do {
         run_pass(w);
         w->passes++;
     } while (!w->halted && keep_going());
+    clock_gettime(CLOCK_MONOTONIC, &win);
+    w->window_end_ns = (uint64_t)win.tv_sec * 1000000000ULL + (uint64_t)win.tv_nsec;
     wnccl_finish((int)w->idx, &w->calls);
     if (opt.graph_replays) graphs_worker_teardown(w);
     return NULL;
@@ -795,7 +808,7 @@ uint64_t parse_u64(const char *flag, const char *s)
 
 static void parse_args(int argc, char **argv)
 {
-    int counted_flags = 0, ranks_flags = 0;
+    int counted_flags = 0, ranks_flags = 0, cupti_counted = 0;
     for (int i = 1; i < argc; i++) {
         char *a = argv[i];
         char *val = NULL;
@@ -834,6 +847,7 @@ static void parse_args(int argc, char **argv)
         else if (!strcmp(a, "--capture-sleep-ms")) { opt.capture_sleep_ms = parse_u64(a, TAKE_VALUE()); }
         else if (!strcmp(a, "--nccl-config")) { NO_VALUE(); nopt.config = 1; }
         else if (parse_nccl_flag(a, val, argc, argv, &i)) { ranks_flags++; }
+        else if (parse_cupti_flag(a, val, argc, argv, &i, &cupti_counted)) { counted_flags += cupti_counted; }
         else if (!strcmp(a, "--ptsz")) { NO_VALUE(); opt.ptsz = 1; }
         else if (!strcmp(a, "--per-thread-stream")) { NO_VALUE(); opt.per_thread = 1; }
         else if (!strcmp(a, "--wait-stdin")) { NO_VALUE(); opt.wait_stdin = 1; }
@@ -885,6 +899,8 @@ int main(int argc, char **argv)
         perror("gputrace-workload: setenv");
         return 1;
     }
+
+    wcupti_setup(); /* --map-cupti, --subscribe-cupti */
 
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
@@ -958,6 +974,7 @@ int main(int argc, char **argv)
     printf("ready pid=%d\n", (int)getpid());
     for (unsigned t = 0; t < T; t++) printf("thread %u tid=%d\n", t, (int)g_workers[t].tid);
     fflush(stdout);
+    wcupti_start_agent(); /* --load-agent: prints the `agent start=` line */
 
     /* ---- wait ---- */
     if (opt.wait_stdin && !g_stop) {
@@ -986,6 +1003,8 @@ int main(int argc, char **argv)
         per_thread_calls = g_workers[t].bench_calls;
     }
 
+    wcupti_end_wait(); /* --wait-stdin-end */
+
     /* ---- teardown (not counted) ---- */
     for (unsigned t = 0; t < T; t++) {
         SETUP(cuEventDestroy_v2(g_workers[t].event));
@@ -1008,6 +1027,7 @@ int main(int argc, char **argv)
     }
     wnccl_print_figures();
     if (opt.graph_replays) graphs_report();
+    wcupti_report();
     printf("done calls=%" PRIu64 "\n", total);
     fflush(stdout);
     pthread_barrier_destroy(&g_started);

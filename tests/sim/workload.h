@@ -76,6 +76,7 @@ struct worker {
     uint64_t bench_ns;
     uint64_t bench_cpu_ns; /* the thread's CPU time in the loop */
     uint64_t bench_calls;
+    uint64_t window_start_ns, window_end_ns; /* CLOCK_MONOTONIC around the counted passes */
     /* kernel arguments (never dereferenced by the simulator) */
     CUdeviceptr arg_a, arg_b, arg_c;
     int arg_n, arg_m, arg_k;

@@ -8,6 +8,10 @@
 #![no_std]
 
 mod comm;
+// The GPU-time agent's shared memory: userspace only (the eBPF target has no
+// 32-bit atomics).
+#[cfg(not(target_arch = "bpf"))]
+pub mod gpu;
 pub mod stack;
 pub use comm::*;
 

@@ -1,0 +1,236 @@
+//! CUPTI activity records → ring records, on the buffer-completion path
+//! (CUPTI's thread, or the agent thread that flushes), one whole buffer at
+//! a time under the producer lock.
+
+use core::ffi::{c_char, c_void};
+use core::sync::atomic::Ordering::Relaxed;
+
+use tracer_common::gpu::{
+    cbid_name, runtime_cbid_name, ApiRecord, Common, KernelRecord, MemcpyRecord, MemsetRecord,
+    Record, RingWriter, API_DOMAIN_DRIVER, API_DOMAIN_RUNTIME, FLAG_NO_TIMESTAMPS, MAX_NAME_LEN,
+};
+
+use crate::cupti_abi::{self as abi, CUPTI_SUCCESS};
+use crate::cupti_lib::Cupti;
+
+const NAME_SLOTS: usize = 4096;
+const NAME_PROBES: usize = 16;
+
+/// Kernel names already in the name area, by CUPTI's name pointer (CUPTI
+/// shares one string among the records of a kernel). A hit is checked
+/// against the stored bytes, so a reused address never gives a wrong name.
+pub(crate) struct Names {
+    slots: [(usize, u32); NAME_SLOTS],
+}
+
+impl Names {
+    fn id(&mut self, w: &mut RingWriter, ptr: *const c_char) -> u32 {
+        if ptr.is_null() {
+            return 0;
+        }
+        // SAFETY: CUPTI's record names a NUL-terminated string it owns; at
+        // most MAX_NAME_LEN bytes are read.
+        let len = unsafe { libc::strnlen(ptr, MAX_NAME_LEN) };
+        // SAFETY: `len` bytes were just found readable by strnlen.
+        let name = unsafe { core::slice::from_raw_parts(ptr.cast::<u8>(), len) };
+        let key = ptr as usize;
+        let h = (key >> 3).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52;
+        let mut free = None;
+        for i in 0..NAME_PROBES {
+            let s = (h + i) % NAME_SLOTS;
+            let (k, id) = self.slots[s];
+            if k == key && w.name_is(id, name) {
+                return id;
+            }
+            if k == key || (k == 0 && free.is_none()) {
+                free = Some(s);
+            }
+        }
+        let id = w.add_name(name);
+        if id != 0 {
+            let s = free.unwrap_or(h % NAME_SLOTS);
+            self.slots[s] = (key, id);
+        }
+        id
+    }
+}
+
+/// What happened to the records of one buffer.
+#[derive(Default)]
+pub(crate) struct Tally {
+    pub skipped: u64,
+}
+
+fn flags(start: u64, end: u64) -> u16 {
+    if start == 0 || end == 0 {
+        FLAG_NO_TIMESTAMPS
+    } else {
+        0
+    }
+}
+
+/// Reads the record at `p` (of `len` valid bytes) as one of ours.
+///
+/// # Safety
+/// `p..p+len` must be readable.
+unsafe fn convert(
+    p: *const u8,
+    len: usize,
+    names: &mut Names,
+    w: &mut RingWriter,
+) -> Option<Record> {
+    if len < 4 {
+        return None;
+    }
+    // SAFETY: 4 readable bytes (checked); CUPTI records are 8-aligned but
+    // an unaligned read costs nothing here.
+    let kind = unsafe { p.cast::<u32>().read_unaligned() };
+    let need = abi::record_size(kind);
+    if need == 0 || len < need {
+        return None;
+    }
+    Some(match kind {
+        abi::KIND_KERNEL | abi::KIND_CONCURRENT_KERNEL => {
+            // SAFETY: `need` readable bytes hold a record of this kind's layout
+            // (abi asserts the offsets).
+            let k = unsafe { p.cast::<abi::Kernel10>().read_unaligned() };
+            Record::Kernel(KernelRecord {
+                common: Common {
+                    flags: flags(k.start, k.end),
+                    device: k.device_id,
+                    context: k.context_id,
+                    stream: k.stream_id,
+                    correlation: k.correlation_id,
+                    start: k.start,
+                    end: k.end,
+                },
+                grid: k.grid.map(|v| v as u32),
+                block: k.block.map(|v| v as u32),
+                static_shared: k.static_shared_memory as u32,
+                dynamic_shared: k.dynamic_shared_memory as u32,
+                registers: k.registers_per_thread as u32,
+                name_id: names.id(w, k.name),
+                graph_node_id: k.graph_node_id,
+                graph_id: k.graph_id,
+                launch_type: k.launch_type as u32,
+            })
+        }
+        abi::KIND_MEMCPY => {
+            // SAFETY: `need` readable bytes hold a record of this kind's layout
+            // (abi asserts the offsets).
+            let m = unsafe { p.cast::<abi::Memcpy6>().read_unaligned() };
+            Record::Memcpy(MemcpyRecord {
+                common: Common {
+                    flags: flags(m.start, m.end),
+                    device: m.device_id,
+                    context: m.context_id,
+                    stream: m.stream_id,
+                    correlation: m.correlation_id,
+                    start: m.start,
+                    end: m.end,
+                },
+                bytes: m.bytes,
+                copy_kind: m.copy_kind,
+                src_kind: m.src_kind,
+                dst_kind: m.dst_kind,
+                copy_flags: m.flags,
+                graph_id: m.graph_id,
+                graph_node_id: m.graph_node_id,
+                runtime_correlation: m.runtime_correlation_id,
+            })
+        }
+        abi::KIND_MEMSET => {
+            // SAFETY: `need` readable bytes hold a record of this kind's layout
+            // (abi asserts the offsets).
+            let m = unsafe { p.cast::<abi::Memset4>().read_unaligned() };
+            Record::Memset(MemsetRecord {
+                common: Common {
+                    flags: flags(m.start, m.end),
+                    device: m.device_id,
+                    context: m.context_id,
+                    stream: m.stream_id,
+                    correlation: m.correlation_id,
+                    start: m.start,
+                    end: m.end,
+                },
+                bytes: m.bytes,
+                value: m.value,
+                memory_kind: m.memory_kind,
+                memset_flags: m.flags,
+                graph_node_id: m.graph_node_id,
+                graph_id: m.graph_id,
+            })
+        }
+        _ => {
+            // SAFETY: `need` readable bytes hold a record of this kind's layout
+            // (abi asserts the offsets).
+            let a = unsafe { p.cast::<abi::Api>().read_unaligned() };
+            // Only the functions asked for (the kind was on for a moment
+            // before the other cbids were switched off).
+            let known = if kind == abi::KIND_RUNTIME {
+                runtime_cbid_name(a.cbid).is_some()
+            } else {
+                cbid_name(a.cbid).is_some()
+            };
+            if !known {
+                return None;
+            }
+            Record::Api(ApiRecord {
+                common: Common {
+                    flags: flags(a.start, a.end),
+                    correlation: a.correlation_id,
+                    start: a.start,
+                    end: a.end,
+                    ..Common::default()
+                },
+                cbid: a.cbid,
+                tid: a.thread_id,
+                pid: a.process_id,
+                result: a.return_value,
+                domain: if kind == abi::KIND_RUNTIME {
+                    API_DOMAIN_RUNTIME
+                } else {
+                    API_DOMAIN_DRIVER
+                },
+            })
+        }
+    })
+}
+
+/// Converts every record of a completed buffer into the ring.
+///
+/// # Safety
+/// `buffer..buffer+valid` must be a buffer CUPTI handed back.
+pub(crate) unsafe fn drain(
+    cupti: &Cupti,
+    buffer: *mut u8,
+    valid: usize,
+    names: &mut Names,
+    w: &mut RingWriter,
+) -> Tally {
+    let mut t = Tally::default();
+    let end = buffer as usize + valid;
+    let mut rec: *mut c_void = core::ptr::null_mut();
+    loop {
+        // SAFETY: CUPTI's iterator over the buffer it completed.
+        if unsafe { (cupti.next_record)(buffer, valid, &mut rec) } != CUPTI_SUCCESS || rec.is_null()
+        {
+            break;
+        }
+        let at = rec as usize;
+        if at < buffer as usize || at >= end {
+            break;
+        }
+        // SAFETY: `rec..end` lies inside the valid part of the buffer.
+        match unsafe { convert(rec.cast(), end - at, names, w) } {
+            Some(r) => {
+                w.push(&r.to_bytes());
+            }
+            None => t.skipped += 1,
+        }
+    }
+    if t.skipped > 0 {
+        w.header().records_skipped.fetch_add(t.skipped, Relaxed);
+    }
+    t
+}

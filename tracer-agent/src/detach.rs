@@ -1,0 +1,183 @@
+//! The agent thread (flushes, watches the control pipe), the detach
+//! sequence, and the cleanup that runs once CUPTI is finalized.
+
+use core::ffi::c_void;
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use tracer_common::gpu::{AgentState, DetachReason, HELLO, STOP};
+
+use crate::cupti_abi::{ACTIVITY_FLAG_FLUSH_FORCED, CB_DOMAIN_DRIVER_API, CUPTI_SUCCESS};
+use crate::cupti_lib::ApiSwitch;
+use crate::state::{self, Agent, AGENT, FINALIZED, IDLE, PHASE, PINNED, THREAD_GAVE_UP, WAITING};
+use crate::sys;
+
+/// Flushes CUPTI's completed buffers and adds CUPTI's dropped count.
+fn flush(a: &Agent, flag: u32) {
+    // SAFETY: CUPTI functions resolved at start; the agent is subscribed.
+    unsafe { (a.cupti.flush_all)(flag) };
+    let mut n: usize = 0;
+    // SAFETY: valid out-pointer; NULL context = the global queue.
+    if unsafe { (a.cupti.dropped)(core::ptr::null_mut(), 0, &mut n) } == 0 && n > 0 {
+        a.header().cupti_dropped.fetch_add(n as u64, Relaxed);
+    }
+}
+
+/// Disables every kind the agent enabled (the API kinds included).
+pub(crate) fn disable_all(a: &Agent) {
+    for &k in &a.cupti_kinds[..a.n_cupti_kinds] {
+        // SAFETY: resolved CUPTI function; disabling is always allowed.
+        unsafe { (a.cupti.disable)(k) };
+    }
+}
+
+/// Callback ids below this are switched per cbid (CUDA 13 has 807 driver
+/// and 523 runtime ids; the margin covers later CUPTI 13 releases).
+pub(crate) const CBID_LIMIT: u32 = 2048;
+
+/// After the API kind of `table`'s domain was enabled: keeps records for
+/// the cbids of `table` only (CUPTI 13 writes API records only while the
+/// kind is on; `cuptiActivityEnable{Driver,Runtime}Api` then narrows it).
+/// Whether every cbid of `table` was switched on.
+pub(crate) fn only_cbids(f: ApiSwitch, table: &[(u32, &str)]) -> bool {
+    let mut ok = true;
+    for cbid in 1..CBID_LIMIT {
+        let on = table.binary_search_by_key(&cbid, |&(c, _)| c).is_ok();
+        // SAFETY: a resolved CUPTI function; an unknown cbid is refused by
+        // CUPTI with an error, which only matters for ours.
+        let r = unsafe { f(cbid, on as u8) };
+        ok &= !on || r == CUPTI_SUCCESS;
+    }
+    ok
+}
+
+/// The agent thread: `arg` is the agent.
+pub(crate) extern "C" fn thread_main(arg: *mut c_void) -> *mut c_void {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: `start` passes the Box<Agent> it published in AGENT; it
+        // is freed only by `cleanup`, which this thread runs or hands off
+        // after it stops using `a`.
+        let a: &Agent = unsafe { &*(arg as *const Agent) };
+        let reason = watch(a);
+        detach(a, reason);
+    }));
+    core::ptr::null_mut()
+}
+
+/// Polls the pipe and flushes until a reason to detach.
+fn watch(a: &Agent) -> DetachReason {
+    let started = sys::monotonic_ns();
+    let mut last_flush = started;
+    let mut hello = false;
+    let flush_ns = a.flush_ms * 1_000_000;
+    loop {
+        let now = sys::monotonic_ns();
+        a.header().heartbeat_ns.store(now, Relaxed);
+        if now.saturating_sub(last_flush) >= flush_ns {
+            flush(a, 0);
+            last_flush = now;
+        }
+        if !hello && now.saturating_sub(started) >= a.hello_ms * 1_000_000 {
+            return DetachReason::NoHello;
+        }
+        let wait_ms = (flush_ns.saturating_sub(now.saturating_sub(last_flush)) / 1_000_000).max(1);
+        let mut pfd = libc::pollfd {
+            fd: a.pipe_rd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, wait_ms.min(i32::MAX as u64) as i32) };
+        if r < 0 {
+            if sys::errno() == libc::EINTR as u32 {
+                continue;
+            }
+            return DetachReason::PipeError;
+        }
+        if r == 0 {
+            continue;
+        }
+        let mut buf = [0u8; 64];
+        // SAFETY: reading into a local buffer from our pipe's read end.
+        let n = unsafe { libc::read(a.pipe_rd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n == 0 {
+            return DetachReason::ReaderGone;
+        }
+        if n < 0 {
+            if sys::errno() == libc::EINTR as u32 {
+                continue;
+            }
+            return DetachReason::PipeError;
+        }
+        for &b in &buf[..n as usize] {
+            if b == HELLO && !hello {
+                hello = true;
+                // From now on gputrace holds the only write end: its
+                // end-of-file is gputrace going away.
+                sys::close(state::FD_PIPE_WR.swap(-1, AcqRel));
+            } else if b == STOP {
+                return DetachReason::Requested;
+            }
+        }
+    }
+}
+
+/// Disable, forced flush, then finalize at the next API exit (CUPTI's
+/// dynamic detach). Waits `finalize_ms` for it; if no API exit comes, the
+/// API callback finalizes and cleans up later.
+fn detach(a: &Agent, reason: DetachReason) {
+    a.header().detach_reason.store(reason as u32, Relaxed);
+    a.set_state(AgentState::Detaching);
+    disable_all(a);
+    flush(a, ACTIVITY_FLAG_FLUSH_FORCED);
+    a.finalize_armed.store(true, Release);
+    // SAFETY: our subscriber; enables the API callback for every driver call.
+    unsafe { (a.cupti.enable_domain)(1, a.subscriber, CB_DOMAIN_DRIVER_API) };
+    let deadline = sys::monotonic_ns() + a.finalize_ms * 1_000_000;
+    while a.handoff.load(Acquire) != FINALIZED && sys::monotonic_ns() < deadline {
+        sys::sleep_ms(2);
+    }
+    // Not finalized yet: the library must stay loaded until the callback
+    // runs (gputrace_agent_join says so). Set before the handoff, as the
+    // callback's cleanup moves it to IDLE.
+    PHASE.store(PINNED, SeqCst);
+    if a.handoff
+        .compare_exchange(WAITING, THREAD_GAVE_UP, AcqRel, Acquire)
+        .is_ok()
+    {
+        return;
+    }
+    cleanup(0);
+}
+
+/// After CUPTI is finalized: stop the callbacks from finding the agent,
+/// wait for those running (`own` of them are the caller's), mark the
+/// region stopped, then release everything. Runs once.
+pub(crate) fn cleanup(own: usize) {
+    let p = AGENT.swap(core::ptr::null_mut(), SeqCst);
+    if p.is_null() {
+        return;
+    }
+    let drained = state::drain_guards(own);
+    // SAFETY: `p` is the Box<Agent> start leaked into AGENT; AGENT is now
+    // null, so this is the only owner left (callbacks drained above).
+    let a = unsafe { &*p };
+    // Descriptors first (our mapping stays valid), so that `Stopped` means
+    // nothing but the mapping is left.
+    sys::close(state::FD_MEMFD.swap(-1, AcqRel));
+    sys::close(state::FD_PIPE_RD.swap(-1, AcqRel));
+    sys::close(state::FD_PIPE_WR.swap(-1, AcqRel));
+    a.set_state(AgentState::Stopped);
+    if drained {
+        // SAFETY: CUPTI is finalized and no callback is running: nobody
+        // uses the region or the pool any more (gputrace keeps its own
+        // mapping of the memfd).
+        unsafe {
+            sys::unmap(a.region, a.region_len);
+            a.pool.free();
+            let agent = Box::from_raw(p);
+            agent.cupti.close();
+        }
+    }
+    PHASE.store(IDLE, SeqCst);
+}

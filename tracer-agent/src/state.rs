@@ -1,0 +1,138 @@
+//! The running agent: one [`Agent`] per start, reached by the callbacks
+//! through [`AGENT`]; the process-wide phase; and the guard that lets
+//! cleanup wait for callbacks still running before it frees anything.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
+
+use tracer_common::gpu::{AgentState, Header, RingWriter};
+
+use crate::convert::Names;
+use crate::cupti_abi::SubscriberHandle;
+use crate::cupti_lib::Cupti;
+use crate::pool::Pool;
+use crate::sys::{self, SpinLock};
+
+/// What the process-wide agent is doing (`PHASE`).
+pub(crate) const IDLE: u32 = 0;
+pub(crate) const STARTING: u32 = 1;
+pub(crate) const ACTIVE: u32 = 2;
+/// Detached as far as possible but CUPTI still holds pointers into this
+/// library (start failed after subscribing, or finalize is pending): the
+/// library must stay loaded.
+pub(crate) const PINNED: u32 = 3;
+
+pub(crate) static PHASE: AtomicU32 = AtomicU32::new(IDLE);
+/// The running agent, or null.
+pub(crate) static AGENT: AtomicPtr<Agent> = AtomicPtr::new(core::ptr::null_mut());
+/// Callbacks between `Guard::enter` and drop.
+pub(crate) static INFLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// The agent thread not yet joined (0: none).
+pub(crate) static THREAD: AtomicU64 = AtomicU64::new(0);
+/// An agent was ever started in this process.
+pub(crate) static EVER_STARTED: AtomicBool = AtomicBool::new(false);
+/// Descriptors the fork child handler closes (-1: none).
+pub(crate) static FD_MEMFD: AtomicI32 = AtomicI32::new(-1);
+pub(crate) static FD_PIPE_RD: AtomicI32 = AtomicI32::new(-1);
+pub(crate) static FD_PIPE_WR: AtomicI32 = AtomicI32::new(-1);
+
+/// Handoff between the agent thread waiting for finalize and the API-exit
+/// callback that finalizes (`Agent::handoff`).
+pub(crate) const WAITING: u32 = 0;
+pub(crate) const THREAD_GAVE_UP: u32 = 1;
+pub(crate) const FINALIZED: u32 = 2;
+
+/// The producer side: ring writer and name table, under `Agent::producer`.
+pub(crate) struct Producer {
+    pub writer: RingWriter,
+    pub names: Box<Names>,
+}
+
+pub(crate) struct Agent {
+    pub cupti: Cupti,
+    pub subscriber: SubscriberHandle,
+    pub region: *mut u8,
+    pub region_len: usize,
+    pub pipe_rd: i32,
+    pub pool: Pool,
+    pub producer_lock: SpinLock,
+    pub producer: UnsafeCell<Producer>,
+    /// The CUPTI activity kinds enabled (disabled at detach).
+    pub cupti_kinds: [u32; 5],
+    pub n_cupti_kinds: usize,
+    pub flush_ms: u64,
+    pub hello_ms: u64,
+    pub finalize_ms: u64,
+    /// The API-exit callback may finalize.
+    pub finalize_armed: AtomicBool,
+    /// One callback claimed the finalize.
+    pub finalize_claimed: AtomicBool,
+    pub handoff: AtomicU32,
+}
+
+// SAFETY: the raw pointers are to memory the agent owns (region, pool);
+// the producer is only reached under `producer_lock`.
+unsafe impl Send for Agent {}
+// SAFETY: as above.
+unsafe impl Sync for Agent {}
+
+impl Agent {
+    /// The header, through the writer's view of the region.
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: `header()` only reads `base`, which never changes after
+        // init; reading it without the producer lock races with nothing.
+        unsafe { (*self.producer.get()).writer.header() }
+    }
+
+    pub(crate) fn set_state(&self, s: AgentState) {
+        self.header().state.store(s as u32, Ordering::Release);
+    }
+
+    /// Runs `f` on the producer under the producer lock.
+    pub(crate) fn with_producer<R>(&self, f: impl FnOnce(&mut Producer) -> R) -> R {
+        let _g = self.producer_lock.lock();
+        // SAFETY: the lock makes this the only reference.
+        f(unsafe { &mut *self.producer.get() })
+    }
+}
+
+/// Marks a callback in flight while it may use the agent.
+pub(crate) struct Guard;
+
+impl Guard {
+    pub(crate) fn enter() -> Guard {
+        INFLIGHT.fetch_add(1, Ordering::SeqCst);
+        Guard
+    }
+    /// The running agent, if any (valid while the guard lives: cleanup
+    /// waits for guards before freeing).
+    pub(crate) fn agent(&self) -> Option<&'static Agent> {
+        let p = AGENT.load(Ordering::SeqCst);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: non-null AGENT points to a live Box<Agent>; cleanup
+        // clears AGENT, then waits for every guard entered before, so the
+        // agent outlives this guard.
+        Some(unsafe { &*p })
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        INFLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Waits (at most ~2 s) until at most `own` guards are in flight.
+pub(crate) fn drain_guards(own: usize) -> bool {
+    for _ in 0..2000 {
+        if INFLIGHT.load(Ordering::SeqCst) <= own {
+            return true;
+        }
+        sys::sleep_ms(1);
+    }
+    false
+}
