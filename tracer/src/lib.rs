@@ -18,7 +18,7 @@ pub mod commands;
 pub mod config;
 pub mod decode;
 pub mod error;
-pub(crate) mod graphs;
+pub mod graphs;
 pub mod host;
 pub(crate) mod json;
 pub mod log;

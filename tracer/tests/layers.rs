@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// Bottom to top. A module may use its own layer and the layers before it.
 const LAYERS: &[&[&str]] = &[
-    &["units", "text", "error"],
+    &["units", "text", "error", "log"],
     &["model"],
     &["catalogue"],
     &["cli"],

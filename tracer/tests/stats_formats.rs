@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use gputrace::model::call::Call;
-use gputrace::outputs::timeline::record::Record;
+use gputrace::model::record::Record;
 use gputrace::outputs::timeline::Timeline;
 use gputrace::outputs::timeline::TimelineFile;
 use gputrace::read::read_timeline;
@@ -97,18 +97,20 @@ fn every_format_carries_records_and_reads_past_them() {
         kind: "sampling",
         ts_ns: calls[0].ts_ns,
         dur_ns: Some(1_000_000),
-        pid: calls[0].pid,
+        pid: Some(calls[0].pid),
         tid: None,
         fields: fields.clone(),
+        view: None,
     };
     // One for a process no call names yet, an instant on a thread.
     let other = Record {
         kind: "marker",
         ts_ns: calls[3].ts_ns,
         dur_ns: None,
-        pid: 999_999,
+        pid: Some(999_999),
         tid: Some(5),
         fields,
+        view: None,
     };
     for ext in ["jsonl", "json", "jsonl.zst", "pftrace"] {
         let data = write_with_records(ext, &[(0, window.clone()), (3, other.clone())]);
@@ -203,5 +205,123 @@ proptest! {
         }
         let s = read_timeline(&data[..]).unwrap();
         prop_assert!(s.summary.events() <= 26);
+    }
+}
+
+/// Every record kind that is not a call goes through every format and is
+/// read back into the same summary: what a graph launch runs (from its
+/// `graph` record), the stacks calls name (`--folded`), an NCCL stall.
+#[test]
+fn every_format_carries_graph_records_stacks_and_nccl_records() {
+    use gputrace::model::graph::{ExecContents, GraphLaunch, GraphRecord, KernelNode, Node};
+    use gputrace::model::stack::CallStack;
+    use std::sync::Arc;
+
+    let t0 = 1_700_000_000_000_000_000u64;
+    let call = |ts: u64, api: &str, args: Value| {
+        let v = serde_json::json!({
+            "ts_ns": ts, "dur_ns": 1000, "pid": 7, "tid": 8, "comm": "py",
+            "api": api, "ret": 0, "args": args,
+        });
+        gputrace::schema::parse::parse_call(&v).unwrap()
+    };
+    let contents = Arc::new(ExecContents {
+        nodes: vec![
+            Node::Kernel(KernelNode {
+                function: 0x10,
+                cukernel: 0,
+                kernel: Some(Arc::from("k_a")),
+                grid: [2, 1, 1],
+                block: [32, 1, 1],
+                shared_mem_bytes: 0,
+            }),
+            Node::Memset { bytes: 64 },
+        ],
+        from_memory: false,
+    });
+    let graph = gputrace::graphs::json::graph_record(&GraphRecord {
+        ts_ns: t0,
+        pid: 7,
+        comm: Arc::from("py"),
+        exec: 0xe0,
+        contents: Some(contents.clone()),
+    });
+    let stack = Arc::new(CallStack {
+        id: 3,
+        frames: vec![
+            Arc::from("step (train.py:9)"),
+            Arc::from("main (train.py:20)"),
+        ]
+        .into(),
+    });
+    let stall = Record::from_object(
+        "nccl_stall",
+        "first_ts_ns",
+        serde_json::json!({"type":"nccl_stall","kind":"collective","comm_id":"0xab","nranks":2,
+            "op":"AllReduce","seq":4,"waiting":[{"rank":0,"pid":7}],"missing":[{"rank":1,"pid":8}],
+            "host":"h","first_ts_ns": t0 + 5_000,"waited_ns":2_000_000_000u64}),
+    );
+    let mut calls = Vec::new();
+    for i in 0..3u64 {
+        let mut c = call(
+            t0 + 1_000 + i * 1_000,
+            "cuGraphLaunch",
+            serde_json::json!({"graph_exec":"0xe0","stream":"0x5"}),
+        );
+        if let gputrace::model::call::Args::Graph(g) = &mut c.args {
+            *g = GraphLaunch {
+                exec: 0xe0,
+                stream: 0x5,
+                contents: Some(contents.clone()),
+                captured: None,
+            };
+        }
+        calls.push(c);
+        let mut s = call(
+            t0 + 1_500 + i * 1_000,
+            "cuStreamSynchronize",
+            serde_json::json!({"stream":"0x5"}),
+        );
+        s.stack = Some(stack.clone());
+        calls.push(s);
+    }
+    let mut results = Vec::new();
+    for ext in ["jsonl", "json", "jsonl.zst", "pftrace"] {
+        let dir = std::env::temp_dir().join(format!("gputrace-rec-{}-{ext}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("t.{ext}"));
+        let mut w = Timeline::create(&path, t0 - 1_000_000).unwrap();
+        w.record(&graph).unwrap();
+        for (i, c) in calls.iter().enumerate() {
+            if i == 3 {
+                w.record(&stall).unwrap();
+            }
+            w.write(c, None).unwrap();
+        }
+        w.finish(Some(&serde_json::json!({"type":"summary"})))
+            .unwrap();
+        let data = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let back = gputrace::read::read_timeline_with(&data[..], true).unwrap();
+        assert_eq!(back.problems.count, 0, "{ext}: {:?}", back.problems.first);
+        let j = render_json(&back.summary);
+        let p = &back.summary.processes[&7];
+        assert_eq!(
+            (p.graphs.launches, p.graphs.kernels, p.graphs.opaque),
+            (3, 3, 0),
+            "{ext}: each launch runs the graph its record says"
+        );
+        assert_eq!(j["nccl_stalls"].as_array().map(Vec::len), Some(1), "{ext}");
+        let folded = back.folded.expect("asked for").lines();
+        assert!(
+            folded
+                .iter()
+                .any(|l| l.contains("main (train.py:20);step (train.py:9)")),
+            "{ext}: {folded:?}"
+        );
+        results.push((ext, j));
+    }
+    for (ext, j) in &results[1..] {
+        assert_eq!(j, &results[0].1, "{ext} against jsonl");
     }
 }

@@ -339,7 +339,12 @@ fn cross_rank_analysis_from_jsonl_and_chrome() {
     for line in &lines {
         let v: Value = serde_json::from_str(line).unwrap();
         if v.get("type").is_some() {
-            w.cross_rank(&v).unwrap();
+            w.record(&gputrace::model::record::Record::from_object(
+                "nccl_stall",
+                "first_ts_ns",
+                v,
+            ))
+            .unwrap();
         } else {
             w.write(&gputrace::schema::parse::parse_call(&v).unwrap(), None)
                 .unwrap();

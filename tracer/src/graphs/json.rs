@@ -28,6 +28,7 @@ use crate::model::graph::GraphOp;
 use crate::model::graph::GraphRecord;
 use crate::model::graph::KernelNode;
 use crate::model::graph::Node;
+use crate::model::record::Record;
 use crate::model::types::Direction;
 
 /// Appends a node as a JSON object.
@@ -438,6 +439,15 @@ pub(crate) fn write_record(out: &mut String, r: &GraphRecord) {
         None => out.push_str(",\"source\":null,\"nodes\":null"),
     }
     out.push('}');
+}
+
+/// What an executable graph runs, as a timeline record (kind `graph`): its
+/// JSONL line is [`write_record`]'s.
+pub fn graph_record(r: &GraphRecord) -> Record {
+    let mut line = String::with_capacity(256);
+    write_record(&mut line, r);
+    let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+    Record::from_object("graph", "ts_ns", v)
 }
 
 /// Reads a `{"type":"graph",…}` record back.

@@ -6,5 +6,5 @@
 pub(crate) mod book;
 pub(crate) mod capture;
 pub(crate) mod decode;
-pub(crate) mod json;
+pub mod json;
 pub(crate) mod layout;

@@ -3,9 +3,10 @@
 //! types of the model, and the JSON schema.
 
 pub mod call;
-pub(crate) mod graph;
+pub mod graph;
 pub(crate) mod nccl;
 pub(crate) mod raw;
+pub mod record;
 pub(crate) mod sampling;
 pub(crate) mod sink;
 pub mod stack;

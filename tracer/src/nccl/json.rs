@@ -14,6 +14,7 @@ use crate::model::nccl::Stall;
 use crate::model::nccl::StallEnded;
 use crate::model::nccl::StuckCall;
 use crate::model::nccl::Unaligned;
+use crate::model::record::Record;
 use crate::nccl::hash::format_comm_id;
 
 /// A cross-rank record read back.
@@ -26,6 +27,33 @@ pub(crate) enum NcclRecord {
 
 fn id(v: u64) -> Value {
     Value::from(format_comm_id(v))
+}
+
+/// A collective every rank entered, as a timeline record of no process.
+pub(crate) fn collective_record(c: &Collective) -> Record {
+    Record::from_object("nccl_collective", "first_ts_ns", collective_json(c))
+}
+
+/// A stall as a timeline record: of no process (ranks waiting for one),
+/// or of the thread inside an NCCL call.
+pub(crate) fn stall_record(s: &NcclStall) -> Record {
+    let key = match s {
+        NcclStall::Collective { .. } => "first_ts_ns",
+        NcclStall::Stuck(_) => "entered_ts_ns",
+    };
+    let mut r = Record::from_object("nccl_stall", key, stall_json(s));
+    if let NcclStall::Stuck(c) = s {
+        r.pid = Some(c.pid);
+        r.tid = Some(c.tid);
+    }
+    r
+}
+
+/// The end of a stall said before, as a timeline record of no process.
+pub(crate) fn stall_over_record(e: &StallEnded, now_ns: u64) -> Record {
+    let mut r = Record::from_object("nccl_stall_over", "ended_ts_ns", stall_over_json(e));
+    r.ts_ns = now_ns;
+    r
 }
 
 pub(crate) fn collective_json(c: &Collective) -> Value {

@@ -8,8 +8,10 @@ use std::io::{BufRead, BufReader, Read};
 use crate::outputs::timeline::perfetto::PerfettoReader;
 use crate::read::lost_from;
 use crate::read::read_text_timeline;
+use crate::read::records::RecordReader;
 use crate::read::Problems;
 use crate::read::StatsInput;
+use crate::stacks::table::FoldedStacks;
 use crate::summary::Summary;
 
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
@@ -109,27 +111,51 @@ pub(crate) fn read_zst<R: Read>(input: R, folded: bool) -> std::io::Result<Stats
 }
 
 /// `.pftrace`: problems are numbered by packet.
-pub(crate) fn read_perfetto<R: Read>(input: R) -> std::io::Result<StatsInput> {
+pub(crate) fn read_perfetto<R: Read>(input: R, folded: bool) -> std::io::Result<StatsInput> {
     let mut reader = PerfettoReader::new(input);
     let mut summary = Summary::default();
     let mut problems = Problems {
         unit: "packet",
         ..Problems::default()
     };
-    for item in &mut reader {
+    let mut records = RecordReader::default();
+    let mut folded = folded.then(FoldedStacks::new);
+    // Records come out of the reader in file order, before the call read
+    // after them (a graph's record before its launch).
+    let take = |reader: &mut PerfettoReader<R>,
+                records: &mut RecordReader,
+                summary: &mut Summary,
+                problems: &mut Problems| {
+        for v in reader.take_records() {
+            if let Err(e) = records.record(&v, summary) {
+                problems.add(reader.packets(), e);
+            }
+        }
+    };
+    while let Some(item) = reader.next() {
+        take(&mut reader, &mut records, &mut summary, &mut problems);
         match item {
-            Ok(call) => summary.record(&call),
+            Ok(mut call) => match records.complete(&mut call, None) {
+                Ok(()) => {
+                    summary.record(&call);
+                    if let (Some(f), Some(s)) = (folded.as_mut(), &call.stack) {
+                        f.add(&s.frames, call.dur_ns.unwrap_or(0));
+                    }
+                }
+                Err(e) => problems.add(reader.packets(), e),
+            },
             Err(p) => problems.add(p.packet, format!("at byte {}: {}", p.offset, p.what)),
         }
     }
-    // `--overhead-budget` periods: the estimates, as from JSONL.
-    for v in reader.sampling_records() {
-        if v.get("on_fraction").is_some() {
-            summary
-                .sampling
-                .get_or_insert_with(Default::default)
-                .add_record(v);
-        }
+    take(&mut reader, &mut records, &mut summary, &mut problems);
+    if reader.dropped_records() > 0 {
+        problems.add(
+            reader.packets(),
+            format!(
+                "{} records dropped unread (over a million waited)",
+                reader.dropped_records()
+            ),
+        );
     }
     summary.apply_estimates();
     let complete = match reader.summary() {
@@ -154,8 +180,7 @@ pub(crate) fn read_perfetto<R: Read>(input: R) -> std::io::Result<StatsInput> {
         problems,
         complete,
         records: reader.records(),
-        // Perfetto traces carry no stacks yet (`--folded` reads JSONL or Chrome).
-        folded: None,
+        folded,
     })
 }
 
@@ -165,7 +190,7 @@ pub(crate) fn read_any<R: Read>(input: R, folded: bool) -> std::io::Result<Stats
     let kind = sniff(r.fill_buf()?);
     match kind {
         Kind::Zstd => read_zst(r, folded),
-        Kind::Perfetto => read_perfetto(r),
+        Kind::Perfetto => read_perfetto(r, folded),
         Kind::Text => read_text_timeline(r, folded),
     }
 }

@@ -9,30 +9,22 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
-use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::graphs::json::parse_record;
-use crate::model::call::Args;
 use crate::model::call::Call;
-use crate::model::graph::ExecContents;
-use crate::model::stack::CallStack;
 use crate::model::types::LostCounts;
-use crate::nccl::json::parse_nccl_record;
-use crate::nccl::json::NcclRecord;
-use crate::outputs::timeline::chrome::CROSS_RANK_CAT;
 use crate::schema::parse::parse_call;
 use crate::stacks::table::FoldedStacks;
 use crate::stacks::table::StackTable;
 use crate::summary::Summary;
 
-/// Executable graphs remembered while reading, at most.
-const MAX_GRAPHS: usize = 1 << 16;
-use crate::outputs::timeline::record::Record;
-use crate::outputs::timeline::record::CHROME_CATEGORY;
+use crate::model::record::is_record;
+use crate::outputs::timeline::record::{jsonl_of_chrome, CHROME_CATEGORY, CHROME_FLOW_CATEGORY};
+use crate::read::records::{frames_of, RecordReader};
 
 pub(crate) mod formats;
+pub(crate) mod records;
 
 /// Longest line accepted; longer ones are reported as corrupt, not buffered.
 const MAX_LINE: usize = 16 << 20;
@@ -73,35 +65,6 @@ pub struct StatsInput {
     pub records: u64,
     /// Host time per distinct stack (`--folded`), when asked for.
     pub folded: Option<FoldedStacks>,
-}
-
-/// The stacks of a timeline: JSONL `stack` records by id; Chrome traces
-/// carry each call's frames inline, interned here.
-#[derive(Default)]
-struct Stacks {
-    by_id: HashMap<u64, Arc<CallStack>>,
-    inline: StackTable,
-}
-
-/// A JSONL `{"type":"stack","id":N,"frames":[..]}` record.
-fn stack_record(v: &Value) -> Result<Arc<CallStack>, String> {
-    let id = v
-        .get("id")
-        .and_then(Value::as_u64)
-        .and_then(|i| u32::try_from(i).ok())
-        .ok_or("stack record without a numeric `id`")?;
-    let frames = frames_of(v.get("frames")).ok_or("stack record without `frames` strings")?;
-    Ok(Arc::new(CallStack {
-        id,
-        frames: frames.into(),
-    }))
-}
-
-fn frames_of(v: Option<&Value>) -> Option<Vec<Arc<str>>> {
-    v?.as_array()?
-        .iter()
-        .map(|f| f.as_str().map(Arc::from))
-        .collect()
 }
 
 /// Counts one call read back.
@@ -176,30 +139,121 @@ pub fn read_timeline_with<R: Read>(input: R, folded: bool) -> std::io::Result<St
     formats::read_any(input, folded)
 }
 
+/// What reading a text timeline has gathered so far.
+struct TextReader {
+    summary: Summary,
+    problems: Problems,
+    records: RecordReader,
+    folded: Option<FoldedStacks>,
+    /// Chrome traces carry each call's frames inline: interned here.
+    inline_stacks: StackTable,
+    complete: bool,
+}
+
+impl TextReader {
+    fn call(&mut self, c: &Call) {
+        record(&mut self.summary, &mut self.folded, c);
+    }
+
+    /// The summary line (JSONL) or object (Chrome): the file is complete.
+    fn end(&mut self, v: &Value) {
+        self.complete = true;
+        if let Some(l) = lost_from(v) {
+            self.summary.lost = l;
+        }
+    }
+
+    fn jsonl_line(&mut self, lineno: u64, v: Value) {
+        if v.get("type").and_then(Value::as_str) == Some("summary") {
+            return self.end(&v);
+        }
+        if is_record(&v) {
+            if let Err(e) = self.records.record(&v, &mut self.summary) {
+                self.problems.add(lineno, e);
+            }
+            return;
+        }
+        match parse_call(&v) {
+            Ok(mut c) => match self.records.complete(&mut c, v.get("stack_id")) {
+                Ok(()) => self.call(&c),
+                Err(e) => self.problems.add(lineno, e),
+            },
+            Err(e) => self.problems.add(lineno, e.to_string()),
+        }
+    }
+
+    fn chrome_line(
+        &mut self,
+        lineno: u64,
+        text: &str,
+        origin: u64,
+        comms: &mut HashMap<u64, String>,
+    ) {
+        let t = text.trim_start_matches(',').trim_end_matches(',');
+        if t == "]," || t == "]" || t.starts_with("\"traceEvents\"") {
+            return;
+        }
+        if let Some(rest) = t.strip_prefix("\"gputraceSummary\":") {
+            let rest = rest.strip_suffix('}').unwrap_or(rest);
+            match serde_json::from_str::<Value>(rest) {
+                Ok(v) => self.end(&v),
+                Err(e) => self.problems.add(lineno, describe_json_error(&e)),
+            }
+            return;
+        }
+        let v = match serde_json::from_str::<Value>(t) {
+            Ok(v) => v,
+            Err(e) => return self.problems.add(lineno, describe_json_error(&e)),
+        };
+        match v.get("cat").and_then(Value::as_str) {
+            Some(CHROME_CATEGORY) => match jsonl_of_chrome(&v, origin) {
+                Some(r) => {
+                    if let Err(e) = self.records.record(&r, &mut self.summary) {
+                        self.problems.add(lineno, e);
+                    }
+                }
+                None => self
+                    .problems
+                    .add(lineno, "a record event without its fields".into()),
+            },
+            Some(CHROME_FLOW_CATEGORY) => {}
+            _ => match chrome_event(&v, origin, comms, &mut self.inline_stacks) {
+                Ok(Some(mut c)) => match self.records.complete(&mut c, None) {
+                    Ok(()) => self.call(&c),
+                    Err(e) => self.problems.add(lineno, e),
+                },
+                Ok(None) => {}
+                Err(e) => self.problems.add(lineno, e),
+            },
+        }
+    }
+}
+
 /// Reads a `.jsonl` or `.json` timeline.
 pub(crate) fn read_text_timeline<R: Read>(input: R, folded: bool) -> std::io::Result<StatsInput> {
     let mut r = BufReader::with_capacity(1 << 20, input);
-    let mut folded = folded.then(FoldedStacks::new);
-    let mut stacks = Stacks::default();
-    let mut summary = Summary::default();
-    let mut problems = Problems::default();
-    let mut complete = false;
-    let mut records = 0u64;
+    let mut st = TextReader {
+        summary: Summary::default(),
+        problems: Problems::default(),
+        records: RecordReader::default(),
+        folded: folded.then(FoldedStacks::new),
+        inline_stacks: StackTable::default(),
+        complete: false,
+    };
     let mut format: Option<Format> = None;
     let mut buf = Vec::with_capacity(4096);
     let mut lineno = 0u64;
-    // What each executable graph runs, by (pid, exec), from graph records.
-    let mut graphs: HashMap<(u32, u64), Option<Arc<ExecContents>>> = HashMap::new();
     while let Some(whole) = read_line(&mut r, &mut buf)? {
         lineno += 1;
         if !whole {
-            problems.add(lineno, format!("line longer than {} MiB", MAX_LINE >> 20));
+            st.problems
+                .add(lineno, format!("line longer than {} MiB", MAX_LINE >> 20));
             continue;
         }
         let text = match std::str::from_utf8(&buf) {
             Ok(t) => t.trim(),
             Err(_) => {
-                problems.add(lineno, "not UTF-8".into());
+                st.problems.add(lineno, "not UTF-8".into());
                 continue;
             }
         };
@@ -207,168 +261,44 @@ pub(crate) fn read_text_timeline<R: Read>(input: R, folded: bool) -> std::io::Re
             continue;
         }
         if format.is_none() {
-            format = Some(
-                if text.starts_with("{\"displayTimeUnit\"") || text.contains("\"traceEvents\"") {
-                    match chrome_origin(text) {
-                        Some(origin) => Format::Chrome {
+            if text.starts_with("{\"displayTimeUnit\"") || text.contains("\"traceEvents\"") {
+                match chrome_origin(text) {
+                    Some(origin) => {
+                        format = Some(Format::Chrome {
                             origin,
                             comms: HashMap::new(),
-                        },
-                        None => {
-                            problems.add(
-                                lineno,
-                                "a Chrome trace without gputrace's otherData.origin_unix_ns header"
-                                    .into(),
-                            );
-                            break;
-                        }
+                        });
+                        continue;
                     }
-                } else {
-                    Format::Jsonl
-                },
-            );
-            if matches!(format, Some(Format::Chrome { .. })) {
-                continue;
+                    None => {
+                        st.problems.add(
+                            lineno,
+                            "a Chrome trace without gputrace's otherData.origin_unix_ns header"
+                                .into(),
+                        );
+                        break;
+                    }
+                }
             }
+            format = Some(Format::Jsonl);
         }
         match format.as_mut().expect("set above") {
             Format::Jsonl => match serde_json::from_str::<Value>(text) {
-                Ok(v) if v.get("type").and_then(Value::as_str) == Some("summary") => {
-                    complete = true;
-                    if let Some(l) = lost_from(&v) {
-                        summary.lost = l;
-                    }
-                }
-                Ok(v) if v.get("type").and_then(Value::as_str) == Some("graph") => {
-                    match parse_record(&v) {
-                        Ok(r) => {
-                            if graphs.len() >= MAX_GRAPHS {
-                                graphs.clear();
-                            }
-                            graphs.insert((r.pid, r.exec), r.contents);
-                        }
-                        Err(e) => problems.add(lineno, e.to_string()),
-                    }
-                }
-                // `--overhead-budget` windows: read back for the estimates
-                // (a record without their fields is skipped like any other).
-                Ok(v) if v.get("type").and_then(Value::as_str) == Some("sampling") => {
-                    records += 1;
-                    if v.get("on_fraction").is_some() {
-                        summary
-                            .sampling
-                            .get_or_insert_with(Default::default)
-                            .add_record(&v);
-                    }
-                }
-                Ok(v) if v.get("type").and_then(Value::as_str) == Some("stack") => {
-                    match stack_record(&v) {
-                        Ok(st) => {
-                            stacks.by_id.insert(u64::from(st.id), st);
-                        }
-                        Err(e) => problems.add(lineno, e),
-                    }
-                }
-                Ok(v) => match parse_nccl_record(&v) {
-                    Some(Ok(r)) => cross_rank(&mut summary, r),
-                    Some(Err(e)) => problems.add(lineno, e),
-                    // Other kinds this reader does not know: skipped, counted.
-                    None if Record::is_jsonl_record(&v) => records += 1,
-                    None => match parse_call(&v) {
-                        Ok(mut c) => {
-                            // What a graph launch runs: from the record before it.
-                            if let Args::Graph(g) = &mut c.args {
-                                g.contents = graphs.get(&(c.pid, g.exec)).cloned().flatten();
-                            }
-                            match v.get("stack_id") {
-                                None | Some(Value::Null) => record(&mut summary, &mut folded, &c),
-                                Some(id) => match id.as_u64().and_then(|i| stacks.by_id.get(&i)) {
-                                    Some(st) => {
-                                        c.stack = Some(st.clone());
-                                        record(&mut summary, &mut folded, &c);
-                                    }
-                                    None => problems.add(
-                                        lineno,
-                                        format!("`stack_id` {id} names no stack record before it"),
-                                    ),
-                                },
-                            }
-                        }
-                        Err(e) => problems.add(lineno, e.to_string()),
-                    },
-                },
-                Err(e) => problems.add(lineno, describe_json_error(&e)),
+                Ok(v) => st.jsonl_line(lineno, v),
+                Err(e) => st.problems.add(lineno, describe_json_error(&e)),
             },
-            Format::Chrome { origin, comms } => {
-                let t = text.trim_start_matches(',').trim_end_matches(',');
-                if t == "]," || t == "]" || t.starts_with("\"traceEvents\"") {
-                    continue;
-                }
-                if let Some(rest) = t.strip_prefix("\"gputraceSummary\":") {
-                    let rest = rest.strip_suffix('}').unwrap_or(rest);
-                    match serde_json::from_str::<Value>(rest) {
-                        Ok(v) => {
-                            complete = true;
-                            if let Some(l) = lost_from(&v) {
-                                summary.lost = l;
-                            }
-                        }
-                        Err(e) => problems.add(lineno, describe_json_error(&e)),
-                    }
-                    continue;
-                }
-                match serde_json::from_str::<Value>(t) {
-                    Ok(v) if v.get("cat").and_then(Value::as_str) == Some(CROSS_RANK_CAT) => {
-                        match v.get("args").and_then(parse_nccl_record) {
-                            Some(Ok(r)) => cross_rank(&mut summary, r),
-                            Some(Err(e)) => problems.add(lineno, e),
-                            None => {
-                                problems.add(lineno, "a cross-rank event without its record".into())
-                            }
-                        }
-                    }
-                    Ok(v) if v.get("cat").and_then(Value::as_str) == Some(CHROME_CATEGORY) => {
-                        records += 1;
-                        // `--overhead-budget` periods: the estimates, as from JSONL.
-                        if v.get("name").and_then(Value::as_str) == Some("sampling") {
-                            match Record::jsonl_of_chrome(&v, *origin) {
-                                Some(r) if r.get("on_fraction").is_some() => summary
-                                    .sampling
-                                    .get_or_insert_with(Default::default)
-                                    .add_record(&r),
-                                _ => {}
-                            }
-                        }
-                    }
-                    Ok(v) => match chrome_event(&v, *origin, comms, &mut stacks.inline) {
-                        Ok(Some(c)) => record(&mut summary, &mut folded, &c),
-                        Ok(None) => {}
-                        Err(e) => problems.add(lineno, e),
-                    },
-                    Err(e) => problems.add(lineno, describe_json_error(&e)),
-                }
-            }
+            Format::Chrome { origin, comms } => st.chrome_line(lineno, text, *origin, comms),
         }
     }
-    summary.unreadable = problems.count;
-    summary.apply_estimates();
+    st.summary.unreadable = st.problems.count;
+    st.summary.apply_estimates();
     Ok(StatsInput {
-        summary,
-        problems,
-        complete,
-        folded,
-        records,
+        summary: st.summary,
+        problems: st.problems,
+        complete: st.complete,
+        folded: st.folded,
+        records: st.records.read,
     })
-}
-
-/// A cross-rank record read back: stalls are kept as said; collectives
-/// are matched again from the calls (so they need nothing here).
-fn cross_rank(summary: &mut Summary, r: NcclRecord) {
-    match r {
-        NcclRecord::Collective(_) => {}
-        NcclRecord::Stall(s) => summary.nccl.stall(&s),
-        NcclRecord::StallOver(e) => summary.nccl.stall_over(&e),
-    }
 }
 
 fn describe_json_error(e: &serde_json::Error) -> String {

@@ -257,7 +257,10 @@ mod tests {
             let out = std::process::Command::new(std::env::current_exe().unwrap())
                 .args([
                     "--exact",
-                    "names::seccomp::tests::the_filter_refuses_what_it_should_and_allows_the_rest",
+                    &format!(
+                        "{}::the_filter_refuses_what_it_should_and_allows_the_rest",
+                        module_path!().split_once("::").map_or("", |p| p.1)
+                    ),
                     "--test-threads",
                     "1",
                     "--nocapture",

@@ -15,11 +15,10 @@ use crate::json::string;
 use crate::model::call::Args;
 use crate::model::call::Call;
 use crate::model::graph::GraphLaunch;
+use crate::model::record::Record;
+use crate::outputs::timeline::record::{chrome_lane_tid, write_chrome};
 use crate::schema::write::write_args;
 use crate::schema::write::write_frames;
-
-/// The category of the cross-rank NCCL records in a Chrome trace.
-pub(crate) const CROSS_RANK_CAT: &str = "nccl_cross_rank";
 
 pub struct ChromeWriter {
     out: BufWriter<File>,
@@ -28,6 +27,10 @@ pub struct ChromeWriter {
     first: bool,
     named_pids: HashSet<u32>,
     named_tids: HashSet<u32>,
+    /// (pid, lane thread) named so far.
+    named_lanes: HashSet<(u32, u32)>,
+    /// Flow ids given so far.
+    flows: u64,
 }
 
 /// `12.345` µs from ns.
@@ -47,6 +50,8 @@ impl ChromeWriter {
             first: true,
             named_pids: HashSet::new(),
             named_tids: HashSet::new(),
+            named_lanes: HashSet::new(),
+            flows: 0,
         };
         w.header(origin_ns);
         w.out.write_all(w.line.as_bytes())?;
@@ -69,11 +74,30 @@ impl ChromeWriter {
         );
     }
 
-    /// Writes one non-call entry (category `gputrace.record`).
-    pub fn record(&mut self, r: &crate::outputs::timeline::record::Record) -> std::io::Result<()> {
+    /// Writes one non-call entry (category `gputrace.record`): on its
+    /// view's lane (a thread named once by metadata) with its flow, if it
+    /// has a view.
+    pub fn record(&mut self, r: &Record) -> std::io::Result<()> {
         self.line.clear();
-        self.begin_event();
-        r.write_chrome(&mut self.line, self.origin_ns);
+        if let (Some(v), Some(pid)) = (&r.view, r.pid) {
+            let tid = chrome_lane_tid(&v.lane);
+            if self.named_lanes.insert((pid, tid)) {
+                self.begin_event();
+                let _ = write!(
+                    self.line,
+                    "{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":"
+                );
+                string(&mut self.line, &v.lane);
+                self.line.push_str("}}");
+            }
+        }
+        self.flows += 1;
+        let mut events = Vec::with_capacity(3);
+        write_chrome(r, &mut events, self.origin_ns, self.flows);
+        for e in events {
+            self.begin_event();
+            self.line.push_str(&e);
+        }
         self.out.write_all(self.line.as_bytes())
     }
 
@@ -165,32 +189,6 @@ impl ChromeWriter {
                 c.pid
             );
         }
-        self.out.write_all(self.line.as_bytes())
-    }
-
-    /// A cross-rank record as a global instant event (category
-    /// [`CROSS_RANK_CAT`], the record in `args`), at its first entry.
-    pub fn cross_rank(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
-        self.line.clear();
-        let at = ["first_ts_ns", "entered_ts_ns"]
-            .iter()
-            .find_map(|k| record.get(*k).and_then(serde_json::Value::as_u64))
-            .unwrap_or(self.origin_ns);
-        let name = record
-            .get("type")
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or("nccl");
-        self.begin_event();
-        self.line.push_str("{\"name\":");
-        string(&mut self.line, name);
-        let _ = write!(
-            self.line,
-            ",\"cat\":\"{CROSS_RANK_CAT}\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":"
-        );
-        us(&mut self.line, at.saturating_sub(self.origin_ns));
-        self.line.push_str(",\"args\":");
-        self.line.push_str(&record.to_string());
-        self.line.push('}');
         self.out.write_all(self.line.as_bytes())
     }
 

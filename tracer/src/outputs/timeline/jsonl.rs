@@ -5,9 +5,9 @@ use std::io::{BufWriter, Write};
 
 use rustc_hash::FxHashSet;
 
-use crate::graphs::json::write_record;
 use crate::model::call::Call;
-use crate::model::graph::GraphRecord;
+use crate::model::record::Record;
+use crate::outputs::timeline::record::write_jsonl;
 use crate::schema::write::write_call;
 use crate::schema::write::write_stack;
 
@@ -21,12 +21,6 @@ pub(super) fn call_lines(line: &mut String, stacks: &mut FxHashSet<u32>, call: &
         }
     }
     write_call(line, call);
-    line.push('\n');
-}
-
-/// The `{"type":"graph"}` line of an executable graph.
-pub(super) fn graph_line(line: &mut String, record: &GraphRecord) {
-    write_record(line, record);
     line.push('\n');
 }
 
@@ -64,23 +58,10 @@ impl<W: Write> JsonlLines<W> {
         self.put(|l, stacks| call_lines(l, stacks, call))
     }
 
-    /// Writes a `{"type":"graph"}` record.
-    pub fn graph(&mut self, record: &GraphRecord) -> std::io::Result<()> {
-        self.put(|l, _| graph_line(l, record))
-    }
-
     /// Writes one non-call entry as its JSONL line.
-    pub fn record(&mut self, r: &crate::outputs::timeline::record::Record) -> std::io::Result<()> {
+    pub fn record(&mut self, r: &Record) -> std::io::Result<()> {
         self.put(|l, _| {
-            r.write_jsonl(l);
-            l.push('\n');
-        })
-    }
-
-    /// An NCCL cross-rank record, on a line of its own.
-    pub fn cross_rank(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
-        self.put(|l, _| {
-            l.push_str(&record.to_string());
+            write_jsonl(r, l);
             l.push('\n');
         })
     }

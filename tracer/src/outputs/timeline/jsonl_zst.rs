@@ -11,7 +11,6 @@
 use std::io::Write;
 
 use crate::model::call::Call;
-use crate::model::graph::GraphRecord;
 use crate::outputs::timeline::jsonl::JsonlLines;
 
 pub const LEVEL: i32 = 1;
@@ -38,18 +37,8 @@ impl<W: Write> JsonlZstWriter<W> {
         self.lines.write(call)
     }
 
-    /// Writes a `{"type":"graph"}` record (as `.jsonl`).
-    pub fn graph(&mut self, record: &GraphRecord) -> std::io::Result<()> {
-        self.lines.graph(record)
-    }
-
-    /// An NCCL cross-rank record (as `.jsonl`).
-    pub fn cross_rank(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
-        self.lines.cross_rank(record)
-    }
-
     /// Writes one non-call entry as its JSONL line.
-    pub fn record(&mut self, r: &crate::outputs::timeline::record::Record) -> std::io::Result<()> {
+    pub fn record(&mut self, r: &crate::model::record::Record) -> std::io::Result<()> {
         self.lines.record(r)
     }
 

@@ -24,7 +24,7 @@ use std::path::Path;
 
 use crate::cli::TimelineFormat;
 use crate::model::call::Call;
-use crate::model::graph::GraphRecord;
+use crate::model::record::Record;
 use crate::model::types::LostCounts;
 
 /// Where a timeline sink writes: one file, or the rotated files.
@@ -32,17 +32,12 @@ pub trait TimelineFile: Send + 'static {
     /// Writes one call (and device memory in use after it, if it changed).
     fn write(&mut self, call: &Call, device_bytes: Option<u64>) -> std::io::Result<()>;
 
-    /// What an executable graph runs (before the launch that uses it).
-    fn graph(&mut self, record: &GraphRecord) -> std::io::Result<()>;
-    /// Writes one entry that is not a call (see [`record`]).
-    fn record(&mut self, record: &record::Record) -> std::io::Result<()>;
+    /// Writes one entry that is not a call (`model::record`; how each
+    /// format writes it: [`record`]), in order with the calls.
+    fn record(&mut self, record: &Record) -> std::io::Result<()>;
 
     /// What the probes could not record so far (counts since the start).
     fn lost(&mut self, _lost: LostCounts) {}
-
-    /// A record that is not a call: the cross-rank NCCL records
-    /// (`nccl_collective`, `nccl_stall`, `nccl_stall_over`; docs/events.md).
-    fn cross_rank(&mut self, record: &serde_json::Value) -> std::io::Result<()>;
 
     /// Makes what was written readable in the file now.
     fn flush(&mut self) -> std::io::Result<()>;
@@ -97,34 +92,12 @@ impl TimelineFile for Timeline {
         }
     }
 
-    fn record(&mut self, r: &record::Record) -> std::io::Result<()> {
+    fn record(&mut self, r: &Record) -> std::io::Result<()> {
         match self {
             Self::Jsonl(w) => w.record(r),
             Self::Chrome(w) => w.record(r),
             Self::JsonlZst(w) => w.record(r),
             Self::Perfetto(w) => w.record(r),
-        }
-    }
-
-    fn graph(&mut self, record: &GraphRecord) -> std::io::Result<()> {
-        match self {
-            Self::Jsonl(w) => w.graph(record),
-            Self::JsonlZst(w) => w.graph(record),
-            // Each graph launch's slice lists its kernels in its args.
-            Self::Chrome(_) => Ok(()),
-            // Not carried in .pftrace yet (docs/events.md says so).
-            Self::Perfetto(_) => Ok(()),
-        }
-    }
-
-    fn cross_rank(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
-        match self {
-            Self::Jsonl(w) => w.cross_rank(record),
-            Self::Chrome(w) => w.cross_rank(record),
-            Self::JsonlZst(w) => w.cross_rank(record),
-            // Not carried in .pftrace yet (docs/events.md says so); `stats`
-            // still matches collectives from the calls.
-            Self::Perfetto(_) => Ok(()),
         }
     }
 

@@ -25,6 +25,7 @@ use std::path::Path;
 use crate::model::call::Args;
 use crate::model::call::Call;
 use crate::model::graph::GraphRecord;
+use crate::model::record::Record;
 use crate::model::types::LostCounts;
 use crate::outputs::files::OutputDir;
 use crate::outputs::timeline::jsonl::JsonlWriter;
@@ -112,7 +113,7 @@ impl RotatingTimeline {
         if let Args::Graph(g) = &call.args {
             if let Some((record, said)) = self.graphs.get_mut(&(call.pid, g.exec)) {
                 if !*said {
-                    w.graph(record)?;
+                    w.record(&crate::graphs::json::graph_record(record))?;
                     *said = true;
                 }
             }
@@ -179,37 +180,24 @@ impl TimelineFile for RotatingTimeline {
         self.write_call(call)
     }
 
-    fn graph(&mut self, record: &GraphRecord) -> std::io::Result<()> {
-        if self.graphs.len() >= MAX_GRAPH_RECORDS {
-            self.graphs.clear();
+    fn record(&mut self, r: &Record) -> std::io::Result<()> {
+        if r.kind == "graph" {
+            // Written with the launch that follows (into whichever file that
+            // goes), so each file stands alone.
+            if let Ok(g) = crate::graphs::json::parse_record(&r.to_json()) {
+                if self.graphs.len() >= MAX_GRAPH_RECORDS {
+                    self.graphs.clear();
+                }
+                self.graphs.insert((g.pid, g.exec), (g, false));
+            }
+            return Ok(());
         }
-        // Written with the launch that follows (into whichever file that goes).
-        self.graphs
-            .insert((record.pid, record.exec), (record.clone(), false));
-        Ok(())
-    }
-
-    fn record(&mut self, r: &crate::outputs::timeline::record::Record) -> std::io::Result<()> {
         self.open_current()?;
         self.current.as_mut().expect("opened above").record(r)
     }
 
     fn lost(&mut self, lost: LostCounts) {
         self.lost = lost;
-    }
-
-    /// Cross-rank records go into the current file (a new one is opened
-    /// for them as for a call).
-    fn cross_rank(&mut self, record: &serde_json::Value) -> std::io::Result<()> {
-        if self.current.is_none() {
-            self.current = Some(self.create_next()?);
-            self.lost_at_open = self.lost;
-            self.prune()?;
-        }
-        self.current
-            .as_mut()
-            .expect("opened above")
-            .cross_rank(record)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -346,13 +334,13 @@ mod tests {
             ..call(i)
         };
         let mut t = RotatingTimeline::open(&dir, 600, 100).unwrap();
-        t.graph(&GraphRecord {
+        t.record(&crate::graphs::json::graph_record(&GraphRecord {
             ts_ns: 1_000,
             pid: 7,
             comm: Arc::from("w"),
             exec: 0xe0,
             contents: Some(contents.clone()),
-        })
+        }))
         .unwrap();
         t.write(&launch(0, Some(1)), None).unwrap();
         for i in 1..40 {

@@ -11,38 +11,34 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::Failure;
+use crate::graphs::json::graph_record;
 use crate::model::call::Call;
-use crate::model::graph::GraphRecord;
+use crate::model::record::Record;
 use crate::model::sink::Halt;
 use crate::model::sink::Sink;
 use crate::model::sink::Status;
 use crate::model::Event;
-use crate::nccl::json::collective_json;
-use crate::nccl::json::stall_json;
-use crate::nccl::json::stall_over_json;
+use crate::nccl::json::{collective_record, stall_over_record, stall_record};
 use crate::outputs::timeline::TimelineFile;
 
 const BATCH: usize = 1024;
 const QUEUED_BATCHES: usize = 64;
 
-/// A call (with device memory in use after it, when that changed), or what
-/// an executable graph runs (written before the launch that follows it).
-// Calls are nearly every item: boxing them to shrink the rare graph record
+/// A call (with device memory in use after it, when that changed), or an
+/// entry that is not a call (`model::record`), in the order they came.
+// Calls are nearly every item: boxing them to shrink the rarer record
 // would cost an allocation per call.
 #[allow(clippy::large_enum_variant)]
 enum Item {
     Call(Call, Option<u64>),
-    Graph(GraphRecord),
+    Record(Record),
 }
 
 type Batch = Vec<Item>;
 
 enum Message {
-    Calls(Batch),
-    Record(crate::outputs::timeline::record::Record),
+    Items(Batch),
     Lost(crate::model::types::LostCounts),
-    /// An NCCL cross-rank record (JSON, as JSONL writes it).
-    CrossRank(serde_json::Value),
     Flush,
 }
 
@@ -67,6 +63,9 @@ pub(crate) struct TimelineSink<T: TimelineFile> {
     thread: Option<JoinHandle<T>>,
     /// The first write error, set by the writer thread.
     error: Arc<Mutex<Option<std::io::Error>>>,
+    /// The latest call start seen (Unix ns): the time of records that
+    /// carry none of their own (a stall's end).
+    last_ns: u64,
 }
 
 fn write_messages<T: TimelineFile>(
@@ -80,16 +79,14 @@ fn write_messages<T: TimelineFile>(
             continue; // keep receiving, so the sender never blocks
         }
         let result = match message {
-            Message::Calls(batch) => batch.iter().try_for_each(|item| match item {
+            Message::Items(batch) => batch.iter().try_for_each(|item| match item {
                 Item::Call(call, device_bytes) => file.write(call, *device_bytes),
-                Item::Graph(record) => file.graph(record),
+                Item::Record(r) => file.record(r),
             }),
-            Message::Record(r) => file.record(&r),
             Message::Lost(lost) => {
                 file.lost(lost);
                 Ok(())
             }
-            Message::CrossRank(r) => file.cross_rank(&r),
             Message::Flush => file.flush(),
         };
         if let Err(e) = result {
@@ -119,6 +116,7 @@ impl<T: TimelineFile> TimelineSink<T> {
             batch: Vec::with_capacity(BATCH),
             thread: Some(thread),
             error,
+            last_ns: 0,
         })
     }
 
@@ -166,26 +164,12 @@ impl<T: TimelineFile> TimelineSink<T> {
             return;
         }
         let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
-        self.send(Message::Calls(batch));
+        self.send(Message::Items(batch));
     }
 
     /// Queues a non-call entry, in order with the calls before it.
-    pub(crate) fn record(&mut self, r: crate::outputs::timeline::record::Record) {
-        self.queue(Message::Record(r));
-    }
-
-    /// A cross-rank record, after the calls before it.
-    fn cross_rank(&mut self, record: serde_json::Value) {
-        self.queue(Message::CrossRank(record));
-    }
-
-    /// Sends what is batched, then `m` (so it stays in order with the calls).
-    fn queue(&mut self, m: Message) {
-        if self.tx.is_none() {
-            return;
-        }
-        self.send_batch();
-        self.send(m);
+    pub(crate) fn record(&mut self, r: Record) {
+        self.push_item(Item::Record(r));
     }
 
     fn take_error(&self) -> Option<std::io::Error> {
@@ -213,26 +197,30 @@ impl<T: TimelineFile> TimelineSink<T> {
 impl<T: TimelineFile> Sink for TimelineSink<T> {
     fn event(&mut self, event: &Event) {
         match event {
-            Event::Call { call, device_bytes } => self.push(call.clone(), *device_bytes),
-            Event::Graph(record) => self.push_item(Item::Graph(record.clone())),
+            Event::Call { call, device_bytes } => {
+                self.last_ns = self.last_ns.max(call.ts_ns);
+                self.push(call.clone(), *device_bytes)
+            }
+            Event::Graph(record) => self.record(graph_record(record)),
             Event::Lost(report) => {
                 self.send_batch();
                 self.send(Message::Lost(report.total));
             }
-            Event::NcclCollective(c) => self.cross_rank(collective_json(c)),
-            Event::NcclStall(s) => self.cross_rank(stall_json(s)),
-            Event::NcclStallEnded(e) => self.cross_rank(stall_over_json(e)),
+            Event::NcclCollective(c) => self.record(collective_record(c)),
+            Event::NcclStall(s) => self.record(stall_record(s)),
+            Event::NcclStallEnded(e) => self.record(stall_over_record(e, self.last_ns)),
             // One `sampling` record per process and sampled period, with
             // the process's estimates so far (periods traced in full have none).
             Event::Sampling(r) if !r.exact() => {
                 for p in &r.processes {
-                    self.record(crate::outputs::timeline::record::Record {
+                    self.record(Record {
                         kind: "sampling",
                         ts_ns: r.start_ns,
                         dur_ns: Some(r.end_ns.saturating_sub(r.start_ns)),
-                        pid: p.pid,
+                        pid: Some(p.pid),
                         tid: None,
                         fields: r.record_fields(p),
+                        view: None,
                     });
                 }
             }
@@ -242,8 +230,10 @@ impl<T: TimelineFile> Sink for TimelineSink<T> {
 
     fn take(&mut self, event: Event) {
         match event {
-            Event::Call { call, device_bytes } => self.push(call, device_bytes),
-            Event::Graph(record) => self.push_item(Item::Graph(record)),
+            Event::Call { call, device_bytes } => {
+                self.last_ns = self.last_ns.max(call.ts_ns);
+                self.push(call, device_bytes)
+            }
             other => self.event(&other),
         }
     }

@@ -70,6 +70,10 @@ pub(crate) struct TrackEvent {
     pub counter_value: Option<i64>,
     #[prost(double, optional, tag = "44")]
     pub double_counter_value: Option<f64>,
+    /// Events that share an id are joined by an arrow (a launch and the
+    /// kernel it queued).
+    #[prost(fixed64, repeated, packed = "false", tag = "47")]
+    pub flow_ids: Vec<u64>,
 }
 
 /// TrackEvent.Type.

@@ -14,6 +14,7 @@ use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
 
 use crate::model::call::Call;
+use crate::model::stack::CallStack;
 use crate::outputs::timeline::perfetto::args::parse_launch_text;
 use crate::outputs::timeline::perfetto::proto::*;
 use crate::outputs::timeline::perfetto::writer::FORMAT_KEY;
@@ -31,6 +32,9 @@ const NOT_OURS: &str =
     "not a trace written by gputrace (no gputrace.format attribute before its events)";
 /// Slices open on one track (calls nested in calls).
 const MAX_DEPTH: usize = 256;
+/// `stack` records kept for the calls that name them; over this many, the
+/// table starts again (a call naming a dropped one is a problem reported).
+const MAX_STACKS: usize = 1 << 16;
 
 /// A packet that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,8 +94,12 @@ pub struct PerfettoReader<R: Read> {
     process_tracks: FxHashMap<u64, u32>,
     /// Record slices begun and not ended, per track.
     open_records: FxHashMap<u64, Vec<Map<String, Value>>>,
-    /// `sampling` records read, as their JSONL objects.
-    sampling: Vec<Value>,
+    /// Records read and not taken yet, as their JSONL objects.
+    pending: std::collections::VecDeque<Value>,
+    /// Records dropped because too many were waiting to be taken.
+    dropped: u64,
+    /// `stack` records read, by id: what calls name by `stack_id`.
+    stacks: FxHashMap<u64, Arc<CallStack>>,
     done: bool,
     /// The packets of the bundle being read (inflated), and the next one's
     /// start in it.
@@ -136,7 +144,9 @@ impl<R: Read> PerfettoReader<R> {
             records: 0,
             process_tracks: FxHashMap::default(),
             open_records: FxHashMap::default(),
-            sampling: Vec::new(),
+            pending: Default::default(),
+            dropped: 0,
+            stacks: FxHashMap::default(),
             done: false,
             inner: Vec::new(),
             inner_at: 0,
@@ -191,13 +201,18 @@ impl<R: Read> PerfettoReader<R> {
     }
 
     /// Packets read so far (those inside compressed bundles included).
-    /// The `sampling` records read (as their JSONL objects), for the
-    /// estimates of a trace made under `--overhead-budget`.
-    pub fn sampling_records(&self) -> &[Value] {
-        &self.sampling
+    /// The records read since the last call of this (as their JSONL
+    /// objects, in file order): take them before the call just read.
+    pub fn take_records(&mut self) -> std::collections::VecDeque<Value> {
+        std::mem::take(&mut self.pending)
     }
 
-    /// Non-call records read (and skipped).
+    /// Records dropped unread because over a million waited to be taken.
+    pub fn dropped_records(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Non-call records read.
     pub fn records(&self) -> u64 {
         self.records
     }
@@ -363,20 +378,18 @@ impl<R: Read> PerfettoReader<R> {
             if kind != TYPE_SLICE_END {
                 self.records += 1;
             }
-            if name == "sampling" {
-                let done = crate::outputs::timeline::perfetto::records::step(
-                    &mut self.open_records,
-                    track,
-                    *pid,
-                    te,
-                    kind,
-                    ts,
-                )?;
-                if let Some(r) = done {
-                    if self.sampling.len() < crate::outputs::timeline::perfetto::records::MAX_KEPT {
-                        self.sampling.push(r);
-                    }
-                }
+            let (pid, name) = (*pid, name.clone());
+            let done = crate::outputs::timeline::perfetto::records::step(
+                &mut self.open_records,
+                track,
+                pid,
+                &name,
+                te,
+                kind,
+                ts,
+            )?;
+            if let Some(r) = done {
+                self.keep_record(r);
             }
             return Ok(None);
         }
@@ -384,7 +397,7 @@ impl<R: Read> PerfettoReader<R> {
             TYPE_SLICE_BEGIN | TYPE_INSTANT => {
                 let call = self.begin(seq_id, track, te, kind == TYPE_INSTANT)?;
                 if kind == TYPE_INSTANT {
-                    return finish(call, ts, None).map(Some);
+                    return self.finish(call, ts, None).map(Some);
                 }
                 let open = self.open.entry(track).or_default();
                 if open.len() >= MAX_DEPTH {
@@ -402,7 +415,7 @@ impl<R: Read> PerfettoReader<R> {
                 if ts < o.ts {
                     return Err("a slice that ends before it begins".into());
                 }
-                finish(o.call, o.ts, Some(ts - o.ts)).map(Some)
+                self.finish(o.call, o.ts, Some(ts - o.ts)).map(Some)
             }
             other => Err(format!(
                 "track event of type {other}, which gputrace does not write"
@@ -426,12 +439,13 @@ impl<R: Read> PerfettoReader<R> {
                 .and_then(|t| u32::try_from(t).ok())
                 .ok_or("a thread without a tid")?;
             self.tracks.insert(uuid, Track::Thread { pid, tid });
-        } else if d.counter.is_none()
-            && d.name
-                .as_deref()
-                .is_some_and(|n| n.starts_with(RECORD_TRACK_PREFIX))
-        {
-            let kind = d.name.as_deref().unwrap_or("")[RECORD_TRACK_PREFIX.len()..].to_string();
+        } else if let (None, Some(name)) = (&d.counter, d.name.as_deref()) {
+            // A lane of records: `gputrace KIND`, or a view's own lane
+            // (its records say their kind).
+            let kind = name
+                .strip_prefix(RECORD_TRACK_PREFIX)
+                .unwrap_or(name)
+                .to_string();
             let pid = d
                 .parent_uuid
                 .and_then(|p| self.process_tracks.get(&p).copied());
@@ -541,10 +555,64 @@ impl<R: Read> PerfettoReader<R> {
     }
 }
 
-fn finish(mut call: Map<String, Value>, ts: u64, dur: Option<u64>) -> Result<Call, String> {
-    call.insert("ts_ns".into(), Value::from(ts));
-    call.insert("dur_ns".into(), dur.map_or(Value::Null, Value::from));
-    parse_call(&Value::Object(call)).map_err(|e| e.to_string())
+impl<R: Read> PerfettoReader<R> {
+    /// A record read: waiting to be taken (at most a million), and a
+    /// `stack` one kept for the calls that name it.
+    fn keep_record(&mut self, r: Value) {
+        if r.get("type").and_then(Value::as_str) == Some("stack") {
+            if let (Some(id), Some(frames)) = (
+                r.get("id").and_then(Value::as_u64),
+                r.get("frames").and_then(Value::as_array),
+            ) {
+                let frames: Option<Vec<Arc<str>>> =
+                    frames.iter().map(|f| f.as_str().map(Arc::from)).collect();
+                if let (Some(frames), Ok(id32)) = (frames, u32::try_from(id)) {
+                    if self.stacks.len() >= MAX_STACKS {
+                        self.stacks.clear();
+                    }
+                    self.stacks.insert(
+                        id,
+                        Arc::new(CallStack {
+                            id: id32,
+                            frames: frames.into(),
+                        }),
+                    );
+                }
+            }
+        }
+        if self.pending.len() >= crate::outputs::timeline::perfetto::records::MAX_KEPT {
+            self.dropped += 1;
+        } else {
+            self.pending.push_back(r);
+        }
+    }
+
+    /// A call ended: its JSONL object parsed, its stack (named by a
+    /// `stack_id` annotation) attached.
+    fn finish(
+        &self,
+        mut call: Map<String, Value>,
+        ts: u64,
+        dur: Option<u64>,
+    ) -> Result<Call, String> {
+        call.insert("ts_ns".into(), Value::from(ts));
+        call.insert("dur_ns".into(), dur.map_or(Value::Null, Value::from));
+        let stack_id = call
+            .get_mut("args")
+            .and_then(Value::as_object_mut)
+            .and_then(|a| a.remove("stack_id"));
+        let mut c = parse_call(&Value::Object(call)).map_err(|e| e.to_string())?;
+        if let Some(id) = stack_id {
+            let id = id.as_u64().ok_or("`stack_id` is not a number")?;
+            c.stack = Some(
+                self.stacks
+                    .get(&id)
+                    .cloned()
+                    .ok_or_else(|| format!("`stack_id` {id} names no stack record before it"))?,
+            );
+        }
+        Ok(c)
+    }
 }
 
 fn intern(seq: &mut SequenceState, i: &InternedData) -> Result<(), String> {

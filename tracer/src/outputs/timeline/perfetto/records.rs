@@ -36,10 +36,14 @@ fn value(a: &DebugAnnotation) -> Result<Value, String> {
 
 /// One track event of a record lane: a record begun (kept open), ended
 /// (returned, with `dur_ns`) or an instant (returned).
+/// `lane_kind`: the kind its lane names (`gputrace KIND`), else the lane's
+/// name; a viewed record says its kind in a `type` annotation and is named
+/// by its label.
 pub(super) fn step(
     open: &mut FxHashMap<u64, Vec<Map<String, Value>>>,
     track: u64,
     pid: Option<u32>,
+    lane_kind: &str,
     te: &TrackEvent,
     kind: i32,
     ts: u64,
@@ -47,12 +51,17 @@ pub(super) fn step(
     match kind {
         TYPE_SLICE_BEGIN | TYPE_INSTANT => {
             let mut m = Map::new();
-            m.insert("type".into(), Value::from(te.name.as_deref().unwrap_or("")));
+            m.insert("type".into(), Value::from(lane_kind));
             m.insert("ts_ns".into(), Value::from(ts));
             m.insert("pid".into(), pid.map_or(Value::Null, Value::from));
+            m.insert("tid".into(), Value::Null);
             for a in &te.debug_annotations {
                 let name = a.name.as_deref().ok_or("a record field without a name")?;
                 m.insert(name.to_string(), value(a)?);
+            }
+            let name = te.name.as_deref().unwrap_or("");
+            if m.get("type").and_then(Value::as_str) != Some(name) {
+                m.insert("label".into(), Value::from(name));
             }
             if kind == TYPE_INSTANT {
                 m.insert("dur_ns".into(), Value::Null);

@@ -92,8 +92,12 @@ pub struct PerfettoWriter<W: Write> {
     next_uuid: u64,
     next_seq: u32,
     processes: FxHashMap<u32, Process>,
-    /// The lane of each (process, record kind).
-    record_tracks: FxHashMap<(u32, &'static str), u64>,
+    /// The lane of each (process, lane name) of records.
+    record_tracks: FxHashMap<(Option<u32>, Arc<str>), u64>,
+    /// Stacks whose `stack` record the file holds.
+    stacks: rustc_hash::FxHashSet<u32>,
+    /// Flow ids given so far.
+    flows: u64,
     threads: FxHashMap<(u32, u32), Sequence>,
     uses: u64,
     thread_names: bool,
@@ -133,6 +137,8 @@ impl<W: Write> PerfettoWriter<W> {
             next_seq: META_SEQ + 1,
             processes: FxHashMap::default(),
             record_tracks: FxHashMap::default(),
+            stacks: Default::default(),
+            flows: 0,
             threads: FxHashMap::default(),
             uses: 0,
             thread_names,
@@ -472,6 +478,7 @@ impl<W: Write> PerfettoWriter<W> {
     pub fn write(&mut self, c: &Call, device_bytes: Option<u64>) -> std::io::Result<()> {
         self.process(c)?;
         self.rates(c)?;
+        self.stack_once(c)?;
         self.sequence(c)?;
         let s = self
             .threads
@@ -499,6 +506,9 @@ impl<W: Write> PerfettoWriter<W> {
             text: &mut self.text,
         };
         annotate(&c.args, &mut a);
+        if let Some(st) = &c.stack {
+            a.uint("stack_id", u64::from(st.id));
+        }
         // `ret`: a slice is taken to have returned 0, an instant to have
         // no return; anything else is said.
         match (c.dur_ns, c.ret) {

@@ -1,58 +1,77 @@
-//! Entries that are not calls (`Record`s: sampling windows, ...) in a
-//! Perfetto trace: a slice or instant on a lane of their own.
+//! Entries that are not calls (`model::record`: graph records, NCCL
+//! cross-rank records, sampling windows, GPU work, stacks) in a Perfetto
+//! trace: a slice or instant on a lane of their own.
 
 use std::io::Write;
 use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::model::call::Call;
+use crate::model::record::Record;
 use crate::outputs::timeline::perfetto::writer::*;
-use crate::outputs::timeline::record::Record;
 
 impl<W: Write> PerfettoWriter<W> {
-    /// Writes one non-call entry: a slice (or instant) named after its kind
-    /// on a lane "gputrace KIND" of its process, on the meta sequence (no
-    /// interning: records are rare), its fields as debug annotations.
+    /// The track of a process (described now if its first call has not
+    /// come yet; `process` names it then).
+    fn process_track(&mut self, pid: u32) -> std::io::Result<u64> {
+        if let Some(p) = self.processes.get(&pid) {
+            return Ok(p.track);
+        }
+        let track = self.uuid();
+        self.descriptor(TrackDescriptor {
+            uuid: Some(track),
+            process: Some(ProcessDescriptor {
+                pid: Some(pid as i32),
+                process_name: None,
+            }),
+            ..Default::default()
+        })?;
+        self.processes.insert(
+            pid,
+            Process {
+                track,
+                comm: Arc::from(""),
+                memory_track: None,
+                rates: None,
+            },
+        );
+        Ok(track)
+    }
+
+    /// The lane a record goes on: its view's, else "gputrace KIND", under
+    /// its process (or at the top, for a record of no process).
+    fn record_track(&mut self, r: &Record) -> std::io::Result<u64> {
+        let name: Arc<str> = match &r.view {
+            Some(v) => v.lane.clone(),
+            None => Arc::from(format!("{RECORD_TRACK_PREFIX}{}", r.kind)),
+        };
+        if let Some(&t) = self.record_tracks.get(&(r.pid, name.clone())) {
+            return Ok(t);
+        }
+        let parent = match r.pid {
+            Some(pid) => Some(self.process_track(pid)?),
+            None => None,
+        };
+        let t = self.uuid();
+        self.descriptor(TrackDescriptor {
+            uuid: Some(t),
+            parent_uuid: parent,
+            name: Some(name.to_string()),
+            ..Default::default()
+        })?;
+        self.record_tracks.insert((r.pid, name), t);
+        Ok(t)
+    }
+
+    /// Writes one non-call entry: a slice (or instant) on its lane, on the
+    /// meta sequence (no interning: records are rare, and bundles are
+    /// compressed), its fields as debug annotations; a viewed record is
+    /// named by its label, its kind in a `type` annotation, and an arrow
+    /// joins it to the call it follows from when that call's thread is in
+    /// the trace.
     pub fn record(&mut self, r: &Record) -> std::io::Result<()> {
-        let parent = match self.processes.get(&r.pid) {
-            Some(p) => p.track,
-            None => {
-                // Named by its first call (`process` renames it then).
-                let track = self.uuid();
-                self.descriptor(TrackDescriptor {
-                    uuid: Some(track),
-                    process: Some(ProcessDescriptor {
-                        pid: Some(r.pid as i32),
-                        process_name: None,
-                    }),
-                    ..Default::default()
-                })?;
-                self.processes.insert(
-                    r.pid,
-                    Process {
-                        track,
-                        comm: Arc::from(""),
-                        memory_track: None,
-                        rates: None,
-                    },
-                );
-                track
-            }
-        };
-        let track = match self.record_tracks.get(&(r.pid, r.kind)) {
-            Some(&t) => t,
-            None => {
-                let t = self.uuid();
-                self.descriptor(TrackDescriptor {
-                    uuid: Some(t),
-                    parent_uuid: Some(parent),
-                    name: Some(format!("{RECORD_TRACK_PREFIX}{}", r.kind)),
-                    ..Default::default()
-                })?;
-                self.record_tracks.insert((r.pid, r.kind), t);
-                t
-            }
-        };
+        let track = self.record_track(r)?;
         let mut annotations: Vec<DebugAnnotation> = r
             .fields
             .iter()
@@ -61,13 +80,36 @@ impl<W: Write> PerfettoWriter<W> {
         if let Some(tid) = r.tid {
             annotations.push(record_annotation("tid", &Value::from(tid)));
         }
-        let event = |kind: i32, ann: Vec<DebugAnnotation>, name: Option<String>| TrackEvent {
-            r#type: Some(kind),
-            track_uuid: Some(track),
-            name,
-            debug_annotations: ann,
-            ..Default::default()
+        let name = match &r.view {
+            Some(v) => {
+                annotations.push(record_annotation("type", &Value::from(r.kind)));
+                v.label.to_string()
+            }
+            None => r.kind.to_string(),
         };
+        let mut flow_ids = Vec::new();
+        if let (Some(v), Some(pid)) = (&r.view, r.pid) {
+            if let Some((tid, at)) = v.flow_from {
+                if let Some(thread) = self.threads.get(&(pid, tid)).map(|s| s.track) {
+                    self.flows += 1;
+                    let id = self.flows;
+                    flow_ids.push(id);
+                    self.message(&TracePacket {
+                        timestamp: Some(at),
+                        timestamp_clock_id: Some(CLOCK_REALTIME),
+                        trusted_packet_sequence_id: Some(META_SEQ),
+                        track_event: Some(TrackEvent {
+                            r#type: Some(TYPE_INSTANT),
+                            track_uuid: Some(thread),
+                            name: Some("launch".into()),
+                            flow_ids: vec![id],
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })?;
+                }
+            }
+        }
         let begin = if r.dur_ns.is_some() {
             TYPE_SLICE_BEGIN
         } else {
@@ -77,7 +119,14 @@ impl<W: Write> PerfettoWriter<W> {
             timestamp: Some(r.ts_ns),
             timestamp_clock_id: Some(CLOCK_REALTIME),
             trusted_packet_sequence_id: Some(META_SEQ),
-            track_event: Some(event(begin, annotations, Some(r.kind.to_string()))),
+            track_event: Some(TrackEvent {
+                r#type: Some(begin),
+                track_uuid: Some(track),
+                name: Some(name),
+                debug_annotations: annotations,
+                flow_ids,
+                ..Default::default()
+            }),
             ..Default::default()
         })?;
         if let Some(d) = r.dur_ns {
@@ -85,11 +134,46 @@ impl<W: Write> PerfettoWriter<W> {
                 timestamp: Some(r.ts_ns.saturating_add(d)),
                 timestamp_clock_id: Some(CLOCK_REALTIME),
                 trusted_packet_sequence_id: Some(META_SEQ),
-                track_event: Some(event(TYPE_SLICE_END, Vec::new(), None)),
+                track_event: Some(TrackEvent {
+                    r#type: Some(TYPE_SLICE_END),
+                    track_uuid: Some(track),
+                    ..Default::default()
+                }),
                 ..Default::default()
             })?;
         }
         Ok(())
+    }
+
+    /// The `stack` record of a call's stack, the first time the file needs
+    /// it (the call then names it by `stack_id`).
+    pub(super) fn stack_once(&mut self, c: &Call) -> std::io::Result<()> {
+        let Some(st) = &c.stack else {
+            return Ok(());
+        };
+        if !self.stacks.insert(st.id) {
+            return Ok(());
+        }
+        let mut fields = serde_json::Map::new();
+        fields.insert("id".into(), Value::from(st.id));
+        fields.insert(
+            "frames".into(),
+            Value::from(
+                st.frames
+                    .iter()
+                    .map(|f| Value::from(&**f))
+                    .collect::<Vec<_>>(),
+            ),
+        );
+        self.record(&Record {
+            kind: "stack",
+            ts_ns: c.ts_ns,
+            dur_ns: None,
+            pid: Some(c.pid),
+            tid: Some(c.tid),
+            fields,
+            view: None,
+        })
     }
 }
 
