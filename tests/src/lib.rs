@@ -165,6 +165,18 @@ impl Workload {
         stdin.write_all(b"go\n").unwrap();
     }
 
+    /// Releases the counted phase of a workload started with
+    /// `--wait-stdin-end`, keeps it at its end (`passes done`) for `hold`,
+    /// then lets it end: what its agent collects lasts past its last call
+    /// by a flush period.
+    pub fn go_and_hold(&mut self, hold: Duration) {
+        let mut stdin = self.stdin.take().expect("go once");
+        stdin.write_all(b"go\n").unwrap();
+        self.stdout.wait_for("passes done", Duration::from_secs(60));
+        std::thread::sleep(hold);
+        drop(stdin);
+    }
+
     /// Waits for the workload to end; returns its status and the lines it
     /// printed after the ready lines.
     pub fn finish_lines(mut self) -> (ExitStatus, Vec<String>) {

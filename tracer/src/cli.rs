@@ -109,6 +109,8 @@ pub struct TraceArgs {
     pub libnccl: Option<PathBuf>,
     #[command(flatten)]
     pub stacks: StackArgs,
+    #[command(flatten)]
+    pub gpu: GpuArgs,
     /// NCCL: report ranks waiting in a collective for another, or a thread inside an NCCL call, for this long (0: never).
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
     pub nccl_stall: Duration,
@@ -137,6 +139,17 @@ pub struct StackArgs {
     pub stack_bytes: Option<u32>,
 }
 
+/// `--gpu-time` and its settings (trace, top, daemon).
+#[derive(Debug, Args, Clone, Default)]
+pub struct GpuArgs {
+    /// Also measure how long each kernel, copy and memset ran on the GPU: loads an agent into each traced process (with ptrace; it uses the process's own CUPTI) and unloads it at the end.
+    #[arg(long)]
+    pub gpu_time: bool,
+    /// With --gpu-time: the libcupti the traced processes load (as they see the path), where they map none and none lies beside their libcudart.
+    #[arg(long, value_name = "PATH", requires = "gpu_time")]
+    pub libcupti: Option<PathBuf>,
+}
+
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Show only this process (repeatable, or comma-separated).
@@ -150,6 +163,8 @@ pub struct TopArgs {
     pub interval: Duration,
     #[command(flatten)]
     pub stacks: StackArgs,
+    #[command(flatten)]
+    pub gpu: GpuArgs,
     /// NCCL: report ranks waiting in a collective for another, or a thread inside an NCCL call, for this long (0: never).
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
     pub nccl_stall: Duration,
@@ -196,6 +211,8 @@ pub struct DaemonArgs {
     /// Stacks go to the --output-dir timelines only (metrics have no call-site labels).
     #[command(flatten)]
     pub stacks: StackArgs,
+    #[command(flatten)]
+    pub gpu: GpuArgs,
     /// NCCL: report ranks waiting in a collective for another, or a thread inside an NCCL call, for this long (0: never).
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
     pub nccl_stall: Duration,

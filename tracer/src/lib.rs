@@ -18,6 +18,7 @@ pub mod commands;
 pub mod config;
 pub mod decode;
 pub mod error;
+pub mod gpu;
 pub mod graphs;
 pub mod host;
 pub(crate) mod json;

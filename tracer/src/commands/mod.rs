@@ -23,6 +23,13 @@ fn stack_request(args: &crate::cli::StackArgs) -> Option<crate::session::StackRe
     })
 }
 
+/// What `--gpu-time` asks of the session: `None` without it.
+fn gpu_options(args: &crate::cli::GpuArgs) -> Option<crate::gpu::GpuOptions> {
+    args.gpu_time.then(|| crate::gpu::GpuOptions {
+        libcupti: args.libcupti.clone(),
+    })
+}
+
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let config = Config::from_env()?;
     crate::log::set_debug(config.debug);

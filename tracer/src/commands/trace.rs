@@ -42,6 +42,7 @@ impl From<&TraceArgs> for TargetSpec {
             libcuda: a.libcuda.clone(),
             libnccl: a.libnccl.clone(),
             stacks: crate::commands::stack_request(&a.stacks),
+            gpu: crate::commands::gpu_options(&a.gpu),
             nccl_stall: crate::cli::stall_threshold(a.nccl_stall),
             overhead_budget: crate::cli::budget(a.overhead_budget),
             verbose: a.verbose,

@@ -1,5 +1,6 @@
 //! Checking, before anything is loaded, that we may load eBPF and open uprobes.
 
+const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
@@ -38,6 +39,11 @@ pub(crate) fn check() -> Result<(), String> {
         missing.join(" and "),
         if root { " (running as root, but without them)" } else { " (not running as root)" }
     ))
+}
+
+/// Whether we may ptrace other users' processes (`--gpu-time`).
+pub(crate) fn may_ptrace() -> bool {
+    effective_caps().is_some_and(|c| c & (1u64 << CAP_SYS_PTRACE) != 0)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! types of the model, and the JSON schema.
 
 pub mod call;
+pub mod gpu;
 pub mod graph;
 pub(crate) mod nccl;
 pub(crate) mod raw;
@@ -60,6 +61,13 @@ pub enum Event {
     /// the share of it the busy APIs were traced, and per process the calls
     /// of those APIs seen and estimated since the start.
     Sampling(sampling::SamplingReport),
+    /// `--gpu-time`: a kernel, copy or memset the GPU ran for a traced
+    /// process, joined to the call that queued it (sent when the process's
+    /// agent hands it over, about a tenth of a second after it ended).
+    Gpu(gpu::GpuWork),
+    /// `--gpu-time`: the agent in a process attached, was refused, detached,
+    /// or could not record some work.
+    GpuAgent(gpu::GpuAgentNote),
 }
 
 /// Who a process is, read once while it is alive.

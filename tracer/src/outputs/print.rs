@@ -51,8 +51,19 @@ impl Sink for PrintSink {
                     self.error = Some(e);
                 }
             }
-            // One line per call only: stalls go to stderr (trace, daemon).
+            Event::Gpu(w) if self.error.is_none() => {
+                self.line.clear();
+                format_gpu_line(&mut self.line, w);
+                self.line.push('\n');
+                if let Err(e) = self.out.write_all(self.line.as_bytes()) {
+                    self.error = Some(e);
+                }
+            }
+            // One line per call and per GPU work only: stalls and the GPU
+            // agents' news go to stderr (trace, daemon).
             Event::Call { .. }
+            | Event::Gpu(_)
+            | Event::GpuAgent(_)
             | Event::ProcessSeen(_)
             | Event::ProcessGone { .. }
             | Event::Graph(_)
@@ -111,22 +122,52 @@ pub(crate) fn result_name(api: &str, ret: i64) -> Option<&'static str> {
 }
 
 /// Formats one call: `HH:MM:SS.uuuuuu comm[pid/tid] api dur ret {args}`.
-pub(crate) fn format_line(out: &mut String, c: &Call) {
-    let secs = c.ts_ns / 1_000_000_000;
-    let micros = (c.ts_ns % 1_000_000_000) / 1000;
+fn clock_time(out: &mut String, ts_ns: u64) {
+    let secs = ts_ns / 1_000_000_000;
+    let micros = (ts_ns % 1_000_000_000) / 1000;
     let day = secs % 86_400;
     let _ = write!(
         out,
-        "{:02}:{:02}:{:02}.{:06} {}[{}/{}] {} ",
+        "{:02}:{:02}:{:02}.{:06} ",
         day / 3600,
         (day / 60) % 60,
         day % 60,
-        micros,
-        c.comm,
-        c.pid,
-        c.tid,
-        c.api
+        micros
     );
+}
+
+/// `--gpu-time`: one line per piece of GPU work, at its start on the GPU:
+/// `HH:MM:SS.us [PID] GPU D stream S kernel NAME 12.3 us (queued 4.5 us
+/// after cuLaunchKernel on thread T)`.
+pub(crate) fn format_gpu_line(out: &mut String, w: &crate::model::gpu::GpuWork) {
+    clock_time(out, w.start_ns);
+    let _ = write!(
+        out,
+        "[{}] GPU {} stream {} {} {} {}",
+        w.pid,
+        w.device,
+        w.stream,
+        w.op.kind(),
+        crate::text::printable(&w.op.label()),
+        fmt_ns(w.dur_ns() as f64)
+    );
+    if let Some(b) = w.op.bytes() {
+        let _ = write!(out, " {b} bytes");
+    }
+    if let (Some(l), Some(q)) = (&w.launch, w.queued_ns()) {
+        let _ = write!(
+            out,
+            " (queued {} after {} on thread {})",
+            fmt_ns(q as f64),
+            l.api,
+            l.tid
+        );
+    }
+}
+
+pub(crate) fn format_line(out: &mut String, c: &Call) {
+    clock_time(out, c.ts_ns);
+    let _ = write!(out, "{}[{}/{}] {} ", c.comm, c.pid, c.tid, c.api);
     match c.dur_ns {
         Some(d) => out.push_str(&fmt_ns(d as f64)),
         None => out.push('-'),

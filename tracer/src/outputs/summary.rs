@@ -44,6 +44,8 @@ impl Sink for SummarySink {
             Event::NcclStall(s) => self.summary.nccl.stall(s),
             Event::NcclStallEnded(e) => self.summary.nccl.stall_over(e),
             Event::Sampling(r) => self.summary.sampling(r),
+            Event::Gpu(w) => self.summary.record_gpu(w),
+            Event::GpuAgent(n) => self.summary.gpu_note(n),
             // The summary matches collectives across ranks from the calls
             // themselves (as `stats` does from a timeline).
             // The launch that follows carries what the graph runs.

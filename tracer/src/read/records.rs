@@ -75,6 +75,8 @@ impl RecordReader {
                         .add_record(v);
                 }
             }
+            "gpu" => summary.record_gpu(&crate::gpu::record::parse_work(v)?),
+            "gpu_agent" => summary.gpu_note(&crate::gpu::record::parse_note(v)?),
             "stack" => {
                 let st = stack_record(v)?;
                 if self.stacks.len() >= MAX_STACKS {

@@ -88,6 +88,8 @@ pub(crate) struct Session {
     signals: Option<run::Signals>,
     /// `--overhead-budget`: the schedule of the busy APIs' probes.
     budget: Option<crate::budget::Budget>,
+    /// `--gpu-time`: the agents in the traced processes.
+    gpu: Option<crate::gpu::GpuTime>,
 }
 
 impl Session {
@@ -209,6 +211,7 @@ impl Session {
             clock,
             signals: None,
             budget,
+            gpu: spec.gpu.clone().map(|o| crate::gpu::GpuTime::new(o, clock)),
         };
         for e in pending {
             session.note(&e);
@@ -290,8 +293,15 @@ impl Session {
                 if let Some(s) = &mut self.stacks {
                     s.seen(info.pid);
                 }
+                if let Some(g) = &mut self.gpu {
+                    g.seen(info.pid);
+                }
             }
             Event::ProcessGone { pid, .. } => {
+                // Its GPU work comes before it is gone.
+                if let Some(g) = &mut self.gpu {
+                    g.gone(*pid, &mut self.pending);
+                }
                 self.enricher.forget(*pid);
                 if let Some(b) = &mut self.budget {
                     b.forget(*pid);
@@ -306,6 +316,7 @@ impl Session {
             Event::NcclStallEnded(e) => {
                 crate::log::say_raw(format_args!("{}", crate::nccl::stall::ended_line(e)))
             }
+            Event::GpuAgent(n) => crate::gpu::say(n),
             _ => {}
         }
     }
@@ -357,6 +368,9 @@ impl Session {
                     if let Some(s) = &mut self.stacks {
                         s.seen(pid);
                     }
+                    if let Some(g) = &mut self.gpu {
+                        g.seen(pid);
+                    }
                     sink.take(Event::ProcessSeen(info));
                     self.enricher.enrich(&raw)
                 }
@@ -376,6 +390,9 @@ impl Session {
                         e.call.stack = s.take(raw.event.tid, raw.event.start_ns);
                     }
                     let across = self.nccl.observe(&e.call);
+                    if let Some(g) = &mut self.gpu {
+                        g.call(&e.call);
+                    }
                     sink.take(Event::Call {
                         call: e.call,
                         device_bytes: e.device_bytes,
@@ -385,6 +402,14 @@ impl Session {
                     }
                 }
                 Err(_) => self.undecodable += 1,
+            }
+        }
+        // The GPU's work of the calls just drained (and earlier ones).
+        if let Some(g) = &mut self.gpu {
+            let mut work = Vec::new();
+            g.read(&mut work);
+            for e in work {
+                sink.take(e);
             }
         }
         n
@@ -416,6 +441,9 @@ impl Session {
             s.maintain();
         }
         self.nccl.check(&mut self.enricher, self.clock, &mut events);
+        if let Some(g) = &mut self.gpu {
+            g.poll(&mut events);
+        }
         self.read_lost(now, false, &mut events);
         for e in events {
             self.note(&e);
@@ -490,7 +518,15 @@ impl Session {
             b.finish(&mut reports);
             events.extend(reports.into_iter().map(Event::Sampling));
         }
+        if let Some(g) = &mut self.gpu {
+            g.stop(&mut events);
+        }
         self.read_lost(Instant::now(), true, &mut events);
+        for e in &events {
+            if let Event::GpuAgent(n) = e {
+                crate::gpu::say(n);
+            }
+        }
         self.pending.extend(events);
         self.deliver(sink);
         self.targets.end_child();

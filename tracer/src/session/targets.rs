@@ -31,6 +31,8 @@ pub(crate) struct TargetSpec {
     pub overhead_budget: Option<f64>,
     /// `--verbose`: say what the budget measures and decides.
     pub verbose: bool,
+    /// `--gpu-time`: load the agent into each traced process.
+    pub gpu: Option<crate::gpu::GpuOptions>,
 }
 
 /// What `--stacks` asks for (checked against the kernel in `Session::start`).
@@ -70,6 +72,11 @@ fn check_pid(pid: u32) -> Result<()> {
 pub(crate) fn preflight(spec: &TargetSpec) -> Result<()> {
     validate(spec)?;
     privileges::check().map_err(Failure::runtime)?;
+    if spec.gpu.is_some() && !privileges::may_ptrace() {
+        return Err(Failure::runtime(
+            "--gpu-time loads an agent into the traced processes with ptrace, which needs CAP_SYS_PTRACE: run gputrace as root",
+        ));
+    }
     for pid in &spec.pids {
         check_pid(*pid)?;
     }

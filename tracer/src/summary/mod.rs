@@ -3,6 +3,7 @@
 //! NCCL by operation and communicator, and events lost. The live run and
 //! `gputrace stats FILE` feed the same [`Summary`] with the same calls.
 
+pub mod gpu;
 pub(crate) mod histogram;
 pub mod render;
 
@@ -46,7 +47,7 @@ pub struct ApiStats {
 pub const EXACT_SAMPLES: usize = 1024;
 
 impl ApiStats {
-    fn record(&mut self, dur: Option<u64>, failed: bool) {
+    pub(crate) fn record(&mut self, dur: Option<u64>, failed: bool) {
         self.calls += 1;
         self.failed += failed as u64;
         let Some(d) = dur else { return };
@@ -80,7 +81,7 @@ impl ApiStats {
         }
     }
 
-    fn merge(&mut self, o: &ApiStats) {
+    pub(crate) fn merge(&mut self, o: &ApiStats) {
         if o.timed > 0 {
             self.samples = match (self.timed, self.samples.take(), &o.samples) {
                 (0, _, theirs) => theirs.clone(),
@@ -239,9 +240,23 @@ pub struct ProcessSummary {
     pub is_total: bool,
     /// Calls with a stack (`--stacks`) by API and call site.
     pub sites: CallSites,
+    /// `--gpu-time`: what its GPU did (`None` without GPU records).
+    pub gpu: Option<gpu::GpuProcess>,
 }
 
 impl ProcessSummary {
+    /// The traced window: its first call or GPU work to its last.
+    pub fn window_ns(&self) -> u64 {
+        let (mut first, mut last) = (self.first_ts, self.last_ts);
+        if let Some(g) = &self.gpu {
+            if g.first_ns != 0 && (first == 0 || g.first_ns < first) {
+                first = g.first_ns;
+            }
+            last = last.max(g.last_ns);
+        }
+        last.saturating_sub(first)
+    }
+
     pub fn live_bytes(&self) -> u64 {
         self.total_memory.map_or(self.memory.in_use(), |m| m.0)
     }
@@ -373,6 +388,9 @@ impl ProcessSummary {
         self.comms.extend(o.comms.iter().map(|(k, v)| (*k, *v)));
         self.graphs.merge(&o.graphs);
         self.sites.merge(&o.sites);
+        if let Some(g) = &o.gpu {
+            self.gpu.get_or_insert_with(Default::default).merge(g);
+        }
     }
 
     /// APIs sorted by total time, then calls, then name.
@@ -446,6 +464,29 @@ impl Summary {
                 ..Default::default()
             });
         p.record(c);
+    }
+
+    /// `--gpu-time`: a piece of work a process's GPU ran.
+    pub fn record_gpu(&mut self, w: &crate::model::gpu::GpuWork) {
+        self.process(w.pid)
+            .gpu
+            .get_or_insert_with(Default::default)
+            .record(w);
+    }
+
+    /// `--gpu-time`: what a process's agent said.
+    pub fn gpu_note(&mut self, n: &crate::model::gpu::GpuAgentNote) {
+        self.process(n.pid)
+            .gpu
+            .get_or_insert_with(Default::default)
+            .note(n);
+    }
+
+    fn process(&mut self, pid: u32) -> &mut ProcessSummary {
+        self.processes.entry(pid).or_insert_with(|| ProcessSummary {
+            pid,
+            ..Default::default()
+        })
     }
 
     pub fn events(&self) -> u64 {

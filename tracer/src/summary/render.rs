@@ -278,6 +278,9 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
             );
         }
     }
+    if let Some(g) = &p.gpu {
+        crate::summary::gpu::render_text(out, g, p.window_ns(), p.is_total);
+    }
     p.sites.render_text(out, SITES_APIS, SITES_PER_API, fmt_ns);
 }
 
@@ -370,6 +373,7 @@ fn process_json(p: &ProcessSummary) -> Value {
         },
         "nccl": nccl,
         "call_sites": p.sites.to_json(SITES_PER_API),
+        "gpu": p.gpu.as_ref().map(|g| crate::summary::gpu::render_json(g, if p.is_total { 0 } else { p.window_ns() })),
     })
 }
 

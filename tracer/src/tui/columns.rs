@@ -73,6 +73,19 @@ pub(super) struct Column {
     pub cell: fn(&ProcessRow) -> String,
 }
 
+/// Shown only when some process has GPU records (`--gpu-time`).
+const GPU_COLUMN: Column = Column {
+    title: "GPU",
+    width: 5,
+    priority: 89,
+    sort: None,
+    cell: |r| {
+        r.rates
+            .gpu_share
+            .map_or("-".into(), |s| format!("{:.0}%", s * 100.0))
+    },
+};
+
 const COLUMNS: [Column; 14] = [
     Column {
         title: "PID",
@@ -198,9 +211,13 @@ pub(super) fn api_sort_title(s: ApiSort) -> &'static str {
     }
 }
 
-/// The columns that fit in `width` (after the 2-column selection mark).
-pub(super) fn fitting_columns(width: u16) -> Vec<&'static Column> {
+/// The columns that fit in `width` (after the 2-column selection mark);
+/// `gpu`: with the GPU busy column (after the launch rate).
+pub(super) fn fitting_columns(width: u16, gpu: bool) -> Vec<&'static Column> {
     let mut keep: Vec<&Column> = COLUMNS.iter().collect();
+    if gpu {
+        keep.insert(4, &GPU_COLUMN);
+    }
     let need = |cols: &[&Column]| -> u16 { cols.iter().map(|c| c.width + 1).sum::<u16>() + 2 };
     while need(&keep) > width && keep.len() > 1 {
         let lowest = keep

@@ -55,6 +55,8 @@ impl Sink for ModelSink<'_> {
             // The process table counts calls; skew is in the summary.
             Event::NcclCollective(_) => {}
             Event::Sampling(r) => self.model.sampling = Some(r.ratio()),
+            Event::Gpu(w) => self.model.gpu(w, self.now_ns),
+            Event::GpuAgent(_) => {}
         }
     }
 

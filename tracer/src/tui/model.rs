@@ -50,6 +50,10 @@ pub(crate) struct Totals {
     pub nccl_bytes: u64,
     /// Host time in calls that wait for the GPU, summed over threads.
     pub sync_wait_ns: u64,
+    /// `--gpu-time`: time the GPUs ran the process's work (each device's
+    /// union of spans, added over devices), and whether any came.
+    pub gpu_busy_ns: u64,
+    pub gpu: bool,
 }
 
 impl Totals {
@@ -73,6 +77,10 @@ impl Totals {
             t.nccl_ops += n.count;
             t.nccl_bytes += n.bytes;
         }
+        if let Some(g) = &s.gpu {
+            t.gpu = true;
+            t.gpu_busy_ns = g.devices.values().map(|b| b.total_ns()).sum();
+        }
         t
     }
 
@@ -86,6 +94,8 @@ impl Totals {
         self.nccl_ops += o.nccl_ops;
         self.nccl_bytes += o.nccl_bytes;
         self.sync_wait_ns += o.sync_wait_ns;
+        self.gpu_busy_ns += o.gpu_busy_ns;
+        self.gpu |= o.gpu;
     }
 
     /// Per second, over `secs` seconds.
@@ -99,6 +109,7 @@ impl Totals {
             nccl_ops: self.nccl_ops as f64 / s,
             nccl_bytes: self.nccl_bytes as f64 / s,
             sync_share: self.sync_wait_ns as f64 / (s * NS as f64),
+            gpu_share: self.gpu.then(|| self.gpu_busy_ns as f64 / (s * NS as f64)),
         }
     }
 }
@@ -115,6 +126,9 @@ pub(crate) struct Rates {
     /// Fraction of wall time spent waiting for the GPU, summed over the
     /// process's threads (two threads always waiting: 2.0).
     pub sync_share: f64,
+    /// `--gpu-time`: fraction of wall time its GPUs ran its work (added
+    /// over devices); `None` without GPU records.
+    pub gpu_share: Option<f64>,
 }
 
 impl Rates {
@@ -193,6 +207,29 @@ impl ProcessActivity {
                 self.seconds.insert(i, (sec, summary));
             }
         }
+    }
+
+    /// `--gpu-time`: a piece of work its GPU ran, in the second it ended.
+    fn gpu(&mut self, w: &crate::model::gpu::GpuWork) {
+        let sec = w.end_ns / NS;
+        let i = self.seconds.partition_point(|(s, _)| *s < sec);
+        let summary = match self.seconds.get_mut(i) {
+            Some((s, summary)) if *s == sec => summary,
+            _ => {
+                if self
+                    .seconds
+                    .front()
+                    .is_some_and(|(s, _)| sec + DETAIL_SECS < *s)
+                {
+                    return; // far too late for any window
+                }
+                let mut summary = ProcessSummary::default();
+                summary.pid = self.pid;
+                self.seconds.insert(i, (sec, summary));
+                &mut self.seconds[i].1
+            }
+        };
+        summary.gpu.get_or_insert_with(Default::default).record(w);
     }
 
     /// Moves complete seconds into the history and forgets old ones.
@@ -294,6 +331,13 @@ pub(crate) struct Model {
 }
 
 impl Model {
+    /// `--gpu-time`: a piece of work a process's GPU ran.
+    pub(crate) fn gpu(&mut self, w: &crate::model::gpu::GpuWork, _now_ns: u64) {
+        if let Some(p) = self.processes.get_mut(&w.pid) {
+            p.gpu(w);
+        }
+    }
+
     /// Counts a call. A call of an exited process is one it made before
     /// it exited (a new process with its PID is seen first).
     pub(crate) fn record(&mut self, c: &Call, device_bytes: Option<u64>, now_ns: u64) {

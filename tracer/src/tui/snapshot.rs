@@ -60,6 +60,8 @@ pub(crate) struct KernelRow {
     /// Of those, runs as nodes of graph launches.
     pub graph_per_s: f64,
     pub share: f64,
+    /// `--gpu-time`: share of wall time the GPU ran this kernel.
+    pub gpu_share: Option<f64>,
     pub grid: Option<[u32; 3]>,
     pub block: Option<[u32; 3]>,
 }
@@ -165,6 +167,11 @@ pub(crate) fn detail(p: &ProcessActivity, end: u64) -> Detail {
                 per_s: k.runs() as f64 / secs,
                 graph_per_s: k.graph_launches as f64 / secs,
                 share: k.runs() as f64 / launches.max(1) as f64,
+                gpu_share: w
+                    .gpu
+                    .as_ref()
+                    .and_then(|g| g.kernels.get(name))
+                    .map(|s| s.total_ns as f64 / (secs * 1e9)),
                 grid: cfg.map(|c| c.0),
                 block: cfg.map(|c| c.1),
             }

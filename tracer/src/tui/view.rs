@@ -158,7 +158,8 @@ fn draw_processes(frame: &mut Frame, app: &App, area: Rect) {
         frame.render_widget(Paragraph::new(text).style(DIM).block(block), area);
         return;
     }
-    let cols = fitting_columns(area.width);
+    let gpu = rows.iter().any(|r| r.rates.gpu_share.is_some());
+    let cols = fitting_columns(area.width, gpu);
     let header = Row::new(cols.iter().map(|c| {
         let s = if c.sort == Some(app.sort) {
             HEADER.add_modifier(Modifier::UNDERLINED)
@@ -300,10 +301,20 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
             (Table::new(body, widths).header(header), rows.is_empty())
         }
         Pane::Kernels => {
+            let gpu = d.kernels.iter().any(|k| k.gpu_share.is_some());
             let body = d.kernels.iter().map(|k| {
-                Row::new(vec![
+                let mut cells = vec![
                     num(fmt_rate(k.per_s), 8),
                     num(format!("{:.1}%", k.share * 100.0), 6),
+                ];
+                if gpu {
+                    cells.push(num(
+                        k.gpu_share
+                            .map_or("-".into(), |s| format!("{:.1}%", s * 100.0)),
+                        6,
+                    ));
+                }
+                cells.extend([
                     num(dims(k.grid), 11),
                     num(dims(k.block), 11),
                     Cell::from(format!(
@@ -312,22 +323,23 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
                         if k.graph_per_s > 0.0 { "(graph) " } else { "" },
                         k.name.as_deref().unwrap_or("(name unknown)")
                     )),
-                ])
+                ]);
+                Row::new(cells)
             });
-            let widths = [
-                Constraint::Length(8),
-                Constraint::Length(6),
+            let mut widths = vec![Constraint::Length(8), Constraint::Length(6)];
+            let mut titles = vec![("LAUNCH/s", 8), ("SHARE", 6)];
+            if gpu {
+                // The share of wall time the GPU ran the kernel.
+                widths.push(Constraint::Length(6));
+                titles.push(("GPU", 6));
+            }
+            widths.extend([
                 Constraint::Length(11),
                 Constraint::Length(11),
                 Constraint::Min(10),
-            ];
-            let header = head(&[
-                ("LAUNCH/s", 8),
-                ("SHARE", 6),
-                ("GRID", 11),
-                ("BLOCK", 11),
-                ("KERNEL", 0),
             ]);
+            titles.extend([("GRID", 11), ("BLOCK", 11), ("KERNEL", 0)]);
+            let header = head(&titles);
             (
                 Table::new(body, widths).header(header),
                 d.kernels.is_empty(),

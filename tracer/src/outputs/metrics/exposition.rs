@@ -62,6 +62,30 @@ const FAMILIES: &[Family] = &[
         write: nccl_bytes,
     },
     Family {
+        name: "gputrace_gpu_busy_seconds_total",
+        kind: "counter",
+        help: "--gpu-time: time the device ran work of the process (the union of its kernels', copies' and memsets' spans on the GPU, across streams); rate() of it is the busy share.",
+        write: crate::outputs::metrics::gpu::busy_seconds,
+    },
+    Family {
+        name: "gputrace_gpu_busy_ratio",
+        kind: "gauge",
+        help: "--gpu-time: share of the last five seconds (or so) the device ran work of the process.",
+        write: crate::outputs::metrics::gpu::busy_ratio,
+    },
+    Family {
+        name: "gputrace_gpu_kernel_seconds_total",
+        kind: "counter",
+        help: "--gpu-time: GPU time of the process's kernels, for the 20 with the most of it (up to 40 as the ranking changes, every 10 s); the rest, and a kernel's time before it got its own series, in kernel=\"other\".",
+        write: crate::outputs::metrics::gpu::kernel_seconds,
+    },
+    Family {
+        name: "gputrace_nccl_gpu_seconds_total",
+        kind: "counter",
+        help: "--gpu-time: GPU time of the NCCL kernels the process launched, by operation (op=\"group\" for kernels of a group call).",
+        write: crate::outputs::metrics::gpu::nccl_seconds,
+    },
+    Family {
         name: "gputrace_graph_kernels_total",
         kind: "counter",
         help: "Kernels run as nodes of CUDA graph launches (launches of graphs whose nodes are not known add none), for processes that launched graphs.",

@@ -8,6 +8,7 @@
 //! keeps the number of series bounded on a busy node.
 
 mod exposition;
+mod gpu;
 mod nccl;
 
 use std::collections::{BTreeMap, HashMap};
@@ -81,6 +82,8 @@ struct ProcessSeries {
     /// The end of the last period settled (Unix ns): the estimates count
     /// the calls made up to then.
     estimated_until_ns: Option<u64>,
+    /// `--gpu-time`: what its GPU did (`None`: no GPU records).
+    gpu: Option<gpu::GpuSeries>,
 }
 
 impl ProcessSeries {
@@ -109,12 +112,13 @@ impl ProcessSeries {
             estimated: BTreeMap::new(),
             ratios: BTreeMap::new(),
             estimated_until_ns: None,
+            gpu: None,
         }
     }
 }
 
 /// Writes a label value with `\`, `"` and newlines escaped.
-fn escape_into(out: &mut String, v: &str) {
+pub(super) fn escape_into(out: &mut String, v: &str) {
     for c in v.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
@@ -260,7 +264,20 @@ impl Metrics {
     }
 
     /// Drops the series of processes gone longer than `keep_exited`.
+    /// `--gpu-time`: a piece of GPU work of a process (one with series:
+    /// work comes after the calls that queued it).
+    pub(crate) fn gpu(&mut self, w: &crate::model::gpu::GpuWork) {
+        if let Some(p) = self.procs.get_mut(&w.pid) {
+            p.gpu.get_or_insert_with(Default::default).record(w);
+        }
+    }
+
     pub(crate) fn sweep(&mut self, now: Instant) {
+        for p in self.procs.values_mut() {
+            if let Some(g) = &mut p.gpu {
+                g.sweep(now);
+            }
+        }
         let keep = self.keep_exited;
         self.procs.retain(|_, p| {
             p.gone_at
@@ -323,6 +340,9 @@ impl Sink for MetricsSink {
             Event::NcclStall(s) => lock(&self.metrics).nccl.stall(s),
             Event::NcclStallEnded(e) => lock(&self.metrics).nccl.stall_over(e),
             Event::Sampling(r) => lock(&self.metrics).sampling(r),
+            Event::Gpu(w) => lock(&self.metrics).gpu(w),
+            // The agents' news go to stderr; their losses to the summary.
+            Event::GpuAgent(_) => {}
         }
     }
 

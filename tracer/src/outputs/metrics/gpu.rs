@@ -1,0 +1,234 @@
+//! `--gpu-time`'s series: the GPU's busy time per process and device (and
+//! the share of the last seconds it was busy), GPU seconds per kernel for
+//! the kernels that take the most of it, and NCCL kernels' GPU seconds per
+//! operation.
+//!
+//! Kernel series are bounded: a process's kernels each count into an
+//! unexported tally first; every ten seconds the kernels with the most GPU
+//! time get a series of their own, up to [`TOP_KERNELS`], and later past it
+//! (up to [`MAX_KERNEL_SERIES`]) only those with more time than the
+//! smallest series. Time counted before a kernel got its series stays in
+//! `kernel="other"`: no counter ever goes down, no series is removed while
+//! the process lives.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::model::gpu::{GpuOp, GpuWork};
+use crate::outputs::metrics::exposition::seconds;
+use crate::outputs::metrics::{escape_into, ProcessSeries};
+use crate::summary::gpu::Busy;
+
+/// Kernels with a series of their own per process, at first.
+pub(super) const TOP_KERNELS: usize = 20;
+/// At most, per process.
+pub(super) const MAX_KERNEL_SERIES: usize = 40;
+/// Kernel names tallied for ranking, per process (past it, new names only
+/// count in `other`).
+const MAX_TALLIED: usize = 4096;
+const RANK_EVERY: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Debug, Default)]
+pub(super) struct GpuSeries {
+    busy: BTreeMap<u32, Busy>,
+    /// Busy share per device over the last interval, and where it was taken.
+    ratio: BTreeMap<u32, f64>,
+    last: Option<(Instant, BTreeMap<u32, u64>)>,
+    /// Kernels with a series: their time, and their time at the last
+    /// ranking (what they added since is what a candidate must beat).
+    kernels: BTreeMap<Arc<str>, (u128, u128)>,
+    other_ns: u128,
+    tally: HashMap<Arc<str>, u128>,
+    ranked_at: Option<Instant>,
+    nccl: BTreeMap<&'static str, u128>,
+}
+
+impl GpuSeries {
+    pub(super) fn record(&mut self, w: &GpuWork) {
+        let d = u128::from(w.dur_ns());
+        self.busy
+            .entry(w.device)
+            .or_default()
+            .add(w.start_ns, w.end_ns);
+        let GpuOp::Kernel { name, .. } = &w.op else {
+            return;
+        };
+        if let Some(n) = w.launch.as_ref().and_then(|l| l.nccl.as_ref()) {
+            *self.nccl.entry(n.op.unwrap_or("group")).or_default() += d;
+        }
+        let name: Arc<str> = name.clone().unwrap_or_else(|| Arc::from("?"));
+        if let Some(t) = self.kernels.get_mut(&name) {
+            t.0 += d;
+            return;
+        }
+        self.other_ns += d;
+        if self.tally.len() < MAX_TALLIED || self.tally.contains_key(&name) {
+            *self.tally.entry(name).or_default() += d;
+        }
+    }
+
+    /// Every ten seconds: kernels promoted to series of their own, and the
+    /// busy shares of the interval.
+    pub(super) fn sweep(&mut self, now: Instant) {
+        let busy: BTreeMap<u32, u64> = self.busy.iter().map(|(d, b)| (*d, b.total_ns())).collect();
+        if let Some((then, before)) = &self.last {
+            let dt = now.saturating_duration_since(*then).as_nanos() as f64;
+            if dt > 0.0 {
+                for (d, ns) in &busy {
+                    let was = before.get(d).copied().unwrap_or(0);
+                    self.ratio
+                        .insert(*d, (ns.saturating_sub(was) as f64 / dt).min(1.0));
+                }
+            }
+        }
+        if self
+            .last
+            .as_ref()
+            .is_none_or(|(t, _)| now.saturating_duration_since(*t) >= Duration::from_secs(5))
+        {
+            self.last = Some((now, busy));
+        }
+        if self
+            .ranked_at
+            .is_some_and(|t| now.saturating_duration_since(t) < RANK_EVERY)
+        {
+            return;
+        }
+        self.ranked_at = Some(now);
+        let mut ranked: Vec<(Arc<str>, u128)> = self.tally.drain().collect();
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        // What the least busy series added since the last ranking: past the
+        // first TOP_KERNELS, a kernel must have done more than it (the
+        // tally holds what each unexported kernel did since).
+        let full = self.kernels.len() >= TOP_KERNELS;
+        let least = self
+            .kernels
+            .values()
+            .map(|(t, at)| t - at)
+            .min()
+            .unwrap_or(0);
+        for (name, t) in ranked {
+            let n = self.kernels.len();
+            if n < TOP_KERNELS || (full && n < MAX_KERNEL_SERIES && t > least) {
+                // Its time so far stays in `other`; the series counts on.
+                self.kernels.insert(name, (0, 0));
+            }
+        }
+        for t in self.kernels.values_mut() {
+            t.1 = t.0;
+        }
+    }
+}
+
+pub(super) fn busy_seconds(o: &mut String, p: &ProcessSeries) {
+    let Some(g) = &p.gpu else { return };
+    for (d, b) in &g.busy {
+        let _ = writeln!(
+            o,
+            "gputrace_gpu_busy_seconds_total{{device=\"{d}\",{}}} {}",
+            p.labels,
+            seconds(u128::from(b.total_ns()))
+        );
+    }
+}
+
+pub(super) fn busy_ratio(o: &mut String, p: &ProcessSeries) {
+    let Some(g) = &p.gpu else { return };
+    for (d, r) in &g.ratio {
+        let _ = writeln!(
+            o,
+            "gputrace_gpu_busy_ratio{{device=\"{d}\",{}}} {r}",
+            p.labels
+        );
+    }
+}
+
+pub(super) fn kernel_seconds(o: &mut String, p: &ProcessSeries) {
+    let Some(g) = &p.gpu else { return };
+    let mut line = |name: &str, ns: u128| {
+        o.push_str("gputrace_gpu_kernel_seconds_total{kernel=\"");
+        escape_into(o, name);
+        let _ = writeln!(o, "\",{}}} {}", p.labels, seconds(ns));
+    };
+    for (k, (ns, _)) in &g.kernels {
+        line(k, *ns);
+    }
+    line("other", g.other_ns);
+}
+
+pub(super) fn nccl_seconds(o: &mut String, p: &ProcessSeries) {
+    let Some(g) = &p.gpu else { return };
+    for (op, ns) in &g.nccl {
+        let _ = writeln!(
+            o,
+            "gputrace_nccl_gpu_seconds_total{{op=\"{op}\",{}}} {}",
+            p.labels,
+            seconds(*ns)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::gpu::GpuWork;
+
+    fn kernel(name: &str, start: u64, dur: u64) -> GpuWork {
+        GpuWork {
+            pid: 1,
+            device: 0,
+            context: 1,
+            stream: 7,
+            correlation: 1,
+            start_ns: start,
+            end_ns: start + dur,
+            op: GpuOp::Kernel {
+                name: Some(Arc::from(name)),
+                grid: [1, 1, 1],
+                block: [1, 1, 1],
+                shared_mem_bytes: 0,
+                registers: 0,
+                graph: None,
+            },
+            launch: None,
+        }
+    }
+
+    #[test]
+    fn kernel_series_are_bounded_and_never_go_down() {
+        let mut g = GpuSeries::default();
+        let t0 = Instant::now();
+        for i in 0..100u64 {
+            g.record(&kernel(&format!("k{i}"), i * 1000, 10 + i));
+        }
+        g.sweep(t0);
+        assert_eq!(g.kernels.len(), TOP_KERNELS);
+        // The 20 costliest got series; their time so far is in `other`.
+        assert!(g.kernels.contains_key("k99") && !g.kernels.contains_key("k0"));
+        let other = g.other_ns;
+        assert_eq!(other, (0..100u128).map(|i| 10 + i).sum::<u128>());
+        for round in 1..20u64 {
+            for i in 0..100u64 {
+                // Kernels that did little at first now do the most.
+                let dur = if i < 50 { 1_000 + i } else { 10 + i };
+                g.record(&kernel(&format!("k{i}"), round * 1_000_000 + i * 1000, dur));
+            }
+            g.sweep(t0 + RANK_EVERY * round as u32);
+            assert!(g.kernels.len() <= MAX_KERNEL_SERIES);
+            assert!(g.other_ns >= other);
+        }
+        assert_eq!(g.kernels.len(), MAX_KERNEL_SERIES);
+    }
+
+    #[test]
+    fn busy_ratio_is_the_share_of_the_interval() {
+        let mut g = GpuSeries::default();
+        let t0 = Instant::now();
+        g.sweep(t0);
+        g.record(&kernel("a", 0, 2_500_000_000));
+        g.sweep(t0 + Duration::from_secs(5));
+        assert!((g.ratio[&0] - 0.5).abs() < 1e-9, "{:?}", g.ratio);
+    }
+}

@@ -1,0 +1,437 @@
+//! The GPU's side of the summary (`--gpu-time`), in the shape of `nsys
+//! stats`' `cuda_gpu_kern_sum` and `cuda_gpu_mem_time_sum`: GPU time per
+//! kernel (time %, total, instances, avg, median, min, max, stddev),
+//! copies and memsets by direction with GB/s, the share of the traced
+//! window each device and stream was busy, how long work waited between
+//! its launch and its start on the GPU, and the NCCL kernels' GPU time per
+//! collective and rank.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap as HashMap;
+use serde_json::{json, Value};
+
+use crate::model::gpu::{AgentNote, GpuAgentNote, GpuOp, GpuWork};
+use crate::model::types::Direction;
+use crate::nccl::hash::format_comm_id;
+use crate::summary::ApiStats;
+use crate::units::{fmt_bytes, fmt_ns};
+
+/// Distinct kernel names kept per process; the rest are summed in one row
+/// (`other kernels`) and counted.
+pub const MAX_KERNELS: usize = 4096;
+/// NCCL (operation, communicator, rank) rows kept per process.
+const MAX_NCCL: usize = 1024;
+/// Busy intervals a device keeps open for merging with late records
+/// (records come out of order across streams, within a few seconds).
+const MAX_OPEN: usize = 1 << 16;
+const SETTLE_NS: u64 = 10_000_000_000;
+
+/// The time a device was busy: the union of its work's intervals.
+#[derive(Clone, Debug, Default)]
+pub struct Busy {
+    settled_ns: u64,
+    /// Disjoint intervals by start, merged as work comes.
+    open: BTreeMap<u64, u64>,
+    max_end: u64,
+}
+
+impl Busy {
+    pub fn add(&mut self, start: u64, end: u64) {
+        let (mut s, mut e) = (start, end.max(start));
+        let overlapping: Vec<u64> = self
+            .open
+            .range(..=e)
+            .rev()
+            .take_while(|(_, &oe)| oe >= s)
+            .map(|(&os, _)| os)
+            .collect();
+        for os in overlapping {
+            if let Some(oe) = self.open.remove(&os) {
+                s = s.min(os);
+                e = e.max(oe);
+            }
+        }
+        self.open.insert(s, e);
+        self.max_end = self.max_end.max(e);
+        // Intervals long behind the newest cannot be overlapped any more.
+        while let Some((&os, &oe)) = self.open.iter().next() {
+            if oe.saturating_add(SETTLE_NS) < self.max_end || self.open.len() > MAX_OPEN {
+                self.open.remove(&os);
+                self.settled_ns += oe - os;
+            } else {
+                break;
+            }
+        }
+    }
+
+    pub fn total_ns(&self) -> u64 {
+        self.settled_ns + self.open.iter().map(|(s, e)| e - s).sum::<u64>()
+    }
+}
+
+/// Copies or memsets of one direction.
+#[derive(Clone, Debug, Default)]
+pub struct GpuCopies {
+    pub bytes: u64,
+    pub time: ApiStats,
+}
+
+/// An NCCL kernel's collective: operation, communicator id, rank.
+pub type NcclKey = (Option<&'static str>, Option<u64>, Option<u32>);
+
+/// What one process's GPU did.
+#[derive(Clone, Debug, Default)]
+pub struct GpuProcess {
+    /// GPU time by kernel name (`None`: not known).
+    pub kernels: HashMap<Option<Arc<str>>, ApiStats>,
+    /// Kernels past [`MAX_KERNELS`] names, summed.
+    pub other_kernels: ApiStats,
+    pub copies: BTreeMap<Direction, GpuCopies>,
+    /// Busy time by (device, stream) (a stream runs one thing at a time).
+    pub streams: BTreeMap<(u32, u32), u64>,
+    pub devices: BTreeMap<u32, Busy>,
+    /// From the call's start to the kernel's start on the GPU.
+    pub queued: ApiStats,
+    /// NCCL kernels' GPU time by (operation, communicator id, rank).
+    pub nccl: BTreeMap<NcclKey, ApiStats>,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// Work whose launching call CUPTI did not say.
+    pub unjoined: u64,
+    /// Of the kernels with a launch, those joined to a call the probes saw.
+    pub joined_calls: u64,
+    /// What the agent said last of itself, and its losses.
+    pub agent: Option<AgentNote>,
+    pub lost: (u64, u64, u64),
+}
+
+impl GpuProcess {
+    pub fn record(&mut self, w: &GpuWork) {
+        let d = w.dur_ns();
+        if self.first_ns == 0 || w.start_ns < self.first_ns {
+            self.first_ns = w.start_ns;
+        }
+        self.last_ns = self.last_ns.max(w.end_ns);
+        *self.streams.entry((w.device, w.stream)).or_default() += d;
+        self.devices
+            .entry(w.device)
+            .or_default()
+            .add(w.start_ns, w.end_ns);
+        match &w.launch {
+            None => self.unjoined += 1,
+            Some(l) => self.joined_calls += l.call.is_some() as u64,
+        }
+        match &w.op {
+            GpuOp::Kernel { name, .. } => {
+                let full = self.kernels.len() >= MAX_KERNELS && !self.kernels.contains_key(name);
+                let s = if full {
+                    &mut self.other_kernels
+                } else {
+                    self.kernels.entry(name.clone()).or_default()
+                };
+                s.record(Some(d), false);
+                if let Some(q) = w.queued_ns() {
+                    self.queued.record(Some(q), false);
+                }
+                if let Some(n) = w.launch.as_ref().and_then(|l| l.nccl.as_ref()) {
+                    let key = (n.op, n.comm_id, n.rank);
+                    if self.nccl.len() < MAX_NCCL || self.nccl.contains_key(&key) {
+                        self.nccl.entry(key).or_default().record(Some(d), false);
+                    }
+                }
+            }
+            GpuOp::Memcpy {
+                bytes, direction, ..
+            } => self.copy(*direction, *bytes, d),
+            GpuOp::Memset { bytes, .. } => self.copy(Direction::Memset, *bytes, d),
+        }
+    }
+
+    fn copy(&mut self, direction: Direction, bytes: u64, d: u64) {
+        let c = self.copies.entry(direction).or_default();
+        c.bytes = c.bytes.saturating_add(bytes);
+        c.time.record(Some(d), false);
+    }
+
+    pub fn note(&mut self, n: &GpuAgentNote) {
+        match &n.what {
+            AgentNote::Lost {
+                ring_dropped,
+                cupti_dropped,
+                names_dropped,
+            } => self.lost = (*ring_dropped, *cupti_dropped, *names_dropped),
+            AgentNote::Detached { .. } if matches!(self.agent, Some(AgentNote::Refused { .. })) => {
+            }
+            other => self.agent = Some(other.clone()),
+        }
+    }
+
+    pub fn merge(&mut self, o: &GpuProcess) {
+        for (k, s) in &o.kernels {
+            self.kernels.entry(k.clone()).or_default().merge(s);
+        }
+        self.other_kernels.merge(&o.other_kernels);
+        for (d, c) in &o.copies {
+            let m = self.copies.entry(*d).or_default();
+            m.bytes = m.bytes.saturating_add(c.bytes);
+            m.time.merge(&c.time);
+        }
+        self.queued.merge(&o.queued);
+        for (k, s) in &o.nccl {
+            self.nccl.entry(*k).or_default().merge(s);
+        }
+        self.unjoined += o.unjoined;
+        self.joined_calls += o.joined_calls;
+        self.lost = (
+            self.lost.0 + o.lost.0,
+            self.lost.1 + o.lost.1,
+            self.lost.2 + o.lost.2,
+        );
+        // Busy time is per process: the total says no share.
+    }
+
+    /// GPU time of every kernel.
+    pub fn kernel_ns(&self) -> u64 {
+        self.kernels.values().map(|s| s.total_ns).sum::<u64>() + self.other_kernels.total_ns
+    }
+
+    /// Kernels by GPU time, then name.
+    pub fn kernel_rows(&self) -> Vec<(&Option<Arc<str>>, &ApiStats)> {
+        let mut rows: Vec<_> = self.kernels.iter().collect();
+        rows.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then(a.0.cmp(b.0)));
+        rows
+    }
+}
+
+/// `window_ns`: the traced window (the process's calls and GPU work).
+pub fn render_text(out: &mut String, g: &GpuProcess, window_ns: u64, is_total: bool) {
+    let all = g.kernel_ns().max(1) as f64;
+    if !g.kernels.is_empty() {
+        let _ = writeln!(out, "\nGPU kernels (time on the GPU):");
+        let _ = writeln!(
+            out,
+            " {:>8}  {:>10}  {:>9}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  Name",
+            "Time (%)", "Total Time", "Instances", "Avg", "Med", "Min", "Max", "StdDev"
+        );
+        let _ = writeln!(
+            out,
+            " {:->8}  {:->10}  {:->9}  {:->10}  {:->10}  {:->10}  {:->10}  {:->10}  {:-<4}",
+            "", "", "", "", "", "", "", "", ""
+        );
+        let rows = g.kernel_rows();
+        let mut line = |name: &str, s: &ApiStats| {
+            let _ = writeln!(
+                out,
+                " {:>8.1}  {:>10}  {:>9}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {}",
+                s.total_ns as f64 * 100.0 / all,
+                fmt_ns(s.total_ns as f64),
+                s.timed,
+                fmt_ns(s.avg_ns().unwrap_or(0.0)),
+                fmt_ns(s.median_ns().unwrap_or(0) as f64),
+                fmt_ns(s.min_ns as f64),
+                fmt_ns(s.max_ns as f64),
+                fmt_ns(s.stddev_ns().unwrap_or(0.0)),
+                name
+            );
+        };
+        for (name, s) in &rows {
+            line(
+                &crate::text::printable(name.as_deref().unwrap_or("(name not known)")),
+                s,
+            );
+        }
+        if g.other_kernels.timed > 0 {
+            line(
+                &format!("... and other kernels past {MAX_KERNELS} names"),
+                &g.other_kernels,
+            );
+        }
+    }
+    if !g.copies.is_empty() {
+        let _ = writeln!(out, "\nGPU copies and memsets (time on the GPU):");
+        let _ = writeln!(
+            out,
+            " {:>9}  {:>9}  {:>12}  {:>10}  {:>10}  {:>10}",
+            "Direction", "Count", "Total Bytes", "GPU Time", "Avg", "GB/s"
+        );
+        for (d, c) in &g.copies {
+            let gbps = c.bytes as f64 / c.time.total_ns.max(1) as f64;
+            let _ = writeln!(
+                out,
+                " {:>9}  {:>9}  {:>12}  {:>10}  {:>10}  {:>10.2}",
+                d.name(),
+                c.time.timed,
+                fmt_bytes(c.bytes as f64),
+                fmt_ns(c.time.total_ns as f64),
+                fmt_ns(c.time.avg_ns().unwrap_or(0.0)),
+                gbps
+            );
+        }
+    }
+    if !is_total && window_ns > 0 && !g.devices.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nGPU busy, of the traced window of {}:",
+            fmt_ns(window_ns as f64)
+        );
+        for (dev, busy) in &g.devices {
+            let streams: Vec<String> = g
+                .streams
+                .iter()
+                .filter(|((d, _), _)| d == dev)
+                .map(|((_, s), ns)| {
+                    format!("stream {s} {:.1}%", *ns as f64 * 100.0 / window_ns as f64)
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                " device {dev}: {:.1}% ({})",
+                busy.total_ns() as f64 * 100.0 / window_ns as f64,
+                streams.join(", ")
+            );
+        }
+    }
+    if g.queued.timed > 0 {
+        let q = |p: f64| fmt_ns(g.queued.hist.quantile(p).unwrap_or(0) as f64);
+        let p50 = g.queued.median_ns().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "\nLaunch to GPU start: p50 {}, p90 {}, p99 {}, max {} ({})",
+            fmt_ns(p50 as f64),
+            q(0.9),
+            q(0.99),
+            fmt_ns(g.queued.max_ns as f64),
+            if p50 < 50_000 {
+                "work starts almost as soon as it is launched: the GPU waits for launches (launch-bound)"
+            } else {
+                "work waits in the queue: the GPU is the bottleneck (GPU-bound)"
+            }
+        );
+    }
+    if !g.nccl.is_empty() {
+        let _ = writeln!(out, "\nNCCL kernels (time on the GPU):");
+        let _ = writeln!(
+            out,
+            " {:<14}  {:>18}  {:>5}  {:>9}  {:>10}  {:>10}  {:>10}",
+            "Operation", "Comm ID", "Rank", "Kernels", "GPU Time", "Avg", "Max"
+        );
+        for ((op, comm, rank), s) in &g.nccl {
+            let _ = writeln!(
+                out,
+                " {:<14}  {:>18}  {:>5}  {:>9}  {:>10}  {:>10}  {:>10}",
+                op.unwrap_or("(group)"),
+                comm.map_or("-".into(), format_comm_id),
+                rank.map_or("-".into(), |r| r.to_string()),
+                s.timed,
+                fmt_ns(s.total_ns as f64),
+                fmt_ns(s.avg_ns().unwrap_or(0.0)),
+                fmt_ns(s.max_ns as f64)
+            );
+        }
+    }
+    if g.unjoined > 0 || g.lost != (0, 0, 0) {
+        let _ = writeln!(
+            out,
+            "\nGPU records: {} without their launching call; not recorded: {} (agent's ring full), {} (dropped by CUPTI), {} kernel names",
+            g.unjoined, g.lost.0, g.lost.1, g.lost.2
+        );
+    }
+}
+
+fn stats_json(s: &ApiStats) -> Value {
+    json!({
+        "count": s.timed,
+        "total_ns": s.total_ns,
+        "avg_ns": s.avg_ns(),
+        "med_ns": s.median_ns(),
+        "min_ns": (s.timed > 0).then_some(s.min_ns),
+        "max_ns": (s.timed > 0).then_some(s.max_ns),
+        "stddev_ns": s.stddev_ns(),
+    })
+}
+
+pub fn render_json(g: &GpuProcess, window_ns: u64) -> Value {
+    let all = g.kernel_ns().max(1) as f64;
+    let kernels: Vec<Value> = g
+        .kernel_rows()
+        .iter()
+        .map(|(name, s)| {
+            let mut v = stats_json(s);
+            v["name"] = name.as_deref().map_or(Value::Null, Value::from);
+            v["time_pct"] = json!(s.total_ns as f64 * 100.0 / all);
+            v
+        })
+        .collect();
+    let copies: Vec<Value> = g
+        .copies
+        .iter()
+        .map(|(d, c)| {
+            let mut v = stats_json(&c.time);
+            v["direction"] = Value::from(d.name());
+            v["bytes"] = Value::from(c.bytes);
+            v["gb_per_s"] = json!(c.bytes as f64 / c.time.total_ns.max(1) as f64);
+            v
+        })
+        .collect();
+    let share = |ns: u64| (window_ns > 0).then(|| ns as f64 / window_ns as f64);
+    let devices: Vec<Value> = g
+        .devices
+        .iter()
+        .map(|(dev, b)| {
+            let streams: Vec<Value> = g
+                .streams
+                .iter()
+                .filter(|((d, _), _)| d == dev)
+                .map(|((_, s), ns)| json!({"stream": s, "busy_ns": ns, "busy_share": share(*ns)}))
+                .collect();
+            json!({"device": dev, "busy_ns": b.total_ns(), "busy_share": share(b.total_ns()), "streams": streams})
+        })
+        .collect();
+    let nccl: Vec<Value> = g
+        .nccl
+        .iter()
+        .map(|((op, comm, rank), s)| {
+            let mut v = stats_json(s);
+            v["op"] = op.map_or(Value::Null, Value::from);
+            v["comm_id"] = comm.map_or(Value::Null, |c| Value::from(format_comm_id(c)));
+            v["rank"] = rank.map_or(Value::Null, Value::from);
+            v
+        })
+        .collect();
+    let q = |p: f64| g.queued.hist.quantile(p);
+    json!({
+        "kernels": kernels,
+        "other_kernels": (g.other_kernels.timed > 0).then(|| stats_json(&g.other_kernels)),
+        "copies": copies,
+        "window_ns": window_ns,
+        "devices": devices,
+        "queued_ns": {"p50": g.queued.median_ns(), "p90": q(0.9), "p99": q(0.99), "max": (g.queued.timed > 0).then_some(g.queued.max_ns)},
+        "nccl": nccl,
+        "unjoined": g.unjoined,
+        "joined_calls": g.joined_calls,
+        "lost": {"ring": g.lost.0, "cupti": g.lost.1, "names": g.lost.2},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_time_is_the_union_whatever_the_order() {
+        let mut b = Busy::default();
+        b.add(100, 200);
+        b.add(150, 300);
+        b.add(500, 600);
+        b.add(0, 50);
+        b.add(40, 120);
+        assert_eq!(b.total_ns(), 300 + 100);
+        // Far later work settles the old intervals without changing the sum.
+        b.add(SETTLE_NS * 3, SETTLE_NS * 3 + 10);
+        assert_eq!(b.total_ns(), 410);
+        assert_eq!(b.open.len(), 1);
+    }
+}
