@@ -91,6 +91,9 @@ class ThreadMeter:
         return cpu, hw
 
 
+PROFILED_STEPS = 150
+
+
 def loop(step, rank, should_stop=stop_requested):
     # Each step: its end (wall clock), its length, the time to issue it
     # (until it waits for the GPU), the issuing threads' CPU time in ms,
@@ -101,7 +104,17 @@ def loop(step, rank, should_stop=stop_requested):
     meter = ThreadMeter()
     open(os.path.join(a.dir, f"rank{rank}.ready"), "w").close()
     cpu0, hw0 = meter.read()
+    # DIR/profile appearing: the next PROFILED_STEPS steps run under
+    # torch.profiler (CPU and CUDA activities), marked P in the step file,
+    # for comparing its cost with gputrace's on the same job.
+    profile_flag = os.path.join(a.dir, "profile")
+    prof, prof_left = None, 0
     for i in range(a.max_steps):
+        if prof is None and not a.dry and os.path.exists(profile_flag):
+            os.remove(profile_flag)
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+            prof.__enter__()
+            prof_left = PROFILED_STEPS
         t = time.perf_counter()
         issued[0] = 0.0
         step()
@@ -110,8 +123,15 @@ def loop(step, rank, should_stop=stop_requested):
         cpu, hw = meter.read()
         d = [x - y for x, y in zip(hw, hw0)] or ["-", "-"]
         issue = (issued[0] - t) * 1e3 if issued[0] else float("nan")
-        out.write(f"{end:.6f} {(now - t) * 1e3:.4f} {issue:.4f} {(cpu - cpu0) / 1e6:.4f} {d[0]} {d[1]}\n")
+        mark = " P" if prof is not None else ""
+        out.write(f"{end:.6f} {(now - t) * 1e3:.4f} {issue:.4f} {(cpu - cpu0) / 1e6:.4f} {d[0]} {d[1]}{mark}\n")
         cpu0, hw0 = cpu, hw
+        if prof is not None:
+            prof_left -= 1
+            if prof_left == 0:
+                prof.__exit__(None, None, None)
+                prof = None
+                cpu0, hw0 = meter.read()
         if i % 10 == 0 and should_stop():
             break
 
