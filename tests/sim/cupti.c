@@ -88,8 +88,10 @@ static void api_callback(struct sim_obs_call *call, CUpti_ApiCallbackSite site, 
 
 static void obs_enter(struct sim_obs_call *call)
 {
-    call->scratch[0] = cupti_now(); /* the API record's start */
+    /* The entry callback first: a subscriber's own start (read in it) is
+     * then never later than the API record's start. */
     api_callback(call, CUPTI_API_ENTER, NULL);
+    call->scratch[0] = cupti_now(); /* the API record's start */
 }
 
 static void obs_work(struct sim_obs_call *call, const struct sim_obs_work *w)

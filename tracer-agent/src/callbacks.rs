@@ -1,16 +1,19 @@
 //! The functions CUPTI calls: buffer requested / completed, the timestamp
-//! callback, and the API callback that finalizes CUPTI at an API exit
-//! during a detach. Each body is under `catch_unwind` (a panic never
+//! callback, and the API callback (API records of the chosen functions;
+//! CUPTI finalized at an API exit during a detach). Each body is under `catch_unwind` (a panic never
 //! unwinds into CUPTI or the target) and none allocates.
 
+use core::cell::Cell;
 use core::ffi::c_void;
-use core::sync::atomic::Ordering::{AcqRel, Relaxed};
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use tracer_common::gpu::AgentState;
+use tracer_common::gpu::{
+    AgentState, ApiRecord, Common, Record, API_DOMAIN_DRIVER, API_DOMAIN_RUNTIME,
+};
 
-use crate::cupti_abi::{API_EXIT, CALLBACK_SITE_OFFSET};
-use crate::state::{Guard, FINALIZED, WAITING};
+use crate::cupti_abi::{CallbackData, API_ENTER, API_EXIT};
+use crate::state::{Agent, Guard, FINALIZED, WAITING};
 use crate::{convert, detach, sys};
 
 /// `CUpti_BuffersCallbackRequestFunc`: a pool buffer, or none (CUPTI then
@@ -74,46 +77,121 @@ pub(crate) unsafe extern "C" fn timestamp() -> u64 {
     catch_unwind(sys::monotonic_ns).unwrap_or(0)
 }
 
-/// `CUpti_CallbackFunc`, enabled for the driver domain only while detaching:
-/// at the first API exit, unsubscribe and finalize CUPTI (CUPTI's dynamic
-/// detach), then hand cleanup to the agent thread, or do it here if the
-/// thread stopped waiting.
+/// Longest call an API record is kept for: a start older than this is not
+/// the entry callback's (the callback was switched on mid-call).
+const MAX_CALL_NS: u64 = 3_600_000_000_000;
+
+thread_local! {
+    /// This thread's Linux tid (0: not read yet). No destructor, so no TLS
+    /// destructor is registered in the target's threads.
+    static TID: Cell<u32> = const { Cell::new(0) };
+}
+
+fn tid() -> u32 {
+    TID.with(|t| match t.get() {
+        0 => {
+            let v = sys::gettid();
+            t.set(v);
+            v
+        }
+        v => v,
+    })
+}
+
+/// `CUpti_CallbackFunc`, for the driver and runtime cbids of the launch,
+/// copy, memset and graph-launch functions (`API_CBIDS`,
+/// `RUNTIME_API_CBIDS`): the entry callback keeps the start in the call's
+/// correlation data, the exit callback writes an API record. While
+/// detaching, enabled for every driver cbid: at the first API exit,
+/// unsubscribe and finalize CUPTI (CUPTI's dynamic detach), then hand
+/// cleanup to the agent thread, or do it here if the thread stopped waiting.
 pub(crate) unsafe extern "C" fn api_callback(
     _ud: *mut c_void,
-    _domain: u32,
-    _cbid: u32,
+    domain: u32,
+    cbid: u32,
     data: *const c_void,
 ) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
+        if data.is_null() || !(domain == API_DOMAIN_DRIVER || domain == API_DOMAIN_RUNTIME) {
+            return;
+        }
+        // SAFETY: CUPTI passes a CUpti_CallbackData for the API domains,
+        // valid for the callback's duration.
+        let d = unsafe { &*data.cast::<CallbackData>() };
         let g = Guard::enter();
         let Some(a) = g.agent() else { return };
-        if !a.finalize_armed.load(Relaxed) || data.is_null() {
-            return;
-        }
-        // SAFETY: CUPTI passes a CUpti_CallbackData; its first field is the site.
-        let site = unsafe {
-            data.cast::<u8>()
-                .add(CALLBACK_SITE_OFFSET)
-                .cast::<u32>()
-                .read_unaligned()
-        };
-        if site != API_EXIT || a.finalize_claimed.swap(true, AcqRel) {
-            return;
-        }
-        // SAFETY: our subscriber; CUPTI allows both calls from an API-exit callback.
-        unsafe {
-            (a.cupti.unsubscribe)(a.subscriber);
-            (a.cupti.finalize)();
-        }
-        a.set_state(AgentState::Finalized);
-        if a.handoff
-            .compare_exchange(WAITING, FINALIZED, AcqRel, Relaxed)
-            .is_err()
-        {
-            // The agent thread gave up waiting: clean up here. This
-            // callback's own guard is the one allowed in flight.
-            drop(g);
-            detach::cleanup(0);
+        if a.finalize_armed.load(Acquire) {
+            finalize_at_exit(a, d, g);
+        } else if a.api_records.load(Relaxed) {
+            api_record(a, domain, cbid, d);
         }
     }));
+}
+
+/// The API record of one call, on the records' clock (CUPTI's, which is
+/// `CLOCK_MONOTONIC` unless the timestamp callback was refused).
+fn api_record(a: &Agent, domain: u32, cbid: u32, d: &CallbackData) {
+    if d.correlation_data.is_null() {
+        return;
+    }
+    let h = a.header();
+    let now = sys::monotonic_ns().wrapping_add_signed(-h.clock_offset_ns.load(Relaxed));
+    if d.callback_site == API_ENTER {
+        // SAFETY: CUPTI's eight bytes for this call, kept until its exit.
+        unsafe { d.correlation_data.write(now) };
+        return;
+    }
+    if d.callback_site != API_EXIT {
+        return;
+    }
+    // SAFETY: as above; written by this call's entry callback, unless the
+    // callback was switched on mid-call (then any value: checked below).
+    let start = unsafe { d.correlation_data.read() };
+    if start == 0 || start > now || now - start > MAX_CALL_NS {
+        h.records_skipped.fetch_add(1, Relaxed);
+        return;
+    }
+    let result = if d.function_return_value.is_null() {
+        0
+    } else {
+        // SAFETY: at exit, CUPTI points it at the call's 4-byte result.
+        unsafe { d.function_return_value.cast::<u32>().read_unaligned() }
+    };
+    let r = Record::Api(ApiRecord {
+        common: Common {
+            flags: convert::flags(start, now),
+            correlation: d.correlation_id,
+            start,
+            end: now,
+            ..Common::default()
+        },
+        cbid,
+        tid: tid(),
+        pid: h.pid.load(Relaxed),
+        result,
+        domain,
+    });
+    a.with_producer(|p| p.writer.push(&r.to_bytes()));
+}
+
+/// During a detach: the first API exit unsubscribes and finalizes.
+fn finalize_at_exit(a: &Agent, d: &CallbackData, g: Guard) {
+    if d.callback_site != API_EXIT || a.finalize_claimed.swap(true, AcqRel) {
+        return;
+    }
+    // SAFETY: our subscriber; CUPTI allows both calls from an API-exit callback.
+    unsafe {
+        (a.cupti.unsubscribe)(a.subscriber);
+        (a.cupti.finalize)();
+    }
+    a.set_state(AgentState::Finalized);
+    if a.handoff
+        .compare_exchange(WAITING, FINALIZED, AcqRel, Relaxed)
+        .is_err()
+    {
+        // The agent thread gave up waiting: clean up here. This
+        // callback's own guard is the one allowed in flight.
+        drop(g);
+        detach::cleanup(0);
+    }
 }

@@ -6,8 +6,8 @@ use core::ffi::{c_char, c_void};
 use core::sync::atomic::Ordering::Relaxed;
 
 use tracer_common::gpu::{
-    cbid_name, runtime_cbid_name, ApiRecord, Common, KernelRecord, MemcpyRecord, MemsetRecord,
-    Record, RingWriter, API_DOMAIN_DRIVER, API_DOMAIN_RUNTIME, FLAG_NO_TIMESTAMPS, MAX_NAME_LEN,
+    Common, KernelRecord, MemcpyRecord, MemsetRecord, Record, RingWriter, FLAG_NO_TIMESTAMPS,
+    MAX_NAME_LEN,
 };
 
 use crate::cupti_abi::{self as abi, CUPTI_SUCCESS};
@@ -61,7 +61,7 @@ pub(crate) struct Tally {
     pub skipped: u64,
 }
 
-fn flags(start: u64, end: u64) -> u16 {
+pub(crate) fn flags(start: u64, end: u64) -> u16 {
     if start == 0 || end == 0 {
         FLAG_NO_TIMESTAMPS
     } else {
@@ -161,39 +161,7 @@ unsafe fn convert(
                 graph_id: m.graph_id,
             })
         }
-        _ => {
-            // SAFETY: `need` readable bytes hold a record of this kind's layout
-            // (abi asserts the offsets).
-            let a = unsafe { p.cast::<abi::Api>().read_unaligned() };
-            // Only the functions asked for (the kind was on for a moment
-            // before the other cbids were switched off).
-            let known = if kind == abi::KIND_RUNTIME {
-                runtime_cbid_name(a.cbid).is_some()
-            } else {
-                cbid_name(a.cbid).is_some()
-            };
-            if !known {
-                return None;
-            }
-            Record::Api(ApiRecord {
-                common: Common {
-                    flags: flags(a.start, a.end),
-                    correlation: a.correlation_id,
-                    start: a.start,
-                    end: a.end,
-                    ..Common::default()
-                },
-                cbid: a.cbid,
-                tid: a.thread_id,
-                pid: a.process_id,
-                result: a.return_value,
-                domain: if kind == abi::KIND_RUNTIME {
-                    API_DOMAIN_RUNTIME
-                } else {
-                    API_DOMAIN_DRIVER
-                },
-            })
-        }
+        _ => return None,
     })
 }
 

@@ -12,13 +12,12 @@ pub(crate) const CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED: CuptiResult = 3
 pub(crate) const KIND_MEMCPY: u32 = 1;
 pub(crate) const KIND_MEMSET: u32 = 2;
 pub(crate) const KIND_KERNEL: u32 = 3;
-pub(crate) const KIND_DRIVER: u32 = 4;
-pub(crate) const KIND_RUNTIME: u32 = 5;
 pub(crate) const KIND_CONCURRENT_KERNEL: u32 = 10;
 
 pub(crate) const ACTIVITY_FLAG_FLUSH_FORCED: u32 = 1;
-pub(crate) const THREAD_ID_TYPE_SYSTEM: u32 = 1;
 pub(crate) const CB_DOMAIN_DRIVER_API: u32 = 1;
+pub(crate) const CB_DOMAIN_RUNTIME_API: u32 = 2;
+pub(crate) const API_ENTER: u32 = 0;
 pub(crate) const API_EXIT: u32 = 1;
 
 pub(crate) type SubscriberHandle = *mut c_void;
@@ -27,8 +26,23 @@ pub(crate) type BufferRequestedFunc = unsafe extern "C" fn(*mut *mut u8, *mut us
 pub(crate) type BufferCompletedFunc = unsafe extern "C" fn(*mut c_void, u32, *mut u8, usize, usize);
 pub(crate) type TimestampFunc = unsafe extern "C" fn() -> u64;
 
-/// `CUpti_CallbackData`: only `callbackSite` (offset 0) is read.
-pub(crate) const CALLBACK_SITE_OFFSET: usize = 0;
+/// `CUpti_CallbackData`, what the driver and runtime API callbacks get.
+#[repr(C)]
+pub(crate) struct CallbackData {
+    /// `CUPTI_API_ENTER` or `CUPTI_API_EXIT`.
+    pub callback_site: u32,
+    pub function_name: *const c_char,
+    pub function_params: *const c_void,
+    /// The call's `CUresult` / `cudaError_t`, at exit.
+    pub function_return_value: *const c_void,
+    pub symbol_name: *const c_char,
+    pub context: *mut c_void,
+    pub context_uid: u32,
+    /// Eight bytes CUPTI keeps from a call's entry callback to its exit.
+    pub correlation_data: *mut u64,
+    /// The correlation id of the call's GPU records.
+    pub correlation_id: u32,
+}
 
 /// `CUpti_ActivityKernel10` (CONCURRENT_KERNEL and KERNEL records).
 #[repr(C, align(8))]
@@ -112,19 +126,6 @@ pub(crate) struct Memset4 {
     pub rest: [u8; 88 - 76],
 }
 
-/// `CUpti_ActivityAPI` (DRIVER and RUNTIME records).
-#[repr(C, align(8))]
-#[derive(Clone, Copy)]
-pub(crate) struct Api {
-    pub kind: u32,
-    pub cbid: u32,
-    pub start: u64,
-    pub end: u64,
-    pub process_id: u32,
-    pub thread_id: u32,
-    pub correlation_id: u32,
-    pub return_value: u32,
-}
 
 const _: () = {
     assert!(size_of::<Kernel10>() == 216);
@@ -153,9 +154,11 @@ const _: () = {
     assert!(offset_of!(Memset4, memory_kind) == 50);
     assert!(offset_of!(Memset4, graph_node_id) == 64);
     assert!(offset_of!(Memset4, graph_id) == 72);
-    assert!(size_of::<Api>() == 40);
-    assert!(offset_of!(Api, process_id) == 24);
-    assert!(offset_of!(Api, return_value) == 36);
+    assert!(size_of::<CallbackData>() == 72);
+    assert!(offset_of!(CallbackData, function_return_value) == 24);
+    assert!(offset_of!(CallbackData, context_uid) == 48);
+    assert!(offset_of!(CallbackData, correlation_data) == 56);
+    assert!(offset_of!(CallbackData, correlation_id) == 64);
 };
 
 /// Bytes of a record of CUPTI activity kind `kind` (0: not one we read).
@@ -164,7 +167,6 @@ pub(crate) const fn record_size(kind: u32) -> usize {
         KIND_KERNEL | KIND_CONCURRENT_KERNEL => size_of::<Kernel10>(),
         KIND_MEMCPY => size_of::<Memcpy6>(),
         KIND_MEMSET => size_of::<Memset4>(),
-        KIND_DRIVER | KIND_RUNTIME => size_of::<Api>(),
         _ => 0,
     }
 }

@@ -9,8 +9,6 @@ use crate::cupti_abi::*;
 
 type Fn0 = unsafe extern "C" fn() -> CuptiResult;
 type FnU32 = unsafe extern "C" fn(u32) -> CuptiResult;
-/// `cuptiActivityEnableDriverApi` / `cuptiActivityEnableRuntimeApi`.
-pub(crate) type ApiSwitch = unsafe extern "C" fn(u32, u8) -> CuptiResult;
 
 /// Resolved CUPTI entry points. Optional ones are `None` when this libcupti
 /// lacks them.
@@ -22,6 +20,8 @@ pub(crate) struct Cupti {
         unsafe extern "C" fn(*mut SubscriberHandle, CallbackFunc, *mut c_void) -> CuptiResult,
     pub unsubscribe: unsafe extern "C" fn(SubscriberHandle) -> CuptiResult,
     pub enable_domain: unsafe extern "C" fn(u32, SubscriberHandle, u32) -> CuptiResult,
+    /// `cuptiEnableCallback(enable, subscriber, domain, cbid)`.
+    pub enable_callback: unsafe extern "C" fn(u32, SubscriberHandle, u32, u32) -> CuptiResult,
     pub register_callbacks:
         unsafe extern "C" fn(BufferRequestedFunc, BufferCompletedFunc) -> CuptiResult,
     pub enable: FnU32,
@@ -30,11 +30,8 @@ pub(crate) struct Cupti {
     pub next_record: unsafe extern "C" fn(*mut u8, usize, *mut *mut c_void) -> CuptiResult,
     pub dropped: unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> CuptiResult,
     pub finalize: Fn0,
-    pub enable_driver_api: Option<ApiSwitch>,
-    pub enable_runtime_api: Option<ApiSwitch>,
     pub register_timestamp: Option<unsafe extern "C" fn(TimestampFunc) -> CuptiResult>,
     pub get_timestamp: Option<unsafe extern "C" fn(*mut u64) -> CuptiResult>,
-    pub set_thread_id_type: Option<FnU32>,
     pub get_version: Option<unsafe extern "C" fn(*mut u32) -> CuptiResult>,
     pub result_string: Option<unsafe extern "C" fn(CuptiResult, *mut *const c_char) -> CuptiResult>,
 }
@@ -89,6 +86,7 @@ impl Cupti {
                     subscribe: sym(handle, c"cuptiSubscribe")?,
                     unsubscribe: sym(handle, c"cuptiUnsubscribe")?,
                     enable_domain: sym(handle, c"cuptiEnableDomain")?,
+                    enable_callback: sym(handle, c"cuptiEnableCallback")?,
                     register_callbacks: sym(handle, c"cuptiActivityRegisterCallbacks")?,
                     enable: sym(handle, c"cuptiActivityEnable")?,
                     disable: sym(handle, c"cuptiActivityDisable")?,
@@ -96,11 +94,8 @@ impl Cupti {
                     next_record: sym(handle, c"cuptiActivityGetNextRecord")?,
                     dropped: sym(handle, c"cuptiActivityGetNumDroppedRecords")?,
                     finalize: sym(handle, c"cuptiFinalize")?,
-                    enable_driver_api: sym(handle, c"cuptiActivityEnableDriverApi"),
-                    enable_runtime_api: sym(handle, c"cuptiActivityEnableRuntimeApi"),
                     register_timestamp: sym(handle, c"cuptiActivityRegisterTimestampCallback"),
                     get_timestamp: sym(handle, c"cuptiGetTimestamp"),
-                    set_thread_id_type: sym(handle, c"cuptiSetThreadIdType"),
                     get_version: sym(handle, c"cuptiGetVersion"),
                     result_string: sym(handle, c"cuptiGetResultString"),
                 })

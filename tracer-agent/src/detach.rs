@@ -7,8 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tracer_common::gpu::{AgentState, DetachReason, HELLO, STOP};
 
-use crate::cupti_abi::{ACTIVITY_FLAG_FLUSH_FORCED, CB_DOMAIN_DRIVER_API, CUPTI_SUCCESS};
-use crate::cupti_lib::ApiSwitch;
+use crate::cupti_abi::{ACTIVITY_FLAG_FLUSH_FORCED, CB_DOMAIN_DRIVER_API, CB_DOMAIN_RUNTIME_API};
 use crate::state::{self, Agent, AGENT, FINALIZED, IDLE, PHASE, PINNED, THREAD_GAVE_UP, WAITING};
 use crate::sys;
 
@@ -31,24 +30,19 @@ pub(crate) fn disable_all(a: &Agent) {
     }
 }
 
-/// Callback ids below this are switched per cbid (CUDA 13 has 807 driver
-/// and 523 runtime ids; the margin covers later CUPTI 13 releases).
-pub(crate) const CBID_LIMIT: u32 = 2048;
-
-/// After the API kind of `table`'s domain was enabled: keeps records for
-/// the cbids of `table` only (CUPTI 13 writes API records only while the
-/// kind is on; `cuptiActivityEnable{Driver,Runtime}Api` then narrows it).
-/// Whether every cbid of `table` was switched on.
-pub(crate) fn only_cbids(f: ApiSwitch, table: &[(u32, &str)]) -> bool {
-    let mut ok = true;
-    for cbid in 1..CBID_LIMIT {
-        let on = table.binary_search_by_key(&cbid, |&(c, _)| c).is_ok();
-        // SAFETY: a resolved CUPTI function; an unknown cbid is refused by
-        // CUPTI with an error, which only matters for ours.
-        let r = unsafe { f(cbid, on as u8) };
-        ok &= !on || r == CUPTI_SUCCESS;
+/// Stops the API records and arms the finalize: the API callback for
+/// every driver cbid (any API exit will do), none for the runtime.
+///
+/// # Safety
+/// The agent must be subscribed.
+pub(crate) unsafe fn arm_finalize(a: &Agent) {
+    a.api_records.store(false, Release);
+    a.finalize_armed.store(true, Release);
+    // SAFETY: resolved CUPTI functions; our subscriber (the caller's promise).
+    unsafe {
+        (a.cupti.enable_domain)(0, a.subscriber, CB_DOMAIN_RUNTIME_API);
+        (a.cupti.enable_domain)(1, a.subscriber, CB_DOMAIN_DRIVER_API);
     }
-    ok
 }
 
 /// The agent thread: `arg` is the agent.
@@ -130,9 +124,8 @@ fn detach(a: &Agent, reason: DetachReason) {
     a.set_state(AgentState::Detaching);
     disable_all(a);
     flush(a, ACTIVITY_FLAG_FLUSH_FORCED);
-    a.finalize_armed.store(true, Release);
-    // SAFETY: our subscriber; enables the API callback for every driver call.
-    unsafe { (a.cupti.enable_domain)(1, a.subscriber, CB_DOMAIN_DRIVER_API) };
+    // SAFETY: the agent is subscribed until finalized.
+    unsafe { arm_finalize(a) };
     let deadline = sys::monotonic_ns() + a.finalize_ms * 1_000_000;
     while a.handoff.load(Acquire) != FINALIZED && sys::monotonic_ns() < deadline {
         sys::sleep_ms(2);

@@ -12,9 +12,9 @@ use tracer_common::gpu::*;
 use crate::convert::Names;
 use crate::cupti_abi::{
     self as abi, CuptiResult, SubscriberHandle, ACTIVITY_FLAG_FLUSH_FORCED, CB_DOMAIN_DRIVER_API,
-    CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, CUPTI_SUCCESS, THREAD_ID_TYPE_SYSTEM,
+    CB_DOMAIN_RUNTIME_API, CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, CUPTI_SUCCESS,
 };
-use crate::cupti_lib::{ApiSwitch, Cupti};
+use crate::cupti_lib::Cupti;
 use crate::pool::{self, Pool};
 use crate::state::{self, Agent, Producer, AGENT, WAITING};
 use crate::sys::{self, SpinLock};
@@ -239,6 +239,7 @@ pub(crate) fn start(args: &AgentArgs) -> Result<i64, Fail> {
         flush_ms: cfg.flush_ms,
         hello_ms: cfg.hello_ms,
         finalize_ms: cfg.finalize_ms,
+        api_records: AtomicBool::new(false),
         finalize_armed: AtomicBool::new(false),
         finalize_claimed: AtomicBool::new(false),
         handoff: AtomicU32::new(WAITING),
@@ -279,12 +280,6 @@ pub(crate) fn start(args: &AgentArgs) -> Result<i64, Fail> {
     } else {
         calibrate(&a.cupti, a.header());
     }
-    if let Some(f) = a.cupti.set_thread_id_type {
-        // SAFETY: resolved CUPTI function, a valid enum value.
-        if unsafe { f(THREAD_ID_TYPE_SYSTEM) } == CUPTI_SUCCESS {
-            features |= FEATURE_SYSTEM_TID;
-        }
-    }
     // SAFETY: resolved CUPTI function; our callbacks never unwind.
     let r = unsafe {
         (a.cupti.register_callbacks)(callbacks::buffer_requested, callbacks::buffer_completed)
@@ -311,15 +306,18 @@ pub(crate) fn start(args: &AgentArgs) -> Result<i64, Fail> {
         kinds |= bit;
     }
     if cfg.kinds & KIND_API != 0 {
-        let (drv, rt) = (a.cupti.enable_driver_api, a.cupti.enable_runtime_api);
-        if api_kind(a, abi::KIND_DRIVER, drv, API_CBIDS) {
+        // The callbacks write API records (with the Linux tid) from the
+        // first one enabled on.
+        a.api_records.store(true, Release);
+        if enable_cbids(a, CB_DOMAIN_DRIVER_API, API_CBIDS) {
             features |= FEATURE_API_BY_CBID;
         }
-        if api_kind(a, abi::KIND_RUNTIME, rt, RUNTIME_API_CBIDS) {
+        if enable_cbids(a, CB_DOMAIN_RUNTIME_API, RUNTIME_API_CBIDS) {
             features |= FEATURE_RUNTIME_API_BY_CBID;
         }
         if features & (FEATURE_API_BY_CBID | FEATURE_RUNTIME_API_BY_CBID) != 0 {
             kinds |= KIND_API;
+            features |= FEATURE_SYSTEM_TID;
         }
     }
     a.header().kinds.store(kinds, Relaxed);
@@ -342,18 +340,16 @@ pub(crate) fn start(args: &AgentArgs) -> Result<i64, Fail> {
     }
 }
 
-/// API records of one domain for the cbids of `table` only: the kind on,
-/// then every other cbid off. Never the kind without per-cbid control
-/// (`f` missing): that would record every API call of the process.
-fn api_kind(a: &mut Agent, kind: u32, f: Option<ApiSwitch>, table: &[(u32, &str)]) -> bool {
-    let Some(f) = f else { return false };
-    // SAFETY: resolved CUPTI function, a valid activity kind.
-    if unsafe { (a.cupti.enable)(kind) } != CUPTI_SUCCESS {
-        return false;
+/// The API callback for the cbids of `table` in `domain` (CUPTI calls
+/// back for nothing else). Whether every one was switched on.
+fn enable_cbids(a: &Agent, domain: u32, table: &[(u32, &str)]) -> bool {
+    let mut ok = true;
+    for &(cbid, _) in table {
+        // SAFETY: resolved CUPTI function; our subscriber.
+        let r = unsafe { (a.cupti.enable_callback)(1, a.subscriber, domain, cbid) };
+        ok &= r == CUPTI_SUCCESS;
     }
-    a.cupti_kinds[a.n_cupti_kinds] = kind;
-    a.n_cupti_kinds += 1;
-    detach::only_cbids(f, table)
+    ok
 }
 
 fn refuse(a: &Agent, e: AgentError, r: u32, what: &str, hint: &str) {
@@ -375,8 +371,7 @@ fn late_failure(a: &Agent, e: AgentError, r: u32, what: &str) -> Result<i64, Fai
     // SAFETY: resolved CUPTI functions; our subscriber.
     unsafe {
         (a.cupti.flush_all)(ACTIVITY_FLAG_FLUSH_FORCED);
-        a.finalize_armed.store(true, Release);
-        (a.cupti.enable_domain)(1, a.subscriber, CB_DOMAIN_DRIVER_API);
+        detach::arm_finalize(a);
     }
     a.handoff.store(state::THREAD_GAVE_UP, SeqCst);
     Err((e, r))

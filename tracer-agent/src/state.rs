@@ -65,6 +65,8 @@ pub(crate) struct Agent {
     pub flush_ms: u64,
     pub hello_ms: u64,
     pub finalize_ms: u64,
+    /// The API callbacks write API records (off from the detach on).
+    pub api_records: AtomicBool,
     /// The API-exit callback may finalize.
     pub finalize_armed: AtomicBool,
     /// One callback claimed the finalize.

@@ -6,6 +6,12 @@ use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 /// `CLOCK_MONOTONIC` in nanoseconds (the clock of `bpf_ktime_get_ns`).
+/// The calling thread's Linux tid.
+pub(crate) fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    (unsafe { libc::gettid() }) as u32
+}
+
 pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

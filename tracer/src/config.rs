@@ -43,6 +43,10 @@ pub struct Config {
     /// `GPUTRACE_DEBUG` (any value): developers' lines on stderr (what a
     /// calibration search tried, for one).
     pub debug: bool,
+    /// `GPUTRACE_GPU_KINDS=kernel,memcpy,memset,api`: with `--gpu-time`, the
+    /// CUPTI record kinds the agent enables (all by default; for measuring
+    /// what each costs). Without `api` the GPU's work is not joined to calls.
+    pub gpu_kinds: u32,
 }
 
 impl Default for Config {
@@ -57,6 +61,7 @@ impl Default for Config {
             inflight_map: false,
             sample_period: crate::config::PERIOD,
             debug: false,
+            gpu_kinds: tracer_common::gpu::KIND_ALL,
         }
     }
 }
@@ -90,6 +95,9 @@ impl Config {
                 })?;
         }
         c.debug = get("GPUTRACE_DEBUG").is_some();
+        if let Some(v) = text("GPUTRACE_GPU_KINDS")? {
+            c.gpu_kinds = parse_gpu_kinds(&v)?;
+        }
         if let Some(v) = text("GPUTRACE_DETACH_AFTER")? {
             c.detach_after = crate::units::parse_duration(&v)
                 .map_err(|e| format!("GPUTRACE_DETACH_AFTER: {e}"))?;
@@ -138,6 +146,31 @@ impl Config {
 /// (`Config::sample_period`).
 pub const PERIOD: Duration = Duration::from_millis(1000);
 
+/// `kernel,memcpy,memset,api` (any of them, comma-separated).
+fn parse_gpu_kinds(v: &str) -> Result<u32, String> {
+    use tracer_common::gpu::{KIND_API, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET};
+    let mut kinds = 0;
+    for k in v.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+        kinds |= match k {
+            "kernel" => KIND_KERNEL,
+            "memcpy" => KIND_MEMCPY,
+            "memset" => KIND_MEMSET,
+            "api" => KIND_API,
+            other => {
+                return Err(format!(
+                    "GPUTRACE_GPU_KINDS={v}: `{other}` is not one of kernel, memcpy, memset, api"
+                ))
+            }
+        };
+    }
+    if kinds == 0 {
+        return Err(format!(
+            "GPUTRACE_GPU_KINDS={v}: name at least one of kernel, memcpy, memset, api"
+        ));
+    }
+    Ok(kinds)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +206,7 @@ mod tests {
                 perf_events: true,
                 fault_panic_after: None,
                 debug: false,
+                gpu_kinds: tracer_common::gpu::KIND_ALL,
                 inflight_map: true,
                 sample_period: Duration::from_secs(5),
             }

@@ -7,7 +7,9 @@
 # Timeline (seconds from start): warm-up until 8 (gputrace attaches at ~3),
 # then phase "bf16_4096": 200 x torch.mm of bf16 4096x4096 @ 4096x4096;
 # phase "fp32_2048x1024x8192": 200 x fp32 (2048x1024) @ (1024x8192);
-# phase "graph": 50 replays of a 10-kernel graph captured at start. Each
+# phase "graph_gemm": 100 replays of a graph of one bf16 2048x4096x4096
+# GEMM; phase "graph": 50 replays of a 10-kernel graph. Both graphs are
+# captured at start, before gputrace attaches. Each
 # op is bracketed by CUDA events (no synchronisation in between); the
 # Unix-ns window of each phase and every event time go to phases.json.
 # Afterwards it keeps making small CUDA calls (so an agent that is told to
@@ -39,6 +41,16 @@ with torch.cuda.graph(g):
 
 a16 = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
 b16 = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+# A graph of one known GEMM (bf16 2048x4096 @ 4096x4096), captured before
+# anyone attaches: its kernel's GPU time against the events around a replay.
+c16 = torch.randn(2048, 4096, device=dev, dtype=torch.bfloat16)
+with torch.cuda.stream(s):
+    for _ in range(3):
+        torch.mm(c16, b16)
+torch.cuda.current_stream().wait_stream(s)
+gg = torch.cuda.CUDAGraph()
+with torch.cuda.graph(gg):
+    gout = torch.mm(c16, b16)
 a32 = torch.randn(2048, 1024, device=dev)
 b32 = torch.randn(1024, 8192, device=dev)
 
@@ -53,6 +65,7 @@ phases = {}
 for name, op, n in [
     ("bf16_4096", lambda: torch.mm(a16, b16), 200),
     ("fp32_2048x1024x8192", lambda: torch.mm(a32, b32), 200),
+    ("graph_gemm", gg.replay, 100),
     ("graph", g.replay, 50),
 ]:
     torch.cuda.synchronize()

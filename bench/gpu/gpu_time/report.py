@@ -29,6 +29,10 @@ for name, m in med.items():
         continue
     rnd = name.rsplit("_", 1)[-1]
     base = med.get(f"untraced_{rnd}") or med.get("untraced_1")
+    if name in ("cycles",) or name.startswith(("gpu_kernels", "gpu_no_api", "profiler")):
+        # After the rounds: against the untraced window after the cycles,
+        # and the last round's.
+        base = med.get("untraced_after") or base
     if base:
         print(f"{name:16} {100 * (m - base) / base:+6.2f}% step time vs untraced")
 if "untraced_after" in med and "untraced_1" in med:

@@ -54,19 +54,29 @@ for round in $(seq 1 "$ROUNDS"); do
   $B --pid "$PIDS" --overhead-budget 1 --duration "${WIN}s" --summary none 2>> "$RES/cost_stderr.txt"
   win "gpu_time_$round"
   $B --pid "$PIDS" --overhead-budget 1 --gpu-time --duration "${WIN}s" --summary none 2>> "$RES/cost_stderr.txt"
-  win "profiler_$round"
-  touch "$W/ddp/profile"; sleep "$WIN"
 done
+# What each kind of CUPTI record costs.
+win "gpu_kernels_only_1"
+GPUTRACE_GPU_KINDS=kernel $B --pid "$PIDS" --overhead-budget 1 --gpu-time --duration "${WIN}s" --summary none 2>> "$RES/cost_stderr.txt"
+win "gpu_no_api_1"
+GPUTRACE_GPU_KINDS=kernel,memcpy,memset $B --pid "$PIDS" --overhead-budget 1 --gpu-time --duration "${WIN}s" --summary none 2>> "$RES/cost_stderr.txt"
 # --- 3. 20 cycles, then untraced ---
 win "cycles"
 for i in $(seq 1 20); do
   $B --pid "$PIDS" --gpu-time --duration 1s --summary none 2>> "$RES/cycles_stderr.txt" || echo "cycle $i failed" >> "$RES/cycles_stderr.txt"
 done
 grep -c "waits for the process" "$RES/cycles_stderr.txt" > "$RES/cycles_not_finalized.txt"
+grep -c "GPU time from its CUPTI" "$RES/cycles_stderr.txt" > "$RES/cycles_attached.txt"
 for p in $(cat "$W"/ddp/rank*.pid); do grep -c gputrace-agent /proc/$p/maps; done > "$RES/agent_maps_after_cycles.txt"
 win "untraced_after"; sleep "$WIN"
+# torch.profiler last: it keeps CUPTI subscribed (and the process slower)
+# once it ran, so no --gpu-time can follow it in the same process.
+win "profiler_1"
+touch "$W/ddp/profile"; sleep "$WIN"
 win "end"
 touch "$W/ddp/stop"; wait $JOB; JOB=""
 for f in "$W"/ddp/rank*.steps; do gzip -c "$f" > "$RES/$(basename "$f").gz"; done
 $PY "$HERE/report.py" "$RES" > "$RES/report.txt" 2>&1
-cat "$RES/accuracy.txt" "$RES/report.txt"
+cat "$RES/accuracy.txt" "$RES/report.txt" "$RES/cycles_attached.txt" "$RES/cycles_not_finalized.txt" "$RES/agent_maps_after_cycles.txt"
+# At most a few files come back from the GPU machine: the rest in one archive.
+(cd "$RES" && tar czf all.tgz --exclude all.tgz . && find . -maxdepth 1 -type f ! -name all.tgz ! -name accuracy.txt ! -name report.txt ! -name acc_summary.txt -delete)

@@ -24,9 +24,10 @@ fn stack_request(args: &crate::cli::StackArgs) -> Option<crate::session::StackRe
 }
 
 /// What `--gpu-time` asks of the session: `None` without it.
-fn gpu_options(args: &crate::cli::GpuArgs) -> Option<crate::gpu::GpuOptions> {
+fn gpu_options(args: &crate::cli::GpuArgs, config: &Config) -> Option<crate::gpu::GpuOptions> {
     args.gpu_time.then(|| crate::gpu::GpuOptions {
         libcupti: args.libcupti.clone(),
+        kinds: config.gpu_kinds,
     })
 }
 

@@ -43,7 +43,7 @@ pub(crate) fn run(args: TopArgs, config: &Config) -> Result<ExitCode> {
         pids: args.pids.clone(),
         all: args.all || args.pids.is_empty(),
         stacks: crate::commands::stack_request(&args.stacks),
-        gpu: crate::commands::gpu_options(&args.gpu),
+        gpu: crate::commands::gpu_options(&args.gpu, config),
         nccl_stall: crate::cli::stall_threshold(args.nccl_stall),
         overhead_budget: crate::cli::budget(args.overhead_budget),
         verbose: false,

@@ -25,33 +25,32 @@ use crate::session::Stop;
 use crate::session::TargetSpec;
 use crate::summary::render::render_json;
 
-impl From<&TraceArgs> for TargetSpec {
-    fn from(a: &TraceArgs) -> Self {
-        TargetSpec {
-            // A PID given twice (`--pid 7,7`) is one target, not two.
-            pids: a
-                .pids
-                .iter()
-                .enumerate()
-                .filter(|(i, p)| !a.pids[..*i].contains(p))
-                .map(|(_, p)| *p)
-                .collect(),
-            all: a.all,
-            cmd: a.cmd.clone(),
-            probes: a.probes.clone(),
-            libcuda: a.libcuda.clone(),
-            libnccl: a.libnccl.clone(),
-            stacks: crate::commands::stack_request(&a.stacks),
-            gpu: crate::commands::gpu_options(&a.gpu),
-            nccl_stall: crate::cli::stall_threshold(a.nccl_stall),
-            overhead_budget: crate::cli::budget(a.overhead_budget),
-            verbose: a.verbose,
-        }
+/// What the trace command asks of the session.
+fn target_spec(a: &TraceArgs, config: &Config) -> TargetSpec {
+    TargetSpec {
+        // A PID given twice (`--pid 7,7`) is one target, not two.
+        pids: a
+            .pids
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| !a.pids[..*i].contains(p))
+            .map(|(_, p)| *p)
+            .collect(),
+        all: a.all,
+        cmd: a.cmd.clone(),
+        probes: a.probes.clone(),
+        libcuda: a.libcuda.clone(),
+        libnccl: a.libnccl.clone(),
+        stacks: crate::commands::stack_request(&a.stacks),
+        gpu: crate::commands::gpu_options(&a.gpu, config),
+        nccl_stall: crate::cli::stall_threshold(a.nccl_stall),
+        overhead_budget: crate::cli::budget(a.overhead_budget),
+        verbose: a.verbose,
     }
 }
 
 pub(crate) fn run(args: TraceArgs, config: &Config) -> Result<ExitCode> {
-    let spec = TargetSpec::from(&args);
+    let spec = target_spec(&args, config);
     if args.summary_file.is_some() && args.summary_file == args.output {
         return Err(Failure::usage(
             "--summary-file and --output name the same file",

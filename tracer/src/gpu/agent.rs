@@ -10,9 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tracer_common::gpu::reader::{Ring, Snapshot};
-use tracer_common::gpu::{
-    decode_error, AgentArgs, AgentError, AgentState, Record, HELLO, KIND_ALL, STOP,
-};
+use tracer_common::gpu::{decode_error, AgentArgs, AgentError, AgentState, Record, HELLO, STOP};
 use tracer_inject::{Library, Loaded, Options};
 
 use crate::gpu::convert::{self, AgentClock, ApiCall, Names};
@@ -109,7 +107,12 @@ impl Agent {
     /// Loads and starts the agent in `pid` with the libcupti at `cupti`;
     /// on any failure the process is left as it was (the injector's
     /// refusals come before any change to it).
-    pub(crate) fn attach(pid: u32, cupti: &Path, clock: Clock) -> Result<Agent, String> {
+    pub(crate) fn attach(
+        pid: u32,
+        cupti: &Path,
+        kinds: u32,
+        clock: Clock,
+    ) -> Result<Agent, String> {
         let ipid = pid as i32;
         tracer_inject::preflight(ipid).map_err(|e| e.to_string())?;
         let opts = Options::default();
@@ -124,7 +127,7 @@ impl Agent {
         };
         let path = cupti.as_os_str().as_encoded_bytes();
         let mut args = AgentArgs::new(path);
-        args.kinds = KIND_ALL;
+        args.kinds = kinds;
         let ret = match tracer_inject::call(
             ipid,
             &loaded,

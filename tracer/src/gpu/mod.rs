@@ -39,6 +39,8 @@ const LOST_EVERY: Duration = Duration::from_secs(1);
 pub struct GpuOptions {
     /// `--libcupti PATH` (as the traced process sees it).
     pub libcupti: Option<PathBuf>,
+    /// The CUPTI record kinds to enable (`Config::gpu_kinds`).
+    pub kinds: u32,
 }
 
 /// The agents of every traced process, and the join of their records.
@@ -170,7 +172,7 @@ impl GpuTime {
                     continue;
                 }
             };
-            match Agent::attach(pid, &cupti, self.clock) {
+            match Agent::attach(pid, &cupti, self.options.kinds, self.clock) {
                 Ok(a) => {
                     out.push(note(
                         self.clock,

@@ -38,7 +38,7 @@ pub(crate) fn run(args: DaemonArgs, config: &Config) -> Result<ExitCode> {
     let spec = TargetSpec {
         all: true,
         stacks: crate::commands::stack_request(&args.stacks),
-        gpu: crate::commands::gpu_options(&args.gpu),
+        gpu: crate::commands::gpu_options(&args.gpu, config),
         nccl_stall: crate::cli::stall_threshold(args.nccl_stall),
         overhead_budget: crate::cli::budget(Some(args.overhead_budget)),
         verbose: args.verbose,
