@@ -62,11 +62,9 @@ pub(crate) unsafe extern "C" fn buffer_completed(
         if !a.pool.contains(buffer, valid) {
             return;
         }
-        a.with_producer(|p| {
-            // SAFETY: CUPTI hands back a pool buffer (checked) with `valid`
-            // bytes of records.
-            unsafe { convert::drain(&a.cupti, buffer, valid, &mut p.names, &mut p.writer) };
-        });
+        // SAFETY: CUPTI hands back a pool buffer (checked) with `valid`
+        // bytes of records.
+        unsafe { convert::drain(a, buffer, valid) };
         a.header().buffers_completed.fetch_add(1, Relaxed);
         a.pool.give_back(buffer);
     }));
@@ -102,7 +100,7 @@ fn tid() -> u32 {
 /// copy, memset and graph-launch functions (`API_CBIDS`,
 /// `RUNTIME_API_CBIDS`): the entry callback keeps the start in the call's
 /// correlation data, the exit callback writes an API record. While
-/// detaching, enabled for every driver cbid: at the first API exit,
+/// detaching, enabled for every driver cbid only: at the first driver API exit,
 /// unsubscribe and finalize CUPTI (CUPTI's dynamic detach), then hand
 /// cleanup to the agent thread, or do it here if the thread stopped waiting.
 pub(crate) unsafe extern "C" fn api_callback(
@@ -121,7 +119,9 @@ pub(crate) unsafe extern "C" fn api_callback(
         let g = Guard::enter();
         let Some(a) = g.agent() else { return };
         if a.finalize_armed.load(Acquire) {
-            finalize_at_exit(a, d, g);
+            if domain == API_DOMAIN_DRIVER {
+                finalize_at_exit(a, d, g);
+            }
         } else if a.api_records.load(Relaxed) {
             api_record(a, domain, cbid, d);
         }

@@ -11,7 +11,7 @@ use tracer_common::gpu::{
 };
 
 use crate::cupti_abi::{self as abi, CUPTI_SUCCESS};
-use crate::cupti_lib::Cupti;
+use crate::state::Agent;
 
 const NAME_SLOTS: usize = 4096;
 const NAME_PROBES: usize = 16;
@@ -165,23 +165,20 @@ unsafe fn convert(
     })
 }
 
-/// Converts every record of a completed buffer into the ring.
+/// Converts every record of a completed buffer into the ring, taking the
+/// producer lock per record: CUPTI's iterator runs outside it, and a
+/// launching thread writing its API record waits for one record at most.
 ///
 /// # Safety
 /// `buffer..buffer+valid` must be a buffer CUPTI handed back.
-pub(crate) unsafe fn drain(
-    cupti: &Cupti,
-    buffer: *mut u8,
-    valid: usize,
-    names: &mut Names,
-    w: &mut RingWriter,
-) -> Tally {
+pub(crate) unsafe fn drain(a: &Agent, buffer: *mut u8, valid: usize) -> Tally {
     let mut t = Tally::default();
     let end = buffer as usize + valid;
     let mut rec: *mut c_void = core::ptr::null_mut();
     loop {
         // SAFETY: CUPTI's iterator over the buffer it completed.
-        if unsafe { (cupti.next_record)(buffer, valid, &mut rec) } != CUPTI_SUCCESS || rec.is_null()
+        if unsafe { (a.cupti.next_record)(buffer, valid, &mut rec) } != CUPTI_SUCCESS
+            || rec.is_null()
         {
             break;
         }
@@ -189,16 +186,20 @@ pub(crate) unsafe fn drain(
         if at < buffer as usize || at >= end {
             break;
         }
-        // SAFETY: `rec..end` lies inside the valid part of the buffer.
-        match unsafe { convert(rec.cast(), end - at, names, w) } {
-            Some(r) => {
-                w.push(&r.to_bytes());
+        let ok = a.with_producer(|p| {
+            // SAFETY: `rec..end` lies inside the valid part of the buffer.
+            match unsafe { convert(rec.cast(), end - at, &mut p.names, &mut p.writer) } {
+                Some(r) => {
+                    p.writer.push(&r.to_bytes());
+                    true
+                }
+                None => false,
             }
-            None => t.skipped += 1,
-        }
+        });
+        t.skipped += u64::from(!ok);
     }
     if t.skipped > 0 {
-        w.header().records_skipped.fetch_add(t.skipped, Relaxed);
+        a.header().records_skipped.fetch_add(t.skipped, Relaxed);
     }
     t
 }

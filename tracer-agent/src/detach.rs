@@ -22,7 +22,7 @@ fn flush(a: &Agent, flag: u32) {
     }
 }
 
-/// Disables every kind the agent enabled (the API kinds included).
+/// Disables every activity kind the agent enabled.
 pub(crate) fn disable_all(a: &Agent) {
     for &k in &a.cupti_kinds[..a.n_cupti_kinds] {
         // SAFETY: resolved CUPTI function; disabling is always allowed.
@@ -30,19 +30,30 @@ pub(crate) fn disable_all(a: &Agent) {
     }
 }
 
-/// Stops the API records and arms the finalize: the API callback for
-/// every driver cbid (any API exit will do), none for the runtime.
+/// Stops the API records: no callback of ours is enabled after it, and
+/// none is running (waits up to ~2 s for those that were).
 ///
 /// # Safety
 /// The agent must be subscribed.
-pub(crate) unsafe fn arm_finalize(a: &Agent) {
+pub(crate) unsafe fn stop_api_records(a: &Agent) {
     a.api_records.store(false, Release);
-    a.finalize_armed.store(true, Release);
     // SAFETY: resolved CUPTI functions; our subscriber (the caller's promise).
     unsafe {
         (a.cupti.enable_domain)(0, a.subscriber, CB_DOMAIN_RUNTIME_API);
-        (a.cupti.enable_domain)(1, a.subscriber, CB_DOMAIN_DRIVER_API);
+        (a.cupti.enable_domain)(0, a.subscriber, CB_DOMAIN_DRIVER_API);
     }
+    state::drain_guards(0);
+}
+
+/// Arms the finalize: the API callback for every driver cbid, so that any
+/// driver API exit will do (as when the agent had no callback on before).
+///
+/// # Safety
+/// The agent must be subscribed, its API records stopped.
+pub(crate) unsafe fn arm_finalize(a: &Agent) {
+    a.finalize_armed.store(true, Release);
+    // SAFETY: resolved CUPTI function; our subscriber (the caller's promise).
+    unsafe { (a.cupti.enable_domain)(1, a.subscriber, CB_DOMAIN_DRIVER_API) };
 }
 
 /// The agent thread: `arg` is the agent.
@@ -116,15 +127,18 @@ fn watch(a: &Agent) -> DetachReason {
     }
 }
 
-/// Disable, forced flush, then finalize at the next API exit (CUPTI's
+/// API callbacks off (and none running), kinds disabled, forced flush, then
+/// finalize at the next driver API exit (CUPTI's
 /// dynamic detach). Waits `finalize_ms` for it; if no API exit comes, the
 /// API callback finalizes and cleans up later.
 fn detach(a: &Agent, reason: DetachReason) {
     a.header().detach_reason.store(reason as u32, Relaxed);
     a.set_state(AgentState::Detaching);
+    // SAFETY: the agent is subscribed until finalized.
+    unsafe { stop_api_records(a) };
     disable_all(a);
     flush(a, ACTIVITY_FLAG_FLUSH_FORCED);
-    // SAFETY: the agent is subscribed until finalized.
+    // SAFETY: as above; API records stopped.
     unsafe { arm_finalize(a) };
     let deadline = sys::monotonic_ns() + a.finalize_ms * 1_000_000;
     while a.handoff.load(Acquire) != FINALIZED && sys::monotonic_ns() < deadline {

@@ -367,9 +367,10 @@ fn late_failure(a: &Agent, e: AgentError, r: u32, what: &str) -> Result<i64, Fai
     // Before arming: the callback's cleanup moves PINNED to IDLE.
     state::PHASE.store(state::PINNED, SeqCst);
     refuse(a, e, r, what, "");
-    detach::disable_all(a);
     // SAFETY: resolved CUPTI functions; our subscriber.
     unsafe {
+        detach::stop_api_records(a);
+        detach::disable_all(a);
         (a.cupti.flush_all)(ACTIVITY_FLAG_FLUSH_FORCED);
         detach::arm_finalize(a);
     }
