@@ -156,7 +156,7 @@ fn nccl_rules_and_dashboard_use_what_is_served_and_recorded() {
     let rules = read("deploy/prometheus/gputrace-nccl.rules.yml");
     let dashboard = read("deploy/grafana/gputrace-nccl.json");
     let docs = read("docs/metrics.md");
-    let served = read("tracer/src/sinks/metrics/nccl.rs");
+    let served = read("tracer/src/outputs/metrics/nccl.rs");
     // The dashboard is JSON with panels.
     let d: serde_json::Value = serde_json::from_str(&dashboard).expect("dashboard JSON");
     assert!(d["panels"].as_array().is_some_and(|p| !p.is_empty()));

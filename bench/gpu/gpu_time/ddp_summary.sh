@@ -24,7 +24,7 @@ JOB=$!
 for r in $(seq 0 $((NR - 1))); do
   while [ ! -e "$W/rank$r.ready" ]; do sleep 0.5; done
 done
-PIDS=$(cat "$W"/rank*.pid | paste -sd, -)
+PIDS=$(for f in "$W"/rank*.pid; do cat "$f"; echo; done | paste -sd, -)
 win() { echo "$1 $(date +%s.%N)" >> "$RES/windows.tsv"; }
 : > "$RES/windows.tsv"
 win untraced_1; sleep "$WIN"

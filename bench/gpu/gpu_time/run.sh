@@ -45,7 +45,7 @@ JOB=$!
 for r in $(seq 0 $((NR - 1))); do
   while [ ! -e "$W/ddp/rank$r.ready" ]; do sleep 0.5; done
 done
-PIDS=$(cat "$W"/ddp/rank*.pid | paste -sd, -)
+PIDS=$(for f in "$W"/ddp/rank*.pid; do cat "$f"; echo; done | paste -sd, -)
 win() { echo "$1 $(date +%s.%N)" >> "$RES/windows.tsv"; }
 : > "$RES/windows.tsv"
 for round in $(seq 1 "$ROUNDS"); do

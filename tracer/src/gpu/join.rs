@@ -10,9 +10,15 @@
 //! runtime made inside it. A kernel launched inside an NCCL call gets that
 //! call's collective (communicator, rank, sequence number).
 //!
+//! The agent writes an API record at the call's exit, before the probes
+//! report that call (at its return) and the NCCL call around it (at that
+//! one's return): a record is joined to calls only once it is `SETTLE_NS`
+//! old, and the work that came before waits for it.
+//!
 //! Everything here is bounded: the calls kept per thread (by count and by
-//! age), the API records waiting for work and the work waiting for its API
-//! record; work whose record never came is handed on without it.
+//! age), the API records settling and those waiting for work, and the work
+//! waiting for its API record; work whose record never came is handed on
+//! without it.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -31,9 +37,14 @@ const CALL_AGE_NS: u64 = 30_000_000_000;
 /// API records kept waiting for their work (all processes); a graph
 /// launch's record serves every node, so records stay until pushed out.
 const MAX_APIS: usize = 1 << 18;
-/// Work waiting for its API record (all processes), and how long.
+/// How long an API record waits before it is joined to the calls (Unix ns
+/// behind now); and how many wait (the oldest is joined early beyond).
+const SETTLE_NS: u64 = 1_000_000_000;
+const MAX_SETTLING: usize = 1 << 18;
+/// Work waiting for its API record (all processes), and how long (longer
+/// than a record settles).
 const MAX_WAITING: usize = 1 << 16;
-const WAIT_NS: u64 = 2_000_000_000;
+const WAIT_NS: u64 = 3_000_000_000;
 
 /// A probed call kept for joining.
 #[derive(Clone, Debug)]
@@ -161,6 +172,8 @@ struct Waiting {
 #[derive(Default)]
 pub(crate) struct Joiner {
     pub(crate) calls: CallIndex,
+    /// API records not joined yet, in arrival order, with their process.
+    settling: VecDeque<(u32, ApiCall)>,
     apis: HashMap<(u32, u32), GpuLaunch>,
     order: VecDeque<(u32, u32)>,
     waiting: HashMap<(u32, u32), Vec<Waiting>>,
@@ -170,9 +183,44 @@ pub(crate) struct Joiner {
 }
 
 impl Joiner {
-    /// An API record of process `pid`: joined to its probed call, kept for
-    /// its work (handed on now, if it came first).
+    /// An API record of process `pid`: joined once settled (see
+    /// [`Joiner::expire`]).
     pub(crate) fn api(&mut self, pid: u32, a: &ApiCall, out: &mut Vec<GpuWork>) {
+        self.settling.push_back((pid, *a));
+        while self.settling.len() > MAX_SETTLING {
+            if let Some((p, a)) = self.settling.pop_front() {
+                self.join(p, &a, out);
+            }
+        }
+    }
+
+    /// Joins the settled API records (all of them with `all`, those of
+    /// `pid` when given).
+    fn settle(&mut self, now_ns: u64, all: bool, pid: Option<u32>, out: &mut Vec<GpuWork>) {
+        if all || pid.is_some() {
+            for (p, a) in std::mem::take(&mut self.settling) {
+                if all || pid == Some(p) {
+                    self.join(p, &a, out);
+                } else {
+                    self.settling.push_back((p, a));
+                }
+            }
+            return;
+        }
+        while self
+            .settling
+            .front()
+            .is_some_and(|(_, a)| a.end_ns.saturating_add(SETTLE_NS) <= now_ns)
+        {
+            if let Some((p, a)) = self.settling.pop_front() {
+                self.join(p, &a, out);
+            }
+        }
+    }
+
+    /// An API record joined to its probed call, kept for its work (handed
+    /// on now, if it came first).
+    fn join(&mut self, pid: u32, a: &ApiCall, out: &mut Vec<GpuWork>) {
         let (call, nccl) = self.calls.find(pid, a);
         let launch = GpuLaunch {
             tid: a.tid,
@@ -222,8 +270,9 @@ impl Joiner {
             });
     }
 
-    /// Hands on work that waited too long (`all`: everything waiting, at
-    /// the end, or of a process gone when `pid` is given).
+    /// Joins the API records that settled, then hands on work that waited
+    /// too long (`all`: everything, at the end, or of a process gone when
+    /// `pid` is given).
     pub(crate) fn expire(
         &mut self,
         now_ns: u64,
@@ -231,6 +280,7 @@ impl Joiner {
         pid: Option<u32>,
         out: &mut Vec<GpuWork>,
     ) {
+        self.settle(now_ns, all, pid, out);
         let keys: Vec<(u32, u32)> = self
             .waiting
             .iter()
@@ -254,6 +304,7 @@ impl Joiner {
     /// Drops what is kept of a process (after its work was handed on).
     pub(crate) fn forget(&mut self, pid: u32) {
         self.calls.forget(pid);
+        self.settling.retain(|(p, _)| *p != pid);
         self.apis.retain(|k, _| k.0 != pid);
         self.order.retain(|k| k.0 != pid);
     }
@@ -331,6 +382,10 @@ mod tests {
             &mut out,
         );
         j.work(kernel(9, 3_000), 0, &mut out);
+        assert!(out.is_empty(), "the record settles first");
+        j.expire(2_400 + SETTLE_NS - 1, false, None, &mut out);
+        assert!(out.is_empty());
+        j.expire(2_400 + SETTLE_NS, false, None, &mut out);
         assert_eq!(out.len(), 1);
         let l = out[0].launch.as_ref().unwrap();
         assert_eq!((l.tid, l.call), (5, Some((2_000, "cuLaunchKernel"))));
@@ -357,6 +412,7 @@ mod tests {
             &api(5, "cudaLaunchKernelExC", true, 4, 2_000, 2_600),
             &mut out,
         );
+        j.expire(u64::MAX, false, None, &mut out);
         let l = out[0].launch.as_ref().unwrap();
         assert_eq!(l.call, Some((2_200, "cuLaunchKernelEx")));
         assert_eq!(l.nccl.as_ref().map(|n| n.api), Some("ncclAllReduce"));
@@ -364,6 +420,38 @@ mod tests {
         j.work(kernel(4, 6_000), 0, &mut out);
         assert_eq!(out.len(), 2);
         assert!(out[1].launch.is_some());
+    }
+
+    #[test]
+    fn a_record_that_came_before_its_calls_joins_them_once_settled() {
+        // The agent writes the record at the call's exit; the probes
+        // report the launch at its return and the NCCL call after.
+        let mut j = Joiner::default();
+        let mut out = Vec::new();
+        j.api(1, &api(5, "cuLaunchKernel", false, 3, 2_100, 2_400), &mut out);
+        j.work(kernel(3, 5_000), 0, &mut out);
+        j.calls
+            .add(&call(5, "cuLaunchKernel", 2_000, 500, Family::Launch));
+        j.calls
+            .add(&call(5, "ncclAllReduce", 1_000, 10_000, Family::Nccl));
+        j.expire(2_400 + SETTLE_NS, false, None, &mut out);
+        assert_eq!(out.len(), 1);
+        let l = out[0].launch.as_ref().unwrap();
+        assert_eq!(l.call, Some((2_000, "cuLaunchKernel")));
+        assert_eq!(l.nccl.as_ref().map(|n| n.api), Some("ncclAllReduce"));
+    }
+
+    #[test]
+    fn records_of_a_process_gone_are_joined_at_once() {
+        let mut j = Joiner::default();
+        let mut out = Vec::new();
+        j.calls
+            .add(&call(5, "cuLaunchKernel", 2_000, 500, Family::Launch));
+        j.api(1, &api(5, "cuLaunchKernel", false, 3, 2_100, 2_400), &mut out);
+        j.work(kernel(3, 5_000), 0, &mut out);
+        j.expire(0, false, Some(1), &mut out);
+        assert_eq!((out.len(), j.unjoined), (1, 0));
+        assert!(out[0].launch.as_ref().unwrap().call.is_some());
     }
 
     #[test]
