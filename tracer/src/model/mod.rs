@@ -63,7 +63,8 @@ pub enum Event {
     Sampling(sampling::SamplingReport),
     /// `--gpu-time`: a kernel, copy or memset the GPU ran for a traced
     /// process, joined to the call that queued it (sent when the process's
-    /// agent hands it over, about a tenth of a second after it ended).
+    /// agent hands it over and its API record has settled: about a second
+    /// after it ended).
     Gpu(gpu::GpuWork),
     /// `--gpu-time`: the agent in a process attached, was refused, detached,
     /// or could not record some work.
