@@ -126,7 +126,6 @@ pub(crate) struct Memset4 {
     pub rest: [u8; 88 - 76],
 }
 
-
 const _: () = {
     assert!(size_of::<Kernel10>() == 216);
     assert!(offset_of!(Kernel10, registers_per_thread) == 6);

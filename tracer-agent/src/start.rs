@@ -158,6 +158,24 @@ fn undo(p: *mut Agent) {
 /// Starts the agent; the memfd number, or the failure.
 pub(crate) fn start(args: &AgentArgs) -> Result<i64, Fail> {
     let cfg = config(args)?;
+    let (p, memfd, features) = create(&cfg)?;
+    AGENT.store(p, SeqCst);
+    // SAFETY: `p` stays valid until cleanup/undo, which only this function
+    // (on failure) or the detach path run.
+    let a = unsafe { &mut *p };
+    subscribe(a, p)?;
+    let (kinds, features) = match enable(a, &cfg, features) {
+        Ok(v) => v,
+        Err((e, r, what)) => return late_failure(a, e, r, what),
+    };
+    a.header().kinds.store(kinds, Relaxed);
+    a.header().features.store(features, Relaxed);
+    run(a, p, memfd)
+}
+
+/// Opens CUPTI, checks its version, makes the shared region, the pipe and
+/// the buffer pool: the agent, not yet published; its memfd and features.
+fn create(cfg: &Config) -> Result<(*mut Agent, i32, u32), Fail> {
     let path = CStr::from_bytes_until_nul(&cfg.path).map_err(|_| (AgentError::BadArgs, 0))?;
     let cupti = Cupti::open(path).map_err(|e| (e, 0))?;
     // Only CUPTI 13's record layouts are known (cupti_abi).
@@ -212,7 +230,7 @@ pub(crate) fn start(args: &AgentArgs) -> Result<i64, Fail> {
     h.pid.store(unsafe { libc::getpid() } as u32, Relaxed);
     h.pipe_fd.store(pipe.1, Relaxed);
     h.started_ns.store(sys::monotonic_ns(), Relaxed);
-    let mut features = if cupti.preloaded {
+    let features = if cupti.preloaded {
         FEATURE_CUPTI_PRELOADED
     } else {
         0
@@ -244,12 +262,12 @@ pub(crate) fn start(args: &AgentArgs) -> Result<i64, Fail> {
         finalize_claimed: AtomicBool::new(false),
         handoff: AtomicU32::new(WAITING),
     });
-    let p = Box::into_raw(agent);
-    AGENT.store(p, SeqCst);
-    // SAFETY: `p` stays valid until cleanup/undo, which only this function
-    // (on failure) or the detach path run.
-    let a = unsafe { &mut *p };
+    Ok((Box::into_raw(agent), memfd, features))
+}
 
+/// Subscribes to CUPTI (refused when another tool is subscribed: the
+/// agent is undone).
+fn subscribe(a: &mut Agent, p: *mut Agent) -> Result<(), Fail> {
     let mut sub: SubscriberHandle = core::ptr::null_mut();
     // SAFETY: resolved cuptiSubscribe; `sub` is a valid out-pointer.
     let r =
@@ -268,7 +286,16 @@ pub(crate) fn start(args: &AgentArgs) -> Result<i64, Fail> {
         return Err((e, r));
     }
     a.subscriber = sub;
+    Ok(())
+}
 
+/// The clock, the buffer callbacks, the activity kinds and the API
+/// callbacks asked for: the kinds and features on, or what failed.
+fn enable(
+    a: &mut Agent,
+    cfg: &Config,
+    mut features: u32,
+) -> Result<(u32, u32), (AgentError, u32, &'static str)> {
     // The clock first: CUPTI uses the callback only for kinds enabled after it.
     // SAFETY: resolved CUPTI function; our callback never unwinds.
     let ts = a
@@ -285,7 +312,7 @@ pub(crate) fn start(args: &AgentArgs) -> Result<i64, Fail> {
         (a.cupti.register_callbacks)(callbacks::buffer_requested, callbacks::buffer_completed)
     };
     if r != CUPTI_SUCCESS {
-        return late_failure(a, AgentError::Enable, r, "cuptiActivityRegisterCallbacks");
+        return Err((AgentError::Enable, r, "cuptiActivityRegisterCallbacks"));
     }
     let mut kinds = 0;
     for (bit, kind) in [
@@ -299,7 +326,7 @@ pub(crate) fn start(args: &AgentArgs) -> Result<i64, Fail> {
         // SAFETY: resolved CUPTI function, a valid activity kind.
         let r = unsafe { (a.cupti.enable)(kind) };
         if r != CUPTI_SUCCESS {
-            return late_failure(a, AgentError::Enable, r, "cuptiActivityEnable");
+            return Err((AgentError::Enable, r, "cuptiActivityEnable"));
         }
         a.cupti_kinds[a.n_cupti_kinds] = kind;
         a.n_cupti_kinds += 1;
@@ -320,9 +347,11 @@ pub(crate) fn start(args: &AgentArgs) -> Result<i64, Fail> {
             features |= FEATURE_SYSTEM_TID;
         }
     }
-    a.header().kinds.store(kinds, Relaxed);
-    a.header().features.store(features, Relaxed);
+    Ok((kinds, features))
+}
 
+/// Running: the fork handler, the state, the agent thread.
+fn run(a: &mut Agent, p: *mut Agent, memfd: i32) -> Result<i64, Fail> {
     if !ATFORK.swap(true, SeqCst) {
         // SAFETY: registers a child handler that only touches atomics and
         // closes descriptors (async-signal-safe).
@@ -378,13 +407,13 @@ fn late_failure(a: &Agent, e: AgentError, r: u32, what: &str) -> Result<i64, Fai
     Err((e, r))
 }
 
-fn cleanup_early(
+fn cleanup_early<T>(
     memfd: i32,
     region: *mut u8,
     len: usize,
     cupti: Cupti,
     f: Fail,
-) -> Result<i64, Fail> {
+) -> Result<T, Fail> {
     // SAFETY: the region was mapped by this start and never shared yet.
     unsafe { sys::unmap(region, len) };
     sys::close(memfd);

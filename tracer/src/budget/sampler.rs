@@ -462,94 +462,16 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
             st.close_period(now);
             continue;
         }
-        let (want, next) = match st.wanted {
-            Mode::Exact => (Some(false), end),
-            Mode::EntryOnly => (Some(true), end),
-            Mode::Duty(r) => {
-                // The share of the period the probes may be live, less the
-                // time they take to attach and detach (at most half of it).
-                let live = (period_ns as f64 * r.clamp(0.0, 1.0)) as u64;
-                let on_until = st.period_start
-                    + live.saturating_sub(st.activity.transition_ns().min(live / 2));
-                if now < on_until {
-                    (Some(true), on_until)
-                } else {
-                    (None, end)
-                }
-            }
-        };
+        let (want, next) = wanted(&st, now, period_ns, end);
         if want != st.applied {
             // Off first (outside the lock: detaching waits for the kernel),
             // then on: never both sets of links at once.
-            let t_off = monotonic_ns();
-            st.read_kernel(t_off);
-            st.set_off(t_off);
-            st.activity.changes += st.groups.values().map(|g| g.probes() as u64).sum::<u64>();
-            let links: Vec<_> = st
-                .groups
-                .values_mut()
-                .map(|g| (g.entry.take(), g.ret.take()))
-                .collect();
-            let had = !links.is_empty() && st.applied.is_some();
-            st.applied = None;
-            drop(st);
-            drop_links(links, per_task);
-            st = lock(shared);
-            if had {
-                let took = monotonic_ns().saturating_sub(t_off);
-                st.activity.detach_ns = smoothed(st.activity.detach_ns, took);
-            }
+            st = switch_off(st, shared, per_task);
             if want.is_none() {
                 st.mark_kernel(monotonic_ns(), false);
             }
-            let t_attach = monotonic_ns();
             if let Some(entry_only) = want {
-                let mut ok = true;
-                // A duty slice attaches the APIs called so far, and all of
-                // them every DISCOVER_EVERY periods (and until one was seen).
-                st.discovering = !matches!(st.wanted, Mode::Duty(_))
-                    || st.called.is_empty()
-                    || st.periods.is_multiple_of(DISCOVER_EVERY);
-                let only = st.only().cloned();
-                let keys: Vec<GroupKey> = st.groups.keys().copied().collect();
-                for k in keys {
-                    let Some(g) = st.groups.get_mut(&k) else {
-                        continue;
-                    };
-                    match attach_group(g, multi, entry_only, per_task, only.as_ref()) {
-                        Ok(n) => {
-                            st.activity.changes += n;
-                            if matches!(st.wanted, Mode::Duty(_)) {
-                                st.activity.slice_probes += n;
-                            }
-                        }
-                        Err(e) => {
-                            ok = false;
-                            if !st.failed {
-                                st.failed = true;
-                                crate::say!(
-                                    "--overhead-budget: cannot attach sampled probes again: {e}"
-                                );
-                            }
-                        }
-                    }
-                }
-                st.applied = Some(entry_only);
-                if matches!(st.wanted, Mode::Duty(_)) {
-                    st.activity.slices += 1;
-                    let took = monotonic_ns().saturating_sub(t_attach);
-                    st.activity.attach_ns = smoothed(st.activity.attach_ns, took);
-                }
-                if ok || !st.groups.is_empty() {
-                    let now = monotonic_ns();
-                    st.on_since = Some(now);
-                    let whole = ok && st.discovering;
-                    st.untraced.on(now, whole);
-                    st.mark_kernel(now, true);
-                }
-                if entry_only {
-                    st.returns = false;
-                }
+                switch_on(&mut st, multi, entry_only, per_task);
             }
             continue;
         }
@@ -559,6 +481,105 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
             .wait_timeout(st, wait)
             .map(|(g, _)| g)
             .unwrap_or_else(|p| p.into_inner().0);
+    }
+}
+
+/// What the mode wants now (`None`: off; `Some(entry_only)`: on), and
+/// until when.
+fn wanted(st: &State, now: u64, period_ns: u64, end: u64) -> (Option<bool>, u64) {
+    match st.wanted {
+        Mode::Exact => (Some(false), end),
+        Mode::EntryOnly => (Some(true), end),
+        Mode::Duty(r) => {
+            // The share of the period the probes may be live, less the
+            // time they take to attach and detach (at most half of it).
+            let live = (period_ns as f64 * r.clamp(0.0, 1.0)) as u64;
+            let on_until =
+                st.period_start + live.saturating_sub(st.activity.transition_ns().min(live / 2));
+            if now < on_until {
+                (Some(true), on_until)
+            } else {
+                (None, end)
+            }
+        }
+    }
+}
+
+/// Detaches every group's links (outside the lock) and times it.
+fn switch_off<'a>(
+    mut st: MutexGuard<'a, State>,
+    shared: &'a Shared,
+    per_task: bool,
+) -> MutexGuard<'a, State> {
+    let t_off = monotonic_ns();
+    st.read_kernel(t_off);
+    st.set_off(t_off);
+    st.activity.changes += st.groups.values().map(|g| g.probes() as u64).sum::<u64>();
+    let links: Vec<_> = st
+        .groups
+        .values_mut()
+        .map(|g| (g.entry.take(), g.ret.take()))
+        .collect();
+    let had = !links.is_empty() && st.applied.is_some();
+    st.applied = None;
+    drop(st);
+    drop_links(links, per_task);
+    st = lock(shared);
+    if had {
+        let took = monotonic_ns().saturating_sub(t_off);
+        st.activity.detach_ns = smoothed(st.activity.detach_ns, took);
+    }
+    st
+}
+
+/// Attaches the groups, entry only or with returns; a duty slice attaches
+/// the APIs called so far, and all of them every `DISCOVER_EVERY` periods
+/// (and until one was seen).
+fn switch_on(st: &mut State, multi: &MultiPrograms, entry_only: bool, per_task: bool) {
+    let t_attach = monotonic_ns();
+    let mut ok = true;
+    // A duty slice attaches the APIs called so far, and all of
+    // them every DISCOVER_EVERY periods (and until one was seen).
+    st.discovering = !matches!(st.wanted, Mode::Duty(_))
+        || st.called.is_empty()
+        || st.periods.is_multiple_of(DISCOVER_EVERY);
+    let only = st.only().cloned();
+    let keys: Vec<GroupKey> = st.groups.keys().copied().collect();
+    for k in keys {
+        let Some(g) = st.groups.get_mut(&k) else {
+            continue;
+        };
+        match attach_group(g, multi, entry_only, per_task, only.as_ref()) {
+            Ok(n) => {
+                st.activity.changes += n;
+                if matches!(st.wanted, Mode::Duty(_)) {
+                    st.activity.slice_probes += n;
+                }
+            }
+            Err(e) => {
+                ok = false;
+                if !st.failed {
+                    st.failed = true;
+                    crate::say!("--overhead-budget: cannot attach sampled probes again: {e}");
+                }
+            }
+        }
+    }
+    st.applied = Some(entry_only);
+    if matches!(st.wanted, Mode::Duty(_)) {
+        st.activity.slices += 1;
+        let took = monotonic_ns().saturating_sub(t_attach);
+        st.activity.attach_ns = smoothed(st.activity.attach_ns, took);
+    }
+    if ok || !st.groups.is_empty() {
+        let now = monotonic_ns();
+        st.on_since = Some(now);
+        let whole = ok && st.discovering;
+        st.untraced.on(now, whole);
+        st.mark_kernel(now, true);
+    }
+    if entry_only {
+        st.returns = false;
     }
 }
 

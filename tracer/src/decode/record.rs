@@ -141,7 +141,8 @@ fn unique_id(raw: &RawCall<'_>) -> Option<Box<[u8]>> {
         .map(Box::from)
 }
 
-/// Decodes the arguments of `api` from a record.
+/// Decodes the arguments of `api` from a record. (Long: one arm per shape
+/// of the catalogue, each a few lines; split, they would only move.)
 pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
     let e = &raw.event;
     let a = |i: u8| e.args[i as usize];

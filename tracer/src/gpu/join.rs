@@ -428,7 +428,11 @@ mod tests {
         // report the launch at its return and the NCCL call after.
         let mut j = Joiner::default();
         let mut out = Vec::new();
-        j.api(1, &api(5, "cuLaunchKernel", false, 3, 2_100, 2_400), &mut out);
+        j.api(
+            1,
+            &api(5, "cuLaunchKernel", false, 3, 2_100, 2_400),
+            &mut out,
+        );
         j.work(kernel(3, 5_000), 0, &mut out);
         j.calls
             .add(&call(5, "cuLaunchKernel", 2_000, 500, Family::Launch));
@@ -447,7 +451,11 @@ mod tests {
         let mut out = Vec::new();
         j.calls
             .add(&call(5, "cuLaunchKernel", 2_000, 500, Family::Launch));
-        j.api(1, &api(5, "cuLaunchKernel", false, 3, 2_100, 2_400), &mut out);
+        j.api(
+            1,
+            &api(5, "cuLaunchKernel", false, 3, 2_100, 2_400),
+            &mut out,
+        );
         j.work(kernel(3, 5_000), 0, &mut out);
         j.expire(0, false, Some(1), &mut out);
         assert_eq!((out.len(), j.unjoined), (1, 0));

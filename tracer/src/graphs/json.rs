@@ -231,7 +231,8 @@ fn key_opt_hex(out: &mut String, key: &str, v: Option<u64>) {
     opt_hex(out, v);
 }
 
-/// Appends the `args` of a graph API call.
+/// Appends the `args` of a graph API call. (Long: one arm per graph API
+/// shape, each a few lines.)
 pub(crate) fn write_call(out: &mut String, c: &GraphCall) {
     // Every object starts with a handle; the rest follow as `,"key":…`.
     let start = |out: &mut String, key: &str, v: u64| {
@@ -472,14 +473,6 @@ pub(crate) fn parse_captured(a: &Map<String, Value>) -> Result<Option<u64>, Pars
         None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(None),
         Some(Value::Bool(true)) => get_u64(a, "capture").map(Some),
         Some(_) => Err(ParseError::Field("captured")),
-    }
-}
-
-/// Appends `,"captured":true,"capture":N` for work recorded by a capture.
-pub(crate) fn write_captured(out: &mut String, capture: Option<u64>) {
-    if let Some(n) = capture {
-        out.push_str(",\"captured\":true,\"capture\":");
-        num(out, n);
     }
 }
 

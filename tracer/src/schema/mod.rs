@@ -2,5 +2,6 @@
 //! ([`write`]) and read back by `gputrace stats` ([`parse`]), each feature's
 //! arguments (graphs, NCCL) by that feature's own piece.
 
+pub(crate) mod fields;
 pub mod parse;
 pub(crate) mod write;

@@ -66,6 +66,8 @@ pub fn parse_call(v: &Value) -> Result<Call, ParseError> {
     })
 }
 
+/// The `args` object of a call of `shape`, as `schema::fields` writes it.
+/// (Long: one arm per shape, each a few lines.)
 fn parse_args(shape: crate::catalogue::Shape, a: &Map<String, Value>) -> Result<Args, ParseError> {
     use crate::catalogue::Shape;
     Ok(match shape {

@@ -3,12 +3,13 @@
 
 use std::fmt::Write as _;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::json::*;
 use crate::model::call::*;
 use crate::model::nccl::Identity;
 use crate::model::nccl::Unaligned;
+use crate::schema::fields::{visit, ArgFields};
 
 /// Appends one event as a JSON object (no newline).
 pub(crate) fn write_call(out: &mut String, c: &Call) {
@@ -57,133 +58,100 @@ pub(crate) fn write_stack(out: &mut String, stack: &crate::model::stack::CallSta
     out.push('}');
 }
 
-/// Appends the `args` object.
+/// Appends the `args` object: the fields [`visit`] names, as JSON.
 pub(crate) fn write_args(out: &mut String, args: &Args) {
-    match args {
-        Args::Launch(l) => {
-            out.push_str("{\"function\":");
-            hex(out, l.function);
-            out.push_str(",\"kernel\":");
-            opt_string(out, l.kernel.as_deref());
-            out.push_str(",\"grid\":");
-            dims(out, l.grid);
-            out.push_str(",\"block\":");
-            dims(out, l.block);
-            out.push_str(",\"shared_mem_bytes\":");
-            num(out, l.shared_mem_bytes);
-            out.push_str(",\"stream\":");
-            hex(out, l.stream);
-            crate::graphs::json::write_captured(out, l.captured);
-            out.push('}');
+    out.push('{');
+    visit(args, &mut JsonFields { out, first: true });
+    out.push('}');
+}
+
+/// The JSONL `args` object's fields.
+struct JsonFields<'a> {
+    out: &'a mut String,
+    first: bool,
+}
+
+impl JsonFields<'_> {
+    fn key(&mut self, k: &str) {
+        if !self.first {
+            self.out.push(',');
         }
+        self.first = false;
+        self.out.push('"');
+        self.out.push_str(k);
+        self.out.push_str("\":");
+    }
+
+    /// Takes in the fields of the JSON object written from `at` on.
+    fn splice(&mut self, at: usize) {
+        self.out.pop();
+        if self.out.len() == at + 1 {
+            self.out.truncate(at);
+        } else if self.first {
+            self.out.remove(at);
+            self.first = false;
+        } else {
+            self.out.replace_range(at..at + 1, ",");
+        }
+    }
+}
+
+impl ArgFields for JsonFields<'_> {
+    fn hex(&mut self, key: &'static str, v: u64) {
+        self.key(key);
+        hex(self.out, v);
+    }
+    fn opt_hex(&mut self, key: &'static str, v: Option<u64>) {
+        self.key(key);
+        opt_hex(self.out, v);
+    }
+    fn uint(&mut self, key: &'static str, v: u64) {
+        self.key(key);
+        num(self.out, v);
+    }
+    fn name(&mut self, key: &'static str, v: &str) {
+        self.key(key);
+        string(self.out, v);
+    }
+    fn opt_text(&mut self, key: &'static str, v: Option<&str>) {
+        self.key(key);
+        opt_string(self.out, v);
+    }
+    fn launch(&mut self, l: &Launch) {
+        self.hex("function", l.function);
+        self.opt_text("kernel", l.kernel.as_deref());
+        self.key("grid");
+        dims(self.out, l.grid);
+        self.key("block");
+        dims(self.out, l.block);
+        self.uint("shared_mem_bytes", u64::from(l.shared_mem_bytes));
+        self.hex("stream", l.stream);
+    }
+    fn captured(&mut self, capture: Option<u64>) {
+        if let Some(n) = capture {
+            self.key("captured");
+            self.out.push_str("true");
+            self.uint("capture", n);
+        }
+    }
+    fn feature(&mut self, args: &Args) {
+        let at = self.out.len();
+        write_feature(self.out, args);
+        self.splice(at);
+    }
+    fn other(&mut self, map: &Map<String, Value>) {
+        let at = self.out.len();
+        self.out.push_str(&Value::Object(map.clone()).to_string());
+        self.splice(at);
+    }
+}
+
+/// The JSON object of the arguments that their feature's writer knows
+/// (see [`ArgFields::feature`]); `{}` for any other.
+pub(crate) fn write_feature(out: &mut String, args: &Args) {
+    match args {
         Args::Graph(g) => crate::graphs::json::write_launch(out, g),
         Args::GraphApi(g) => crate::graphs::json::write_call(out, g),
-        Args::Alloc(a) => {
-            out.push_str("{\"dptr\":");
-            opt_hex(out, a.dptr);
-            let _ = write!(out, ",\"bytes\":{},\"kind\":\"{}\"", a.bytes, a.kind.name());
-            if let Some(s) = a.stream {
-                out.push_str(",\"stream\":");
-                hex(out, s);
-            }
-            if let Some(p) = a.pitch {
-                let _ = write!(out, ",\"pitch\":{p}");
-            }
-            out.push('}');
-        }
-        Args::Free { dptr, stream } => {
-            out.push_str("{\"dptr\":");
-            hex(out, *dptr);
-            if let Some(s) = stream {
-                out.push_str(",\"stream\":");
-                hex(out, *s);
-            }
-            out.push('}');
-        }
-        Args::MemCreate { handle, bytes } => {
-            out.push_str("{\"handle\":");
-            opt_hex(out, *handle);
-            let _ = write!(out, ",\"bytes\":{bytes}}}");
-        }
-        Args::MemRelease { handle } => {
-            out.push_str("{\"handle\":");
-            hex(out, *handle);
-            out.push('}');
-        }
-        Args::MemMap { ptr, bytes, handle } => {
-            out.push_str("{\"ptr\":");
-            hex(out, *ptr);
-            let _ = write!(out, ",\"bytes\":{bytes},\"handle\":");
-            hex(out, *handle);
-            out.push('}');
-        }
-        Args::MemUnmap { ptr, bytes } => {
-            out.push_str("{\"ptr\":");
-            hex(out, *ptr);
-            let _ = write!(out, ",\"bytes\":{bytes}}}");
-        }
-        Args::Memcpy(m) => {
-            out.push_str("{\"dst\":");
-            hex(out, m.dst);
-            out.push_str(",\"src\":");
-            opt_hex(out, m.src);
-            let _ = write!(
-                out,
-                ",\"bytes\":{},\"direction\":\"{}\",\"stream\":",
-                m.bytes,
-                m.direction.name()
-            );
-            opt_hex(out, m.stream);
-            if let Some(v) = m.value {
-                let _ = write!(out, ",\"value\":{v}");
-            }
-            crate::graphs::json::write_captured(out, m.captured);
-            out.push('}');
-        }
-        Args::Sync { stream, event } => {
-            out.push('{');
-            let mut first = true;
-            if let Some(s) = stream {
-                out.push_str("\"stream\":");
-                hex(out, *s);
-                first = false;
-            }
-            if let Some(e) = event {
-                if !first {
-                    out.push(',');
-                }
-                out.push_str("\"event\":");
-                hex(out, *e);
-            }
-            out.push('}');
-        }
-        Args::GetFunction {
-            handle,
-            name,
-            parent,
-            kind,
-        } => {
-            let (h, p) = kind.labels();
-            let _ = write!(out, "{{\"{h}\":");
-            opt_hex(out, *handle);
-            out.push_str(",\"name\":");
-            opt_string(out, name.as_deref());
-            let _ = write!(out, ",\"{p}\":");
-            hex(out, *parent);
-            out.push('}');
-        }
-        Args::KernelGetFunction { function, kernel } => {
-            out.push_str("{\"function\":");
-            opt_hex(out, *function);
-            out.push_str(",\"kernel\":");
-            hex(out, *kernel);
-            out.push('}');
-        }
-        Args::Unload { handle } => {
-            out.push_str("{\"handle\":");
-            hex(out, *handle);
-            out.push('}');
-        }
         Args::Nccl(n) => {
             let _ = write!(
                 out,
@@ -220,7 +188,6 @@ pub(crate) fn write_args(out: &mut String, args: &Args) {
             write_identity(out, &n.ident, n.unaligned);
             out.push('}');
         }
-        Args::NcclGroup => out.push_str("{}"),
         Args::CommInit {
             comm,
             nranks,
@@ -258,21 +225,7 @@ pub(crate) fn write_args(out: &mut String, args: &Args) {
             opt_hex(out, *comm_id);
             out.push('}');
         }
-        Args::CommEnd { comm } => {
-            out.push_str("{\"comm\":");
-            hex(out, *comm);
-            out.push('}');
-        }
-        Args::RuntimeLaunch { func, stream } => {
-            out.push_str("{\"func\":");
-            hex(out, *func);
-            out.push_str(",\"stream\":");
-            opt_hex(out, *stream);
-            out.push('}');
-        }
-        Args::Other(map) => {
-            out.push_str(&Value::Object(map.clone()).to_string());
-        }
+        _ => out.push_str("{}"),
     }
 }
 

@@ -33,8 +33,6 @@ use crate::decode::record::DecodeError;
 use crate::error::Failure;
 use crate::error::Result;
 use crate::host::clock::Clock;
-use crate::host::discover;
-use crate::host::spawn::GatedChild;
 use crate::model::sink::Sink;
 use crate::model::sink::Status;
 use crate::model::Event;
@@ -51,7 +49,7 @@ use nccl::NcclWatch;
 use node::NodeWatch;
 use processes::Processes;
 use stacks::SessionStacks;
-use targets::Targets;
+use targets::{attach_pids, start_command, Targets};
 
 /// How often exits and newly mapped libraries are checked.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(100);
@@ -137,26 +135,13 @@ impl Session {
         let mut pending = Vec::new();
 
         // Processes given by PID: every one must map something we can probe.
-        let mut targets = Targets::default();
-        for &pid in &spec.pids {
-            let files = attacher
-                .libraries_of(pid)
-                .map_err(|e| Failure::runtime(format!("cannot read /proc/{pid}/maps: {e}")))?;
-            if files.is_empty() {
-                let comm = discover::comm(pid).unwrap_or_default();
-                return Err(Failure::runtime(format!(
-                    "process {pid} ({comm}) maps neither libcuda nor libnccl (looked for libcuda.so*, libnccl.so* in /proc/{pid}/maps); \
-                     if they are linked under other names, pass --libcuda PATH / --libnccl PATH"
-                )));
-            }
-            for f in &files {
-                attacher.attach(f, Scope::Process(pid), &mut enricher.namer)?;
-            }
-            targets.add(pid);
-            if !processes.found(pid, &mut pending) {
-                targets.exited(pid); // exited since the preflight
-            }
-        }
+        let mut targets = attach_pids(
+            spec,
+            &mut attacher,
+            &mut enricher,
+            &mut processes,
+            &mut pending,
+        )?;
 
         let node = if spec.all {
             let mut node = NodeWatch::new(config.detach_after);
@@ -169,26 +154,7 @@ impl Session {
             None
         };
 
-        if !spec.cmd.is_empty() {
-            let c = GatedChild::spawn(&spec.cmd).map_err(|e| Failure::runtime(e.to_string()))?;
-            let files = attacher.libraries_for(&c.exe);
-            for f in &files {
-                attacher.attach(f, Scope::Process(c.pid), &mut enricher.namer)?;
-            }
-            // Probes are for the command's own process, never its
-            // children: a wrapper (a shell, a launcher) would be traced
-            // empty without a word.
-            if files.is_empty() && !spec.all {
-                crate::say!(
-                    "WARNING: `{}` would load neither libcuda nor libnccl, so nothing of it can be traced; \
-                     processes it starts are not followed: put the GPU program itself after --, or use --all",
-                    spec.cmd[0]
-                );
-            }
-            // Seen once it runs the command (see `release`): until then it
-            // is a copy of gputrace, by name.
-            targets.set_child(c, &spec.cmd[0]);
-        }
+        start_command(spec, &mut attacher, &mut enricher, &mut targets)?;
         // SAFETY: the ring buffer owns its map fd, which stays open and the same
         // for as long as the AsyncFd owns the ring buffer.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }

@@ -5,11 +5,16 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::catalogue::ProbeSelection;
+use crate::decode::enrich::Enricher;
 use crate::error::Failure;
 use crate::error::Result;
 use crate::host::discover;
 use crate::host::privileges;
 use crate::host::spawn::GatedChild;
+use crate::model::Event;
+use crate::probes::attach::Scope;
+use crate::session::attacher::Attacher;
+use crate::session::processes::Processes;
 
 /// What to trace.
 #[derive(Clone, Debug, Default)]
@@ -176,4 +181,68 @@ impl Drop for Targets {
     fn drop(&mut self) {
         self.end_child();
     }
+}
+
+/// Attaches to the processes given by PID: every one must map something
+/// gputrace can probe.
+pub(super) fn attach_pids(
+    spec: &TargetSpec,
+    attacher: &mut Attacher,
+    enricher: &mut Enricher,
+    processes: &mut Processes,
+    pending: &mut Vec<Event>,
+) -> Result<Targets> {
+    let mut targets = Targets::default();
+    for &pid in &spec.pids {
+        let files = attacher
+            .libraries_of(pid)
+            .map_err(|e| Failure::runtime(format!("cannot read /proc/{pid}/maps: {e}")))?;
+        if files.is_empty() {
+            let comm = discover::comm(pid).unwrap_or_default();
+            return Err(Failure::runtime(format!(
+                "process {pid} ({comm}) maps neither libcuda nor libnccl (looked for libcuda.so*, libnccl.so* in /proc/{pid}/maps); \
+                 if they are linked under other names, pass --libcuda PATH / --libnccl PATH"
+            )));
+        }
+        for f in &files {
+            attacher.attach(f, Scope::Process(pid), &mut enricher.namer)?;
+        }
+        targets.add(pid);
+        if !processes.found(pid, pending) {
+            targets.exited(pid); // exited since the preflight
+        }
+    }
+    Ok(targets)
+}
+
+/// Starts the command given, held at its gate, with the probes attached
+/// to its own process.
+pub(super) fn start_command(
+    spec: &TargetSpec,
+    attacher: &mut Attacher,
+    enricher: &mut Enricher,
+    targets: &mut Targets,
+) -> Result<()> {
+    if spec.cmd.is_empty() {
+        return Ok(());
+    }
+    let c = GatedChild::spawn(&spec.cmd).map_err(|e| Failure::runtime(e.to_string()))?;
+    let files = attacher.libraries_for(&c.exe);
+    for f in &files {
+        attacher.attach(f, Scope::Process(c.pid), &mut enricher.namer)?;
+    }
+    // Probes are for the command's own process, never its
+    // children: a wrapper (a shell, a launcher) would be traced
+    // empty without a word.
+    if files.is_empty() && !spec.all {
+        crate::say!(
+                "WARNING: `{}` would load neither libcuda nor libnccl, so nothing of it can be traced; \
+                 processes it starts are not followed: put the GPU program itself after --, or use --all",
+                spec.cmd[0]
+            );
+    }
+    // Seen once it runs the command (see `release`): until then it
+    // is a copy of gputrace, by name.
+    targets.set_child(c, &spec.cmd[0]);
+    Ok(())
 }

@@ -208,6 +208,24 @@ impl GpuProcess {
 
 /// `window_ns`: the traced window (the process's calls and GPU work).
 pub fn render_text(out: &mut String, g: &GpuProcess, window_ns: u64, is_total: bool) {
+    render_kernels(out, g);
+    render_copies(out, g);
+    if !is_total {
+        render_busy(out, g, window_ns);
+    }
+    render_queued(out, g);
+    render_nccl(out, g);
+    if g.unjoined > 0 || g.lost != (0, 0, 0) {
+        let _ = writeln!(
+            out,
+            "\nGPU records: {} without their launching call; not recorded: {} (agent's ring full), {} (dropped by CUPTI), {} kernel names",
+            g.unjoined, g.lost.0, g.lost.1, g.lost.2
+        );
+    }
+}
+
+/// Kernels by GPU time, in the shape of `nsys stats`' `cuda_gpu_kern_sum`.
+fn render_kernels(out: &mut String, g: &GpuProcess) {
     let all = g.kernel_ns().max(1) as f64;
     if !g.kernels.is_empty() {
         let _ = writeln!(out, "\nGPU kernels (time on the GPU):");
@@ -250,6 +268,10 @@ pub fn render_text(out: &mut String, g: &GpuProcess, window_ns: u64, is_total: b
             );
         }
     }
+}
+
+/// Copies and memsets by direction, with their GB/s.
+fn render_copies(out: &mut String, g: &GpuProcess) {
     if !g.copies.is_empty() {
         let _ = writeln!(out, "\nGPU copies and memsets (time on the GPU):");
         let _ = writeln!(
@@ -271,7 +293,11 @@ pub fn render_text(out: &mut String, g: &GpuProcess, window_ns: u64, is_total: b
             );
         }
     }
-    if !is_total && window_ns > 0 && !g.devices.is_empty() {
+}
+
+/// Each device's busy share of the window, and its streams'.
+fn render_busy(out: &mut String, g: &GpuProcess, window_ns: u64) {
+    if window_ns > 0 && !g.devices.is_empty() {
         let _ = writeln!(
             out,
             "\nGPU busy, of the traced window of {}:",
@@ -294,6 +320,10 @@ pub fn render_text(out: &mut String, g: &GpuProcess, window_ns: u64, is_total: b
             );
         }
     }
+}
+
+/// The delay from a launch call to its work's start on the GPU.
+fn render_queued(out: &mut String, g: &GpuProcess) {
     if g.queued.timed > 0 {
         let q = |p: f64| fmt_ns(g.queued.hist.quantile(p).unwrap_or(0) as f64);
         let p50 = g.queued.median_ns().unwrap_or(0);
@@ -311,6 +341,10 @@ pub fn render_text(out: &mut String, g: &GpuProcess, window_ns: u64, is_total: b
             }
         );
     }
+}
+
+/// NCCL kernels' GPU time per collective, communicator and rank.
+fn render_nccl(out: &mut String, g: &GpuProcess) {
     if !g.nccl.is_empty() {
         let _ = writeln!(out, "\nNCCL kernels (time on the GPU):");
         let _ = writeln!(
@@ -331,13 +365,6 @@ pub fn render_text(out: &mut String, g: &GpuProcess, window_ns: u64, is_total: b
                 fmt_ns(s.max_ns as f64)
             );
         }
-    }
-    if g.unjoined > 0 || g.lost != (0, 0, 0) {
-        let _ = writeln!(
-            out,
-            "\nGPU records: {} without their launching call; not recorded: {} (agent's ring full), {} (dropped by CUPTI), {} kernel names",
-            g.unjoined, g.lost.0, g.lost.1, g.lost.2
-        );
     }
 }
 

@@ -86,6 +86,20 @@ pub fn render_text(s: &Summary) -> String {
 }
 
 fn render_process(out: &mut String, p: &ProcessSummary) {
+    render_api(out, p);
+    render_kernels(out, p);
+    render_graphs(out, p);
+    render_copies(out, p);
+    render_memory(out, p);
+    render_nccl(out, p);
+    if let Some(g) = &p.gpu {
+        crate::summary::gpu::render_text(out, g, p.window_ns(), p.is_total);
+    }
+    p.sites.render_text(out, SITES_APIS, SITES_PER_API, fmt_ns);
+}
+
+/// The API table: host-side time per function.
+fn render_api(out: &mut String, p: &ProcessSummary) {
     let rows = p.api_rows();
     let all_ns: u64 = rows.iter().map(|r| r.1.total_ns).sum();
     let _ = writeln!(out, "\nCUDA/NCCL API calls (host-side time):");
@@ -145,7 +159,10 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
             failed
         );
     }
+}
 
+/// Kernel launches by name, with graph launches and the commonest grid.
+fn render_kernels(out: &mut String, p: &ProcessSummary) {
     let kernels = p.kernel_rows();
     if !kernels.is_empty() {
         let runs: u64 = kernels.iter().map(|k| k.1.runs()).sum();
@@ -176,6 +193,10 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
             );
         }
     }
+}
+
+/// CUDA graphs: launches, kernels run, graphs not known, captured calls.
+fn render_graphs(out: &mut String, p: &ProcessSummary) {
     let g = &p.graphs;
     if g.launches > 0 || g.captured > 0 {
         let _ = write!(
@@ -199,7 +220,10 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
         }
         out.push('\n');
     }
+}
 
+/// Copies and sets by direction (host side).
+fn render_copies(out: &mut String, p: &ProcessSummary) {
     if !p.copies.is_empty() {
         let _ = writeln!(out, "\nMemory copies and sets:");
         let _ = writeln!(
@@ -224,7 +248,10 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
             );
         }
     }
+}
 
+/// Allocations and device memory in use.
+fn render_memory(out: &mut String, p: &ProcessSummary) {
     let m = &p.memory;
     if m.allocations > 0 || m.frees > 0 {
         let _ = writeln!(
@@ -237,7 +264,10 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
             fmt_bytes(p.peak_bytes() as f64)
         );
     }
+}
 
+/// NCCL by operation and communicator (host side).
+fn render_nccl(out: &mut String, p: &ProcessSummary) {
     if !p.nccl.is_empty() {
         let _ = writeln!(out, "\nNCCL:");
         let _ = writeln!(
@@ -278,10 +308,6 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
             );
         }
     }
-    if let Some(g) = &p.gpu {
-        crate::summary::gpu::render_text(out, g, p.window_ns(), p.is_total);
-    }
-    p.sites.render_text(out, SITES_APIS, SITES_PER_API, fmt_ns);
 }
 
 /// (nranks, rank) of a communicator's row: what its init said, else what

@@ -18,6 +18,7 @@ use crate::tui::columns::fmt_rate;
 use crate::tui::columns::sort_title;
 use crate::tui::gpu::GpuStatus;
 use crate::tui::snapshot::ApiRow;
+use crate::tui::snapshot::Detail;
 use crate::tui::snapshot::DETAIL_WINDOW_SECS;
 
 const TITLE: Style = Style::new().add_modifier(Modifier::BOLD);
@@ -253,132 +254,10 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
     if focused {
         state = state.with_selected(Some(app.detail_offset));
     }
-    let num = |s: String, w: usize| Cell::from(format!("{s:>w$}"));
-    let head = |cells: &[(&'static str, usize)]| {
-        Row::new(cells.iter().map(|(t, w)| {
-            if *w == 0 {
-                Cell::from(*t)
-            } else {
-                Cell::from(format!("{t:>w$}", w = *w))
-            }
-        }))
-        .style(HEADER)
-    };
     let (table, empty) = match app.detail_pane {
-        Pane::Apis | Pane::Processes => {
-            let rows = app.api_rows();
-            let body = rows.iter().map(|r| {
-                let name = if r.failed > 0 {
-                    format!("{} ({} failed)", r.name, r.failed)
-                } else {
-                    r.name.to_string()
-                };
-                Row::new(vec![
-                    Cell::from(name),
-                    num(fmt_rate(r.calls_per_s), 8),
-                    num(fmt_opt_ns(r.p50), 9),
-                    num(fmt_opt_ns(r.p95), 9),
-                    num(fmt_opt_ns(r.p99), 9),
-                    num(fmt_opt_ns(r.max), 9),
-                ])
-            });
-            let widths = [
-                Constraint::Min(16),
-                Constraint::Length(8),
-                Constraint::Length(9),
-                Constraint::Length(9),
-                Constraint::Length(9),
-                Constraint::Length(9),
-            ];
-            let header = head(&[
-                ("API", 0),
-                ("CALLS/s", 8),
-                ("P50", 9),
-                ("P95", 9),
-                ("P99", 9),
-                ("MAX", 9),
-            ]);
-            (Table::new(body, widths).header(header), rows.is_empty())
-        }
-        Pane::Kernels => {
-            let gpu = d.kernels.iter().any(|k| k.gpu_share.is_some());
-            let body = d.kernels.iter().map(|k| {
-                let mut cells = vec![
-                    num(fmt_rate(k.per_s), 8),
-                    num(format!("{:.1}%", k.share * 100.0), 6),
-                ];
-                if gpu {
-                    cells.push(num(
-                        k.gpu_share
-                            .map_or("-".into(), |s| format!("{:.1}%", s * 100.0)),
-                        6,
-                    ));
-                }
-                cells.extend([
-                    num(dims(k.grid), 11),
-                    num(dims(k.block), 11),
-                    Cell::from(format!(
-                        "{}{}",
-                        // Run through CUDA graphs (all or some of its runs).
-                        if k.graph_per_s > 0.0 { "(graph) " } else { "" },
-                        k.name.as_deref().unwrap_or("(name unknown)")
-                    )),
-                ]);
-                Row::new(cells)
-            });
-            let mut widths = vec![Constraint::Length(8), Constraint::Length(6)];
-            let mut titles = vec![("LAUNCH/s", 8), ("SHARE", 6)];
-            if gpu {
-                // The share of wall time the GPU ran the kernel.
-                widths.push(Constraint::Length(6));
-                titles.push(("GPU", 6));
-            }
-            widths.extend([
-                Constraint::Length(11),
-                Constraint::Length(11),
-                Constraint::Min(10),
-            ]);
-            titles.extend([("GRID", 11), ("BLOCK", 11), ("KERNEL", 0)]);
-            let header = head(&titles);
-            (
-                Table::new(body, widths).header(header),
-                d.kernels.is_empty(),
-            )
-        }
-        Pane::Nccl => {
-            let body = d.nccl.iter().map(|n| {
-                let ranks = match n.ranks {
-                    Some((Some(r), n)) => format!("{r}/{n}"),
-                    Some((None, n)) => format!("?/{n}"),
-                    None => "-".into(),
-                };
-                Row::new(vec![
-                    Cell::from(n.op.name()),
-                    num(format!("{:#x}", n.comm), 14),
-                    num(ranks, 6),
-                    num(fmt_rate(n.per_s), 7),
-                    num(fmt_bytes_short(n.bytes_per_s), 8),
-                    num(fmt_bytes_short(n.avg_bytes), 8),
-                ])
-            });
-            let widths = [
-                Constraint::Min(13),
-                Constraint::Length(14),
-                Constraint::Length(6),
-                Constraint::Length(7),
-                Constraint::Length(8),
-                Constraint::Length(8),
-            ];
-            let header = head(&[
-                ("OPERATION", 0),
-                ("COMM", 14),
-                ("RANKS", 6),
-                ("OPS/s", 7),
-                ("B/s", 8),
-                ("AVG SIZE", 8),
-            ]);
-            (Table::new(body, widths).header(header), d.nccl.is_empty())
-        }
+        Pane::Apis | Pane::Processes => api_table(app),
+        Pane::Kernels => kernel_table(d),
+        Pane::Nccl => nccl_table(d),
     };
     if empty {
         let what = match app.detail_pane {
@@ -415,6 +294,144 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
         .highlight_symbol("> ")
         .highlight_spacing(ratatui::widgets::HighlightSpacing::Always);
     frame.render_stateful_widget(table, area, &mut state);
+}
+
+/// A right-aligned cell `w` wide.
+fn num(s: String, w: usize) -> Cell<'static> {
+    Cell::from(format!("{s:>w$}"))
+}
+
+/// A header row: titles right-aligned to their width (0: left, free).
+fn head(cells: &[(&'static str, usize)]) -> Row<'static> {
+    Row::new(cells.iter().map(|(t, w)| {
+        if *w == 0 {
+            Cell::from(*t)
+        } else {
+            Cell::from(format!("{t:>w$}", w = *w))
+        }
+    }))
+    .style(HEADER)
+}
+
+/// The APIs pane: calls per second and latency percentiles; and whether
+/// it is empty.
+fn api_table(app: &App) -> (Table<'static>, bool) {
+    let rows = app.api_rows();
+    let body = rows.iter().map(|r| {
+        let name = if r.failed > 0 {
+            format!("{} ({} failed)", r.name, r.failed)
+        } else {
+            r.name.to_string()
+        };
+        Row::new(vec![
+            Cell::from(name),
+            num(fmt_rate(r.calls_per_s), 8),
+            num(fmt_opt_ns(r.p50), 9),
+            num(fmt_opt_ns(r.p95), 9),
+            num(fmt_opt_ns(r.p99), 9),
+            num(fmt_opt_ns(r.max), 9),
+        ])
+    });
+    let widths = [
+        Constraint::Min(16),
+        Constraint::Length(8),
+        Constraint::Length(9),
+        Constraint::Length(9),
+        Constraint::Length(9),
+        Constraint::Length(9),
+    ];
+    let header = head(&[
+        ("API", 0),
+        ("CALLS/s", 8),
+        ("P50", 9),
+        ("P95", 9),
+        ("P99", 9),
+        ("MAX", 9),
+    ]);
+    (Table::new(body, widths).header(header), rows.is_empty())
+}
+
+/// The kernels pane: launches per second, share, GPU share, grid, block.
+fn kernel_table(d: &Detail) -> (Table<'static>, bool) {
+    let gpu = d.kernels.iter().any(|k| k.gpu_share.is_some());
+    let body = d.kernels.iter().map(|k| {
+        let mut cells = vec![
+            num(fmt_rate(k.per_s), 8),
+            num(format!("{:.1}%", k.share * 100.0), 6),
+        ];
+        if gpu {
+            cells.push(num(
+                k.gpu_share
+                    .map_or("-".into(), |s| format!("{:.1}%", s * 100.0)),
+                6,
+            ));
+        }
+        cells.extend([
+            num(dims(k.grid), 11),
+            num(dims(k.block), 11),
+            Cell::from(format!(
+                "{}{}",
+                // Run through CUDA graphs (all or some of its runs).
+                if k.graph_per_s > 0.0 { "(graph) " } else { "" },
+                k.name.as_deref().unwrap_or("(name unknown)")
+            )),
+        ]);
+        Row::new(cells)
+    });
+    let mut widths = vec![Constraint::Length(8), Constraint::Length(6)];
+    let mut titles = vec![("LAUNCH/s", 8), ("SHARE", 6)];
+    if gpu {
+        // The share of wall time the GPU ran the kernel.
+        widths.push(Constraint::Length(6));
+        titles.push(("GPU", 6));
+    }
+    widths.extend([
+        Constraint::Length(11),
+        Constraint::Length(11),
+        Constraint::Min(10),
+    ]);
+    titles.extend([("GRID", 11), ("BLOCK", 11), ("KERNEL", 0)]);
+    let header = head(&titles);
+    (
+        Table::new(body, widths).header(header),
+        d.kernels.is_empty(),
+    )
+}
+
+/// The NCCL pane: operations per communicator, rates and sizes.
+fn nccl_table(d: &Detail) -> (Table<'static>, bool) {
+    let body = d.nccl.iter().map(|n| {
+        let ranks = match n.ranks {
+            Some((Some(r), n)) => format!("{r}/{n}"),
+            Some((None, n)) => format!("?/{n}"),
+            None => "-".into(),
+        };
+        Row::new(vec![
+            Cell::from(n.op.name()),
+            num(format!("{:#x}", n.comm), 14),
+            num(ranks, 6),
+            num(fmt_rate(n.per_s), 7),
+            num(fmt_bytes_short(n.bytes_per_s), 8),
+            num(fmt_bytes_short(n.avg_bytes), 8),
+        ])
+    });
+    let widths = [
+        Constraint::Min(13),
+        Constraint::Length(14),
+        Constraint::Length(6),
+        Constraint::Length(7),
+        Constraint::Length(8),
+        Constraint::Length(8),
+    ];
+    let header = head(&[
+        ("OPERATION", 0),
+        ("COMM", 14),
+        ("RANKS", 6),
+        ("OPS/s", 7),
+        ("B/s", 8),
+        ("AVG SIZE", 8),
+    ]);
+    (Table::new(body, widths).header(header), d.nccl.is_empty())
 }
 
 /// The lines of an API's top call sites.

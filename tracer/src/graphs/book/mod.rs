@@ -215,11 +215,42 @@ impl GraphBook {
     fn apply(&mut self, call: &GraphCall, ret: Option<i64>, env: &dyn GraphEnv) {
         let ok = ret.is_none_or(|r| r == 0);
         match call {
-            GraphCall::EndCapture { stream, .. } if !ok => {
-                if ret != Some(WRONG_THREAD) {
-                    if let Some(c) = self.captures.end(*stream) {
-                        self.drop_synthetic(c.graph);
-                    }
+            GraphCall::BeginCapture { .. }
+            | GraphCall::EndCapture { .. }
+            | GraphCall::CaptureStatus { .. } => self.apply_capture(call, ret, env),
+            _ if !ok => {}
+            GraphCall::Create { graph: Some(g) } => {
+                self.remove_graph(*g);
+                self.new_graph(Some(*g), true);
+            }
+            GraphCall::AddNode {
+                graph,
+                node: Some(n),
+                spec,
+            } => {
+                let id = self.graph_or_unknown(*graph);
+                let child = self.child_of(spec);
+                self.push(id, Some(*n), spec.clone(), child);
+            }
+            GraphCall::SetNode { .. }
+            | GraphCall::Clone { clone: Some(_), .. }
+            | GraphCall::FindInClone { node: Some(_), .. }
+            | GraphCall::ChildGraph { graph: Some(_), .. }
+            | GraphCall::DestroyNode { .. } => self.apply_node(call),
+            GraphCall::Destroy { graph } => self.remove_graph(*graph),
+            call => self.apply_exec(call),
+        }
+    }
+
+    /// Stream capture: begun, ended (or failed to end), its status asked.
+    fn apply_capture(&mut self, call: &GraphCall, ret: Option<i64>, env: &dyn GraphEnv) {
+        let ok = ret.is_none_or(|r| r == 0);
+        match call {
+            // Failed to end: the capture is over, unless the call came
+            // from another thread than the one capturing.
+            GraphCall::EndCapture { stream, .. } if !ok && ret != Some(WRONG_THREAD) => {
+                if let Some(c) = self.captures.end(*stream) {
+                    self.drop_synthetic(c.graph);
                 }
             }
             _ if !ok => {}
@@ -270,19 +301,14 @@ impl GraphBook {
                 Some(0) => self.captures.not_capturing(*stream),
                 _ => {}
             },
-            GraphCall::Create { graph: Some(g) } => {
-                self.remove_graph(*g);
-                self.new_graph(Some(*g), true);
-            }
-            GraphCall::AddNode {
-                graph,
-                node: Some(n),
-                spec,
-            } => {
-                let id = self.graph_or_unknown(*graph);
-                let child = self.child_of(spec);
-                self.push(id, Some(*n), spec.clone(), child);
-            }
+            _ => {}
+        }
+    }
+
+    /// Changes to a graph's nodes: set, cloned, found in a clone, a child
+    /// graph, destroyed.
+    fn apply_node(&mut self, call: &GraphCall) {
+        match call {
             GraphCall::SetNode { node, spec } => match self.find(*node) {
                 Some((g, i)) => {
                     let child = self.child_of(spec);
@@ -348,8 +374,7 @@ impl GraphBook {
                 }
                 None => self.taint_anonymous(),
             },
-            GraphCall::Destroy { graph } => self.remove_graph(*graph),
-            call => self.apply_exec(call),
+            _ => {}
         }
     }
 

@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use crate::outputs::metrics::seconds;
 use crate::outputs::metrics::Metrics;
 use crate::outputs::metrics::ProcessSeries;
 use crate::outputs::metrics::BUCKETS_NS;
@@ -365,17 +366,6 @@ fn graph_kernels(o: &mut String, p: &ProcessSeries) {
 fn header(o: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(o, "# HELP {name} {help}");
     let _ = writeln!(o, "# TYPE {name} {kind}");
-}
-
-/// Nanoseconds as decimal seconds, exactly (no float rounding: `0.0000025`).
-pub(super) fn seconds(ns: u128) -> String {
-    let whole = ns / 1_000_000_000;
-    let frac = ns % 1_000_000_000;
-    if frac == 0 {
-        return whole.to_string();
-    }
-    let digits = format!("{frac:09}");
-    format!("{whole}.{}", digits.trim_end_matches('0'))
 }
 
 #[cfg(test)]

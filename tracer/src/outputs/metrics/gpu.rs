@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::model::gpu::{GpuOp, GpuWork};
-use crate::outputs::metrics::exposition::seconds;
+use crate::outputs::metrics::seconds;
 use crate::outputs::metrics::{escape_into, ProcessSeries};
 use crate::summary::gpu::Busy;
 

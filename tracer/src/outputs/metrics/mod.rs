@@ -377,3 +377,14 @@ fn release_free_memory() {
 
 #[cfg(test)]
 mod tests;
+
+/// Nanoseconds as decimal seconds, exactly (no float rounding: `0.0000025`).
+fn seconds(ns: u128) -> String {
+    let whole = ns / 1_000_000_000;
+    let frac = ns % 1_000_000_000;
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let digits = format!("{frac:09}");
+    format!("{whole}.{}", digits.trim_end_matches('0'))
+}

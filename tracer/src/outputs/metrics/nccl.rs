@@ -20,7 +20,7 @@ use crate::model::nccl::Func;
 use crate::model::nccl::NcclStall;
 use crate::model::nccl::StallEnded;
 use crate::nccl::hash::format_comm_id;
-use crate::outputs::metrics::exposition::seconds;
+use crate::outputs::metrics::seconds;
 use crate::outputs::metrics::BUCKETS_NS;
 
 /// Communicators with series at once.
@@ -161,13 +161,13 @@ impl NcclMetrics {
     /// The NCCL families; `now_ns`: the wall clock (Unix ns), for how long
     /// a stall has lasted.
     pub(super) fn render(&self, o: &mut String, now_ns: u64) {
-        let labels = |id: u64, c: &CommSeries, rank: u32| {
-            format!(
-                "comm_id=\"{}\",rank=\"{rank}\",nranks=\"{}\"",
-                format_comm_id(id),
-                c.nranks
-            )
-        };
+        self.render_ranks(o);
+        self.render_skew(o);
+        self.render_per_rank(o, now_ns);
+    }
+
+    /// Each rank: who it is, its collectives, its last sequence numbers.
+    fn render_ranks(&self, o: &mut String) {
         header(
             o,
             "gputrace_nccl_rank_info",
@@ -223,6 +223,10 @@ impl NcclMetrics {
                 }
             }
         }
+    }
+
+    /// The arrival skew of each communicator's collectives.
+    fn render_skew(&self, o: &mut String) {
         header(
             o,
             "gputrace_nccl_arrival_skew_seconds",
@@ -260,6 +264,10 @@ impl NcclMetrics {
                 c.skew_count
             );
         }
+    }
+
+    /// Who came last, the delay it caused, stalls, stuck calls: per rank.
+    fn render_per_rank(&self, o: &mut String, now_ns: u64) {
         type Value = fn(&RankSeries, u64) -> String;
         let per_rank: [(&str, &str, &str, Value); 5] = [
             (
@@ -307,6 +315,15 @@ impl NcclMetrics {
             }
         }
     }
+}
+
+/// The labels of one rank of a communicator.
+fn labels(id: u64, c: &CommSeries, rank: u32) -> String {
+    format!(
+        "comm_id=\"{}\",rank=\"{rank}\",nranks=\"{}\"",
+        format_comm_id(id),
+        c.nranks
+    )
 }
 
 fn header(o: &mut String, name: &str, kind: &str, help: &str) {

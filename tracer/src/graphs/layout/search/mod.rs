@@ -92,6 +92,10 @@ fn walk(mem: &dyn Mem, p: &Path, count: Option<CountField>, exec: u64, max: usiz
     l.walk(mem, exec, max).map(|w| w.slots).unwrap_or_default()
 }
 
+/// A hit that still reads as one of A's functions: the offsets from the
+/// handle, the function offset, the node, the block.
+type HitPath = (Vec<i32>, i32, usize, usize);
+
 /// Candidate paths from the hits.
 fn derive(
     mem: &dyn Mem,
@@ -100,11 +104,7 @@ fn derive(
     hits: &[Hit],
     deadline: Instant,
 ) -> Vec<Path> {
-    let mut out: Vec<Path> = Vec::new();
-    let nk = a.kernels.len();
-    // Each hit that still reads as one of A's functions: the offsets from
-    // the handle, the function offset, the node, the block.
-    let paths: Vec<(Vec<i32>, i32, usize, usize)> = hits
+    let paths: Vec<HitPath> = hits
         .iter()
         .filter_map(|h| {
             let f = mem.u64_at(add(blocks[h.block].addr, h.off)?)?;
@@ -112,11 +112,18 @@ fn derive(
             Some((path_of(blocks, h.block), h.off, node, h.block))
         })
         .collect();
-    // Arrays: the paths of every node, equal but in one offset. Grouped by
-    // the path with that offset left out.
+    let mut out = arrays(&paths, a.kernels.len());
+    lists(mem, a, blocks, &paths, deadline, &mut out);
+    out
+}
+
+/// Arrays: the paths of every node, equal but in one offset.
+fn arrays(paths: &[HitPath], nk: usize) -> Vec<Path> {
+    let mut out: Vec<Path> = Vec::new();
+    // Grouped by the path with that offset left out.
     type Group = (HashSet<usize>, i64, i32);
     let mut groups: HashMap<(Vec<i32>, usize), Group> = HashMap::new();
-    for (pa, fa, node, _) in &paths {
+    for (pa, fa, node, _) in paths {
         let full: Vec<i32> = pa.iter().copied().chain([*fa]).collect();
         for diff in 0..full.len() {
             let mut key = full.clone();
@@ -153,10 +160,23 @@ fn derive(
             out.push(p);
         }
     }
-    // Lists: an element on a hit's path whose link reaches every node.
+    out
+}
+
+/// Lists: an element on a hit's path whose link reaches every node (added
+/// to `out` where new).
+fn lists(
+    mem: &dyn Mem,
+    a: &KnownGraph,
+    blocks: &[Block],
+    paths: &[HitPath],
+    deadline: Instant,
+    out: &mut Vec<Path>,
+) {
+    let nk = a.kernels.len();
     let mut elems: Vec<(u64, Vec<i32>, Vec<i32>, i32)> = Vec::new();
     let mut seen = HashSet::new();
-    for (pa, fa, _, block) in &paths {
+    for (pa, fa, _, block) in paths {
         for level in 1..=pa.len() {
             let mut b = *block;
             for _ in level..pa.len() {
@@ -211,7 +231,6 @@ fn derive(
             }
         }
     }
-    out
 }
 
 /// Other ways to the same list or array: every word, in the blocks near
@@ -420,54 +439,7 @@ pub(crate) fn search(
     }
     let mut paths = derive(mem, a, &blocks, &hits, deadline);
     if crate::log::debug_enabled() {
-        crate::log::say_raw(format_args!(
-            "blocks {} hits {} derived {}",
-            blocks.len(),
-            hits.len(),
-            paths.len()
-        ));
-        for p in paths
-            .iter()
-            .filter(|p| matches!(p.walk, Walk::List { .. }))
-            .take(30)
-        {
-            crate::log::say_raw(format_args!("  {p:?} fields {:?}", fields(mem, p, a)));
-        }
-        let plan = mem.u64_at(a.exec + 32).unwrap_or(0);
-        let r0 = mem.u64_at(plan + 24).unwrap_or(0);
-        crate::log::say_raw(format_args!(
-            "exec {:#x} plan {:#x} (rel {}) r0 {:#x} (rel {})",
-            a.exec,
-            plan,
-            plan as i64 - a.exec as i64,
-            r0,
-            r0 as i64 - a.exec as i64
-        ));
-        for (i, b) in blocks.iter().enumerate() {
-            if b.addr == plan || b.addr == r0 {
-                crate::log::say_raw(format_args!(
-                    "  block {i} {:#x} depth {} path {:?}",
-                    b.addr,
-                    b.depth,
-                    path_of(&blocks, i)
-                ));
-            }
-        }
-        for k in &a.kernels {
-            crate::log::say_raw(format_args!("  func {:#x}", k.func));
-        }
-        crate::log::say_raw(format_args!(
-            "  r0+48 = {:?}",
-            mem.u64_at(r0 + 48).map(|v| format!("{v:#x}"))
-        ));
-        for h in hits.iter().take(40) {
-            crate::log::say_raw(format_args!(
-                "  hit {:?} @{} depth {}",
-                path_of(&blocks, h.block),
-                h.off,
-                blocks[h.block].depth
-            ));
-        }
+        debug_dump(mem, a, &blocks, &hits, &paths);
     }
     paths.retain(|p| fields(mem, p, a).is_some());
     let alt = alternatives(mem, a, &blocks, &paths);
@@ -544,6 +516,59 @@ pub(crate) fn search(
             paths.len()
         )
     })
+}
+
+/// `GPUTRACE_DEBUG`: what the search found, for a developer looking at a
+/// libcuda build it fails on.
+fn debug_dump(mem: &dyn Mem, a: &KnownGraph, blocks: &[Block], hits: &[Hit], paths: &[Path]) {
+    crate::log::say_raw(format_args!(
+        "blocks {} hits {} derived {}",
+        blocks.len(),
+        hits.len(),
+        paths.len()
+    ));
+    for p in paths
+        .iter()
+        .filter(|p| matches!(p.walk, Walk::List { .. }))
+        .take(30)
+    {
+        crate::log::say_raw(format_args!("  {p:?} fields {:?}", fields(mem, p, a)));
+    }
+    let plan = mem.u64_at(a.exec + 32).unwrap_or(0);
+    let r0 = mem.u64_at(plan + 24).unwrap_or(0);
+    crate::log::say_raw(format_args!(
+        "exec {:#x} plan {:#x} (rel {}) r0 {:#x} (rel {})",
+        a.exec,
+        plan,
+        plan as i64 - a.exec as i64,
+        r0,
+        r0 as i64 - a.exec as i64
+    ));
+    for (i, b) in blocks.iter().enumerate() {
+        if b.addr == plan || b.addr == r0 {
+            crate::log::say_raw(format_args!(
+                "  block {i} {:#x} depth {} path {:?}",
+                b.addr,
+                b.depth,
+                path_of(blocks, i)
+            ));
+        }
+    }
+    for k in &a.kernels {
+        crate::log::say_raw(format_args!("  func {:#x}", k.func));
+    }
+    crate::log::say_raw(format_args!(
+        "  r0+48 = {:?}",
+        mem.u64_at(r0 + 48).map(|v| format!("{v:#x}"))
+    ));
+    for h in hits.iter().take(40) {
+        crate::log::say_raw(format_args!(
+            "  hit {:?} @{} depth {}",
+            path_of(blocks, h.block),
+            h.off,
+            blocks[h.block].depth
+        ));
+    }
 }
 
 /// Best first: mixed graphs read, a count to check reads against, no

@@ -20,6 +20,7 @@ use std::fmt::Write as _;
 use serde_json::{Map, Value};
 
 use crate::model::call::*;
+use crate::schema::fields::ArgFields;
 
 /// Where the annotations of one event go (the writer interns and encodes).
 pub(super) trait AnnotationSink {
@@ -84,118 +85,60 @@ pub(super) fn parse_launch_text(s: &str, args: &mut Map<String, Value>) -> Optio
     Some(())
 }
 
-fn opt_pointer(s: &mut impl AnnotationSink, name: &'static str, v: Option<u64>) {
-    if let Some(v) = v {
-        s.pointer(name, v);
-    }
-}
-
-/// Work recorded by a stream capture (not run): as in JSONL,
-/// `"captured":true,"capture":N`.
-fn captured(s: &mut impl AnnotationSink, capture: Option<u64>) {
-    if let Some(n) = capture {
-        s.json("captured", &Value::Bool(true));
-        s.uint("capture", n);
-    }
-}
-
-/// Sends the annotations of `args` to `s`.
+/// Sends the annotations of `args` to `s`: the fields
+/// [`crate::schema::fields::visit`] names, a field whose value is unknown
+/// left out.
 pub(super) fn annotate(args: &Args, s: &mut impl AnnotationSink) {
-    match args {
-        Args::Launch(l) => {
-            s.launch(l);
-            captured(s, l.captured);
+    crate::schema::fields::visit(args, &mut Annotations(s));
+}
+
+struct Annotations<'a, S>(&'a mut S);
+
+impl<S: AnnotationSink> ArgFields for Annotations<'_, S> {
+    fn hex(&mut self, key: &'static str, v: u64) {
+        self.0.pointer(key, v);
+    }
+    fn opt_hex(&mut self, key: &'static str, v: Option<u64>) {
+        if let Some(v) = v {
+            self.0.pointer(key, v);
         }
-        // A graph launch and the graph APIs' many shapes: their JSON
-        // arguments, as in JSONL, in one `args` annotation the reader merges.
-        // A launch lists what it runs (its nodes), read back by `stats`.
-        Args::Graph(g) => {
-            let mut json = String::new();
-            crate::graphs::json::write_launch_with_nodes(&mut json, g);
-            s.string("args", &json);
+    }
+    fn uint(&mut self, key: &'static str, v: u64) {
+        self.0.uint(key, v);
+    }
+    fn name(&mut self, key: &'static str, v: &str) {
+        self.0.string(key, v);
+    }
+    fn opt_text(&mut self, key: &'static str, v: Option<&str>) {
+        if let Some(v) = v {
+            self.0.string(key, v);
         }
-        Args::GraphApi(g) => {
-            let mut json = String::new();
-            crate::graphs::json::write_call(&mut json, g);
-            s.string("args", &json);
+    }
+    fn launch(&mut self, l: &Launch) {
+        self.0.launch(l);
+    }
+    /// As in JSONL, `"captured":true,"capture":N`.
+    fn captured(&mut self, capture: Option<u64>) {
+        if let Some(n) = capture {
+            self.0.json("captured", &Value::Bool(true));
+            self.0.uint("capture", n);
         }
-        Args::Alloc(a) => {
-            opt_pointer(s, "dptr", a.dptr);
-            s.uint("bytes", a.bytes);
-            s.string("kind", a.kind.name());
-            opt_pointer(s, "stream", a.stream);
-            if let Some(p) = a.pitch {
-                s.uint("pitch", p);
-            }
+    }
+    /// A graph launch, the graph APIs' many shapes and NCCL calls with
+    /// their communicator's identity: their JSON arguments, as in JSONL, in
+    /// one `args` annotation the reader merges. A graph launch lists what
+    /// it runs (its nodes), read back by `stats`.
+    fn feature(&mut self, args: &Args) {
+        let mut json = String::new();
+        match args {
+            Args::Graph(g) => crate::graphs::json::write_launch_with_nodes(&mut json, g),
+            _ => crate::schema::write::write_feature(&mut json, args),
         }
-        Args::Free { dptr, stream } => {
-            s.pointer("dptr", *dptr);
-            opt_pointer(s, "stream", *stream);
-        }
-        Args::MemCreate { handle, bytes } => {
-            opt_pointer(s, "handle", *handle);
-            s.uint("bytes", *bytes);
-        }
-        Args::MemRelease { handle } => s.pointer("handle", *handle),
-        Args::MemMap { ptr, bytes, handle } => {
-            s.pointer("ptr", *ptr);
-            s.uint("bytes", *bytes);
-            s.pointer("handle", *handle);
-        }
-        Args::MemUnmap { ptr, bytes } => {
-            s.pointer("ptr", *ptr);
-            s.uint("bytes", *bytes);
-        }
-        Args::Memcpy(m) => {
-            s.pointer("dst", m.dst);
-            opt_pointer(s, "src", m.src);
-            s.uint("bytes", m.bytes);
-            s.string("direction", m.direction.name());
-            opt_pointer(s, "stream", m.stream);
-            if let Some(v) = m.value {
-                s.uint("value", v);
-            }
-            captured(s, m.captured);
-        }
-        Args::Sync { stream, event } => {
-            opt_pointer(s, "stream", *stream);
-            opt_pointer(s, "event", *event);
-        }
-        Args::GetFunction {
-            handle,
-            name,
-            parent,
-            kind,
-        } => {
-            let (h, p) = kind.labels();
-            opt_pointer(s, h, *handle);
-            if let Some(n) = name {
-                s.string("name", n);
-            }
-            s.pointer(p, *parent);
-        }
-        Args::KernelGetFunction { function, kernel } => {
-            opt_pointer(s, "function", *function);
-            s.pointer("kernel", *kernel);
-        }
-        Args::Unload { handle } => s.pointer("handle", *handle),
-        // NCCL calls carry their communicator's identity and sequence
-        // number: their JSON arguments, as in JSONL (read back whole).
-        a @ (Args::Nccl(_) | Args::CommInit { .. } | Args::CommSplit { .. }) => {
-            let mut json = String::new();
-            crate::schema::write::write_args(&mut json, a);
-            s.string("args", &json);
-        }
-        Args::NcclGroup => {}
-        Args::CommEnd { comm } => s.pointer("comm", *comm),
-        Args::RuntimeLaunch { func, stream } => {
-            s.pointer("func", *func);
-            opt_pointer(s, "stream", *stream);
-        }
-        Args::Other(map) => {
-            for (k, v) in map {
-                s.json(k, v);
-            }
+        self.0.string("args", &json);
+    }
+    fn other(&mut self, map: &Map<String, Value>) {
+        for (k, v) in map {
+            self.0.json(k, v);
         }
     }
 }

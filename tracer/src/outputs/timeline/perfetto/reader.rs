@@ -285,27 +285,7 @@ impl<R: Read> PerfettoReader<R> {
     fn step(&mut self, p: TracePacket) -> Step {
         let seq_id = p.trusted_packet_sequence_id.unwrap_or(0);
         if let Some(attrs) = &p.trace_attributes {
-            for a in &attrs.attribute {
-                match a.key.as_deref() {
-                    Some(FORMAT_KEY) => {
-                        let v = a.long_value.unwrap_or(0);
-                        if v > FORMAT_VERSION {
-                            return Err(format!(
-                                "written by a newer gputrace (format {v}; this one reads {FORMAT_VERSION})"
-                            ));
-                        }
-                        self.header = true;
-                    }
-                    Some(SUMMARY_KEY) => {
-                        let s = a.string_value.as_deref().unwrap_or("");
-                        self.summary = Some(
-                            serde_json::from_str(s)
-                                .map_err(|e| format!("the summary is not valid JSON: {e}"))?,
-                        );
-                    }
-                    _ => {}
-                }
-            }
+            self.attributes(attrs)?;
         }
         if !self.header
             && (p.track_event.is_some()
@@ -318,54 +298,13 @@ impl<R: Read> PerfettoReader<R> {
             self.descriptor(d)?;
         }
         let seq = self.sequences.entry(seq_id).or_default();
-        if p.sequence_flags.unwrap_or(0) & SEQ_INCREMENTAL_STATE_CLEARED != 0 {
-            *seq = SequenceState::default();
-        }
-        if let Some(d) = &p.trace_packet_defaults {
-            seq.delta_default = d.timestamp_clock_id == Some(CLOCK_INCREMENTAL);
-            seq.track = d.track_event_defaults.as_ref().and_then(|t| t.track_uuid);
-        }
-        if let Some(i) = &p.interned_data {
-            intern(seq, i)?;
-        }
-        if let Some(cs) = &p.clock_snapshot {
-            let real = cs
-                .clocks
-                .iter()
-                .find(|c| c.clock_id == Some(CLOCK_REALTIME))
-                .and_then(|c| c.timestamp);
-            if let Some(delta) = cs
-                .clocks
-                .iter()
-                .find(|c| c.clock_id == Some(CLOCK_INCREMENTAL) && c.is_incremental == Some(true))
-            {
-                let v = delta.timestamp.unwrap_or(0);
-                let real = real.ok_or("a clock snapshot without REALTIME")?;
-                seq.clock = Some((v, real.wrapping_sub(v)));
-            }
+        if sequence_state(seq, &p)? {
             return Ok(None);
         }
         let Some(te) = &p.track_event else {
             return Ok(None);
         };
-        let ts = match (p.timestamp, p.timestamp_clock_id) {
-            (None, _) => return Err("a track event without a timestamp".into()),
-            (Some(t), Some(CLOCK_REALTIME)) => t,
-            (Some(t), None) if !seq.delta_default => t,
-            (Some(d), None | Some(CLOCK_INCREMENTAL)) => {
-                let (v, off) = seq
-                    .clock
-                    .as_mut()
-                    .ok_or("a delta timestamp before its clock snapshot")?;
-                *v = v.wrapping_add(d);
-                v.wrapping_add(*off)
-            }
-            (Some(_), Some(c)) => {
-                return Err(format!(
-                    "timestamp on clock {c}, which gputrace does not write"
-                ))
-            }
-        };
+        let ts = timestamp(seq, &p)?;
         let kind = te.r#type.unwrap_or(0);
         if kind == TYPE_COUNTER {
             return Ok(None);
@@ -393,6 +332,37 @@ impl<R: Read> PerfettoReader<R> {
             }
             return Ok(None);
         }
+        self.slice(seq_id, track, te, kind, ts)
+    }
+
+    /// The file's own attributes: its format version, the summary.
+    fn attributes(&mut self, attrs: &TraceAttributes) -> Result<(), String> {
+        for a in &attrs.attribute {
+            match a.key.as_deref() {
+                Some(FORMAT_KEY) => {
+                    let v = a.long_value.unwrap_or(0);
+                    if v > FORMAT_VERSION {
+                        return Err(format!(
+                            "written by a newer gputrace (format {v}; this one reads {FORMAT_VERSION})"
+                        ));
+                    }
+                    self.header = true;
+                }
+                Some(SUMMARY_KEY) => {
+                    let s = a.string_value.as_deref().unwrap_or("");
+                    self.summary = Some(
+                        serde_json::from_str(s)
+                            .map_err(|e| format!("the summary is not valid JSON: {e}"))?,
+                    );
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A slice's begin, end or instant on a call's track.
+    fn slice(&mut self, seq_id: u32, track: u64, te: &TrackEvent, kind: i32, ts: u64) -> Step {
         match kind {
             TYPE_SLICE_BEGIN | TYPE_INSTANT => {
                 let call = self.begin(seq_id, track, te, kind == TYPE_INSTANT)?;
@@ -613,6 +583,63 @@ impl<R: Read> PerfettoReader<R> {
         }
         Ok(c)
     }
+}
+
+/// A packet's changes to its sequence's state: cleared, defaults,
+/// interned data, a clock snapshot (true: the packet was one, nothing
+/// more in it is read).
+fn sequence_state(seq: &mut SequenceState, p: &TracePacket) -> Result<bool, String> {
+    if p.sequence_flags.unwrap_or(0) & SEQ_INCREMENTAL_STATE_CLEARED != 0 {
+        *seq = SequenceState::default();
+    }
+    if let Some(d) = &p.trace_packet_defaults {
+        seq.delta_default = d.timestamp_clock_id == Some(CLOCK_INCREMENTAL);
+        seq.track = d.track_event_defaults.as_ref().and_then(|t| t.track_uuid);
+    }
+    if let Some(i) = &p.interned_data {
+        intern(seq, i)?;
+    }
+    if let Some(cs) = &p.clock_snapshot {
+        let real = cs
+            .clocks
+            .iter()
+            .find(|c| c.clock_id == Some(CLOCK_REALTIME))
+            .and_then(|c| c.timestamp);
+        if let Some(delta) = cs
+            .clocks
+            .iter()
+            .find(|c| c.clock_id == Some(CLOCK_INCREMENTAL) && c.is_incremental == Some(true))
+        {
+            let v = delta.timestamp.unwrap_or(0);
+            let real = real.ok_or("a clock snapshot without REALTIME")?;
+            seq.clock = Some((v, real.wrapping_sub(v)));
+        }
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// A track event's timestamp, Unix ns.
+fn timestamp(seq: &mut SequenceState, p: &TracePacket) -> Result<u64, String> {
+    let ts = match (p.timestamp, p.timestamp_clock_id) {
+        (None, _) => return Err("a track event without a timestamp".into()),
+        (Some(t), Some(CLOCK_REALTIME)) => t,
+        (Some(t), None) if !seq.delta_default => t,
+        (Some(d), None | Some(CLOCK_INCREMENTAL)) => {
+            let (v, off) = seq
+                .clock
+                .as_mut()
+                .ok_or("a delta timestamp before its clock snapshot")?;
+            *v = v.wrapping_add(d);
+            v.wrapping_add(*off)
+        }
+        (Some(_), Some(c)) => {
+            return Err(format!(
+                "timestamp on clock {c}, which gputrace does not write"
+            ))
+        }
+    };
+    Ok(ts)
 }
 
 fn intern(seq: &mut SequenceState, i: &InternedData) -> Result<(), String> {
