@@ -14,7 +14,7 @@
 #     it started: the traced job's step time over the other's.
 # A round's slowdown is the second ratio over the first, so a drift both
 # jobs share cancels, and so does any difference between the two jobs.
-# On the H200 host (paired16) the twins did not drift together: each
+# On the H200 host (bench/results/gpu/budget-twin-jobs-h200-2026-11-23) the twins did not drift together: each
 # issuing thread ran at its own core's pace, ±6% apart from one window to
 # the next, so 8 rounds gave a 95% interval of ±3.5%.
 # BATCH (default 2, the benchmark's 8 over 4) keeps the GPU from being
