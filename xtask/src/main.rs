@@ -124,35 +124,7 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Setup => setup::ensure(),
         Task::Sim => build_sim().map(|_| ()),
-        Task::Demo { args } => {
-            setup::ensure()?;
-            let sim = build_sim()?;
-            run(cargo().args(["build", "--release", "--package", "tracer"]))?;
-            let bin = root().join("target/release/gputrace");
-            println!("$ sudo gputrace {}-- gputrace-workload --threads 2 --launches 5000 --launch-ex 500 --copies 200 --allocs 50 --syncs 20 --nccl 100 --names-after-wait", args.iter().map(|a| format!("{a} ")).collect::<String>());
-            run(Command::new(bin)
-                .args(&args)
-                .arg("--")
-                .arg(sim.join("gputrace-workload"))
-                .args([
-                    "--threads",
-                    "2",
-                    "--launches",
-                    "5000",
-                    "--launch-ex",
-                    "500",
-                    "--copies",
-                    "200",
-                    "--allocs",
-                    "50",
-                    "--syncs",
-                    "20",
-                    "--sync-us",
-                    "500",
-                    "--nccl",
-                    "100",
-                ]))
-        }
+        Task::Demo { args } => demo(&args),
         Task::Bench {
             reps,
             calls,
@@ -234,49 +206,8 @@ fn main() -> Result<()> {
             };
             bench::run(&b, &o)
         }
-        Task::Fuzz { seconds, seed } => {
-            // Debug build: overflow checks turn wrong arithmetic into findings.
-            let mut c = cargo();
-            c.args([
-                "test",
-                "--package",
-                "tracer",
-                "--test",
-                "reader_fuzz",
-                "--",
-                "--nocapture",
-            ])
-            .env("GPUTRACE_FUZZ_SECONDS", seconds.to_string());
-            if let Some(s) = seed {
-                c.env("GPUTRACE_FUZZ_SEED", s.to_string());
-            }
-            run(&mut c)
-        }
-        Task::Test { args } => {
-            setup::ensure()?;
-            build_sim()?;
-            // SAFETY: geteuid has no preconditions.
-            if unsafe { libc_geteuid() } != 0 {
-                bail!("the eBPF integration tests load programs and attach uprobes: run `cargo xtask test` as root");
-            }
-            promtool_rules()?;
-            // The workspace lints (Cargo.toml) as errors: visibility, SAFETY
-            // notes, output through the places made for it.
-            run(cargo().args([
-                "clippy",
-                "--workspace",
-                "--exclude",
-                "tracer-ebpf",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-            ]))?;
-            run(cargo().args(["build", "--package", "tracer"]))?;
-            run(cargo()
-                .args(["test", "--workspace", "--exclude", "tracer-ebpf", "--"])
-                .args(&args))
-        }
+        Task::Fuzz { seconds, seed } => fuzz(seconds, seed),
+        Task::Test { args } => test(&args),
     }
 }
 
@@ -312,4 +243,82 @@ fn promtool_rules() -> Result<()> {
 unsafe extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
+}
+
+/// `cargo xtask demo`: gputrace on the simulated workload, its summary.
+fn demo(args: &[String]) -> Result<()> {
+    setup::ensure()?;
+    let sim = build_sim()?;
+    run(cargo().args(["build", "--release", "--package", "tracer"]))?;
+    let bin = root().join("target/release/gputrace");
+    println!("$ sudo gputrace {}-- gputrace-workload --threads 2 --launches 5000 --launch-ex 500 --copies 200 --allocs 50 --syncs 20 --nccl 100 --names-after-wait", args.iter().map(|a| format!("{a} ")).collect::<String>());
+    run(Command::new(bin)
+        .args(args)
+        .arg("--")
+        .arg(sim.join("gputrace-workload"))
+        .args([
+            "--threads",
+            "2",
+            "--launches",
+            "5000",
+            "--launch-ex",
+            "500",
+            "--copies",
+            "200",
+            "--allocs",
+            "50",
+            "--syncs",
+            "20",
+            "--sync-us",
+            "500",
+            "--nccl",
+            "100",
+        ]))
+}
+
+/// `cargo xtask fuzz`: the timeline readers on mutated inputs.
+fn fuzz(seconds: f64, seed: Option<u64>) -> Result<()> {
+    // Debug build: overflow checks turn wrong arithmetic into findings.
+    let mut c = cargo();
+    c.args([
+        "test",
+        "--package",
+        "tracer",
+        "--test",
+        "reader_fuzz",
+        "--",
+        "--nocapture",
+    ])
+    .env("GPUTRACE_FUZZ_SECONDS", seconds.to_string());
+    if let Some(s) = seed {
+        c.env("GPUTRACE_FUZZ_SEED", s.to_string());
+    }
+    run(&mut c)
+}
+
+/// `cargo xtask test`: the rule tests, clippy as errors, then every test.
+fn test(args: &[String]) -> Result<()> {
+    setup::ensure()?;
+    build_sim()?;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc_geteuid() } != 0 {
+        bail!("the eBPF integration tests load programs and attach uprobes: run `cargo xtask test` as root");
+    }
+    promtool_rules()?;
+    // The workspace lints (Cargo.toml) as errors: visibility, SAFETY
+    // notes, output through the places made for it.
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "tracer-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    run(cargo().args(["build", "--package", "tracer"]))?;
+    run(cargo()
+        .args(["test", "--workspace", "--exclude", "tracer-ebpf", "--"])
+        .args(args))
 }

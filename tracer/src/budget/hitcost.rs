@@ -20,10 +20,10 @@ use crate::catalogue::api_by_name;
 use crate::catalogue::ProbeSelection;
 use crate::config::Config;
 use crate::model::sampling::HitCost;
-use crate::probes::attach::detach_many;
-use crate::probes::attach::Attachment;
-use crate::probes::attach::Link;
 use crate::probes::attach::Probes;
+use crate::probes::links::detach_many;
+use crate::probes::links::Attachment;
+use crate::probes::links::Link;
 use crate::probes::symbols::Prologue;
 
 /// Calls per timed run.

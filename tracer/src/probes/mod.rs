@@ -4,6 +4,7 @@
 
 pub mod attach;
 pub(crate) mod hot;
+pub(crate) mod links;
 pub(crate) mod lost;
 pub(crate) mod multi;
 pub(crate) mod symbols;

@@ -15,11 +15,11 @@ use crate::catalogue::Lib;
 use crate::catalogue::ProbeSelection;
 use crate::host::discover;
 use crate::host::discover::LibraryFile;
-use crate::probes::attach::detach_many;
-use crate::probes::attach::Attachment;
-use crate::probes::attach::Link;
 use crate::probes::attach::Probes;
-use crate::probes::attach::Scope;
+use crate::probes::links::detach_many;
+use crate::probes::links::Attachment;
+use crate::probes::links::Link;
+use crate::probes::links::Scope;
 use crate::probes::symbols::resolve_symbols;
 use crate::probes::symbols::SymbolError;
 

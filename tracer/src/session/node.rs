@@ -27,8 +27,8 @@ use crate::error::Result;
 use crate::host::discover;
 use crate::host::discover::LibraryFile;
 use crate::names::namer::KernelNamer;
-use crate::probes::attach::detach_many;
-use crate::probes::attach::Scope;
+use crate::probes::links::detach_many;
+use crate::probes::links::Scope;
 use crate::session::attacher::Attacher;
 use crate::session::attacher::FileKey;
 

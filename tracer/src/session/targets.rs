@@ -12,7 +12,7 @@ use crate::host::discover;
 use crate::host::privileges;
 use crate::host::spawn::GatedChild;
 use crate::model::Event;
-use crate::probes::attach::Scope;
+use crate::probes::links::Scope;
 use crate::session::attacher::Attacher;
 use crate::session::processes::Processes;
 
