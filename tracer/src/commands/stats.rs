@@ -1,7 +1,9 @@
 //! `gputrace stats FILE`: the live summary, computed again from a timeline
 //! (the reader is `sinks::timeline::read`). Unreadable lines are reported
 //! with their number and what was wrong; what was readable is still
-//! summarised, and the exit code is then 1. `--folded` writes the folded
+//! summarised, and the exit code is then 1. A file cut short (gputrace
+//! killed between two flushes) is summarised up to the cut, said on
+//! stderr, exit 0. `--folded` writes the folded
 //! stacks of a `--stacks` timeline instead (weighted by host time, ns).
 
 use std::fs::File;
@@ -50,7 +52,12 @@ pub(crate) fn run(args: &StatsArgs) -> Result<ExitCode> {
             input.problems.count
         )));
     }
-    if !input.complete {
+    if let Some(why) = &input.cut {
+        crate::say!(
+            "{} was cut short ({why}: gputrace was stopped before it ended the file); the summary covers what it holds before the cut; events lost are unknown",
+            args.file.display()
+        );
+    } else if !input.complete {
         crate::say!(
             "{} has no summary line at its end (cut short?); events lost are unknown",
             args.file.display()
