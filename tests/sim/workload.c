@@ -204,6 +204,7 @@ static struct timespec g_start;      /* written before g_go, read after */
 static const char *usage_text =
     "usage: gputrace-workload [--threads T] [--launches N] [--launch-ex N] [--coop N] [--graphs N] "
     "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--capture-checks N] [--fail N] [--nccl N] [--nccl-config] "
+    "[--pace-us US] [--exit-main] "
     "[--ranks N --rank R [--id-file PATH] [--nccl-init-early] [--nccl-allreduce-only] [--nccl-scalable] "
     "[--split-color C] [--late-ms D [--late-every K]] [--stop-after N] [--nccl-timeout-ms MS] [--cuda-dev N]] [--ptsz] "
     "[--graph-replays R] [--graph-update] [--graphs-before-wait] [--graph-linger-ms N] [--capture-sleep-ms N] "
@@ -390,6 +391,7 @@ static void run_pass(struct worker *w)
         CUfunction f = g_funcs[i % 3];
         if (launch_ptsz) CC(cuLaunchKernel_ptsz(f, 64, 2, 1, 256, 1, 1, 4096, s, params, NULL));
         else CC(cuLaunchKernel(f, 64, 2, 1, 256, 1, 1, 4096, s, params, NULL));
+        if (opt.pace_us) usleep((useconds_t)opt.pace_us);
     }
 
     /* --launch-ex */
@@ -853,6 +855,9 @@ static void parse_args(int argc, char **argv)
         else if (!strcmp(a, "--wait-stdin")) { NO_VALUE(); opt.wait_stdin = 1; }
         else if (!strcmp(a, "--delay-ms")) { opt.delay_ms = parse_u64(a, TAKE_VALUE()); }
         else if (!strcmp(a, "--names-after-wait")) { NO_VALUE(); opt.names_after_wait = 1; }
+        else if (!strcmp(a, "--pace-us")) { opt.pace_us = parse_u64(a, TAKE_VALUE()); }
+        else if (!strcmp(a, "--exit-main")) { NO_VALUE(); opt.exit_main = 1; }
+
         else if (!strcmp(a, "--loop")) { NO_VALUE(); opt.loop = 1; counted_flags++; }
         else if (!strcmp(a, "--duration-ms")) { opt.duration_ms = parse_u64(a, TAKE_VALUE()); opt.have_duration = 1; counted_flags++; }
         else if (!strcmp(a, "--sync-us")) {
@@ -885,6 +890,8 @@ static void parse_args(int argc, char **argv)
         usage_error("%s cannot be combined with --names-after-wait (the graphs need the kernels)", "--graphs-before-wait");
     if (opt.bench && counted_flags)
         usage_error("%s cannot be combined with counted-phase flags, --loop or --duration-ms", "--bench");
+    if (opt.exit_main && opt.bench)
+        usage_error("%s cannot be combined with --bench", "--exit-main");
 }
 
 /* ------------------------------------------------------------------ */
@@ -993,6 +1000,13 @@ int main(int argc, char **argv)
 
     clock_gettime(CLOCK_MONOTONIC, &g_start);
     pthread_barrier_wait(&g_go);
+    /* --exit-main: the workers go on alone; the process ends (status 0)
+     * when the last of them returns. */
+    if (opt.exit_main && !g_skip) {
+        printf("main exits\n");
+        fflush(stdout);
+        pthread_exit(NULL);
+    }
 
     uint64_t total = 0, max_ns = 0, per_thread_calls = 0, cpu_ns = 0;
     for (unsigned t = 0; t < T; t++) {

@@ -36,6 +36,8 @@ struct options {
     int have_calls;
     uint64_t calls;
     int print_handles;
+    uint64_t pace_us;    /* --pace-us: a pause after each --launches launch */
+    int exit_main;       /* --exit-main: the main thread ends (pthread_exit) once the workers run */
 };
 
 /* Kernels the graph section uses, in the order of its expected counts. */

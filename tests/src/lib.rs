@@ -177,6 +177,16 @@ impl Workload {
         drop(stdin);
     }
 
+    /// Releases the counted phase of a workload started with
+    /// `--wait-stdin-end` and waits for its `passes done`: it then stays at
+    /// its end, calling nothing, until the stdin handed back is dropped.
+    pub fn go_and_stay(&mut self) -> ChildStdin {
+        let mut stdin = self.stdin.take().expect("go once");
+        stdin.write_all(b"go\n").unwrap();
+        self.stdout.wait_for("passes done", Duration::from_secs(60));
+        stdin
+    }
+
     /// Waits for the workload to end; returns its status and the lines it
     /// printed after the ready lines.
     pub fn finish_lines(mut self) -> (ExitStatus, Vec<String>) {

@@ -72,3 +72,52 @@ fn escape_sequences_in_names_and_paths_do_not_reach_the_terminal() {
     assert_clean("--all", &said);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Unicode bidirectional controls (a right-to-left override shows what
+/// follows reversed: `w`, U+202E, `gpj.exe` reads as `wexe.jpg`) are escaped like
+/// control characters, in `--print` and in the summary, text or JSON.
+#[test]
+fn bidi_controls_in_names_do_not_reach_the_terminal() {
+    let dir = scratch("hostile-bidi");
+    for f in ["libcuda.so.1", "libnccl.so.2", "libcudart.so.13"] {
+        std::fs::copy(sim_dir().join(f), dir.join(f)).unwrap();
+    }
+    let exe = dir.join("w\u{202e}gpj.exe");
+    std::fs::copy(sim_dir().join("gputrace-workload"), &exe).unwrap();
+    let bidi = |s: &str| {
+        s.chars()
+            .any(|c| matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'))
+    };
+    for summary in ["text", "json"] {
+        let f = run_gputrace(&[
+            "--print",
+            "--summary",
+            summary,
+            "--",
+            exe.to_str().unwrap(),
+            "--launches",
+            "2",
+        ]);
+        assert!(f.status.success(), "{}", f.stderr_text());
+        assert!(f.stdout.contains("cuLaunchKernel"), "{}", f.stdout);
+        assert!(!bidi(&f.stdout), "{summary}: {:?}", f.stdout);
+        assert!(!bidi(&f.stderr_text()), "{:?}", f.stderr_text());
+        // On every --print line, and in the summary's process.
+        let printed: Vec<&str> = f
+            .stdout
+            .lines()
+            .filter(|l| l.contains("] cuLaunchKernel "))
+            .collect();
+        assert_eq!(printed.len(), 2, "{}", f.stdout);
+        assert!(
+            printed.iter().all(|l| l.contains(" w?gpj.exe[")),
+            "{printed:?}"
+        );
+        let lines = printed.len();
+        assert!(
+            f.stdout.matches("w?gpj.exe").count() > lines,
+            "{summary}: {}",
+            f.stdout
+        );
+    }
+}

@@ -212,3 +212,103 @@ fn trace_output_never_follows_a_symlink_nor_overwrites_another_users_file() {
         assert_eq!(of_api(&events, "cuLaunchKernel").len(), 3);
     }
 }
+
+/// A directory of root's reached through a link another user planted in
+/// the shared directory: `SHARED/link` → `PRIVATE` (which holds root's
+/// `config.json`).
+fn planted_dir_link(name: &str) -> (PathBuf, PathBuf) {
+    let (shared, _) = shared_dir(name);
+    let private = shared.parent().unwrap().join("private");
+    std::fs::create_dir_all(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(private.join("config.json"), PRECIOUS).unwrap();
+    let link = shared.join("link");
+    plant_symlink(&private, &link);
+    (link, private)
+}
+
+fn assert_refused_link(f: &Finished, link: &Path) {
+    assert_eq!(f.status.code(), Some(1), "{}", f.stderr_text());
+    assert_eq!(f.stderr.len(), 1, "one line: {:?}", f.stderr);
+    let said = format!("{} is a symbolic link", link.display());
+    assert!(f.stderr[0].contains(&said), "{}", f.stderr[0]);
+}
+
+#[test]
+fn no_file_is_written_through_a_planted_link_in_a_directory_component() {
+    let (link, private) = planted_dir_link("planted-component");
+    let bin = workload_bin();
+    let bin = bin.to_str().unwrap();
+    let target = link.join("config.json");
+    let target = target.to_str().unwrap();
+    let new = link.join("new.jsonl");
+    let new = new.to_str().unwrap();
+    for args in [
+        vec!["--output", target, "--summary", "none"],
+        vec!["--output", new, "--summary", "none"],
+        vec!["--summary", "text", "--summary-file", target],
+        vec!["--summary", "json", "--summary-file", new],
+    ] {
+        let mut all = args.clone();
+        all.extend(["--", bin, "--launches", "3"]);
+        let f = run_gputrace(&all);
+        assert_refused_link(&f, &link);
+        assert_untouched(&private.join("config.json"));
+        assert!(!private.join("new.jsonl").exists(), "{args:?}");
+    }
+
+    // The daemon's output directory, below the link and the link itself.
+    for dir in [link.join("timelines"), link.clone()] {
+        let t = Tracer::spawn(&[
+            "daemon",
+            "--listen",
+            "127.0.0.1:0",
+            "--output-dir",
+            dir.to_str().unwrap(),
+        ]);
+        let f = t.finish(Duration::from_secs(30));
+        assert_refused_link(&f, &link);
+        assert!(
+            f.stderr[0].starts_with("gputrace: --output-dir"),
+            "{}",
+            f.stderr[0]
+        );
+    }
+
+    // The cache: not used (said), nothing made where the link points; the
+    // trace goes on without it.
+    let out = scratch("planted-component-out").join("t.jsonl");
+    let cache = link.join("cache");
+    let f = Tracer::spawn_with_env(
+        &[
+            "--output",
+            out.to_str().unwrap(),
+            "--summary",
+            "none",
+            "--",
+            bin,
+            "--launches",
+            "3",
+        ],
+        &[("GPUTRACE_CACHE_DIR", cache.to_str().unwrap())],
+    )
+    .finish(Duration::from_secs(60));
+    assert!(f.status.success(), "{}", f.stderr_text());
+    let (events, _) = read_jsonl(&out);
+    assert_eq!(of_api(&events, "cuLaunchKernel").len(), 3);
+    let mut names: Vec<_> = std::fs::read_dir(&private)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, vec![std::ffi::OsString::from("config.json")]);
+    assert_untouched(&private.join("config.json"));
+    let said = format!("{} is a symbolic link", link.display());
+    assert!(
+        f.stderr.iter().any(
+            |l| l.starts_with("gputrace: ignoring the calibration cache") && l.contains(&said)
+        ),
+        "{}",
+        f.stderr_text()
+    );
+}

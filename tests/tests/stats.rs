@@ -81,11 +81,13 @@ fn truncated_and_corrupted_files() {
         r#"{"ts_ns":1,"dur_ns":10,"pid":5,"tid":5,"comm":"p","api":"cuStreamSynchronize","ret":0,"args":{"stream":"0x1"}}"#,
         r#"{"ts_ns":2,"dur_ns":20,"pid":5,"tid":5,"comm":"p","api":"cuStreamSynchronize","ret":0,"args":{"stream":"0x1"}}"#,
     ];
+    // Cut inside its last line (gputrace killed as it wrote): what comes
+    // before is summarised, the cut said, exit 0.
     let cut = format!("{}\n{}\n{}", good[0], good[1], &good[0][..50]);
     let path = dir.join("cut.jsonl");
     std::fs::write(&path, cut).unwrap();
     let f = stats(&[path.to_str().unwrap()]);
-    assert_eq!(f.status.code(), Some(1));
+    assert_eq!(f.status.code(), Some(0), "{}", f.stderr_text());
     assert!(
         f.stdout.contains("2 calls"),
         "the readable lines are summarised: {}",
@@ -93,7 +95,19 @@ fn truncated_and_corrupted_files() {
     );
     let err = f.stderr_text();
     assert!(
-        err.contains("cut.jsonl has 1 unreadable line(s), first at line 3: truncated JSON"),
+        err.contains("cut.jsonl was cut short (its last line, 3, ends mid-way"),
+        "{err}"
+    );
+    // A line cut short in the middle of the file is unreadable.
+    let cut = format!("{}\n{}\n{}\n", good[0], &good[0][..50], good[1]);
+    let path = dir.join("cut-inside.jsonl");
+    std::fs::write(&path, cut).unwrap();
+    let f = stats(&[path.to_str().unwrap()]);
+    assert_eq!(f.status.code(), Some(1));
+    assert!(f.stdout.contains("2 calls"), "{}", f.stdout);
+    let err = f.stderr_text();
+    assert!(
+        err.contains("cut-inside.jsonl has 1 unreadable line(s), first at line 2: truncated JSON"),
         "{err}"
     );
 
@@ -123,4 +137,53 @@ fn truncated_and_corrupted_files() {
         "{}",
         f.stderr_text()
     );
+}
+
+/// A crafted file with terminal escapes (`ESC ]0;title BEL`, a C1 CSI) and
+/// bidirectional controls in its command and kernel names: `stats` prints
+/// none of them, in the text summary or the JSON one (there as `\uXXXX`
+/// escapes: the same strings), nor in its messages.
+#[test]
+fn names_in_a_crafted_file_do_not_reach_the_terminal() {
+    let dir = scratch("stats-hostile");
+    let comm = "p\u{1b}]0;owned\u{7}\u{202e}gpj.exe";
+    let kernel = "k\u{1b}[2J\u{9b}31m\u{2066}x\u{200f}";
+    let launch = serde_json::json!({
+        "ts_ns": 1, "dur_ns": 10, "pid": 5, "tid": 5, "comm": comm,
+        "api": "cuLaunchKernel", "ret": 0,
+        "args": {"function": "0x10", "kernel": kernel, "grid": [1, 1, 1],
+                 "block": [32, 1, 1], "shared_mem_bytes": 0, "stream": "0x1"}
+    });
+    let path = dir.join("hostile\u{202e}.jsonl");
+    std::fs::write(&path, format!("{launch}\n{{\"ph\u{1b}[31m\n")).unwrap();
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\n')
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    let text = stats(&[path.to_str().unwrap()]);
+    let json = stats(&[path.to_str().unwrap(), "--format", "json"]);
+    for f in [&text, &json] {
+        assert_eq!(
+            f.status.code(),
+            Some(1),
+            "the bad line: {}",
+            f.stderr_text()
+        );
+        assert!(!f.stdout.contains(unsafe_char), "{:?}", f.stdout);
+        assert!(!f.stderr_text().contains(unsafe_char), "{:?}", f.stderr);
+    }
+    assert!(
+        text.stdout.contains("1 calls") || text.stdout.contains("1 call"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("p?]0;owned??gpj.exe"),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("k?[2J?31m?x?"), "{}", text.stdout);
+    let v: serde_json::Value = serde_json::from_str(json.stdout.trim()).unwrap();
+    assert_eq!(v["processes"][0]["comm"], comm, "{}", json.stdout);
+    assert_eq!(v["total"]["kernels"][0]["name"], kernel, "{}", json.stdout);
 }

@@ -5,7 +5,9 @@
 //! Only root writes there and only results from trusted libraries go in
 //! (`host::trust`): the directory (`/var/cache/gputrace`, or
 //! `GPUTRACE_CACHE_DIR`) must be ours (owned by our effective uid) with no
-//! access for group or others (0700; made so when missing), each file ours
+//! access for group or others (0700; made so when missing, its missing
+//! parents 0755), reached with no symbolic link on the way (`host::dirs`:
+//! a link in any component is refused, not followed), each file ours
 //! with mode 0600 and one link. A cache that is otherwise is ignored (said
 //! once) and never written. Entries are keyed by the SHA-256 of the
 //! library's content (or of the machine, for costs), so a forged build id
@@ -19,13 +21,14 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::host::dirs::{open_dir, Make};
 use crate::host::fd::euid;
 
 /// A cache file larger than this is not read (an entry is ~80 bytes).
@@ -81,10 +84,6 @@ pub(crate) struct Cache {
     place: Place,
     shown: PathBuf,
     said: Cell<bool>,
-}
-
-fn open_dir_nofollow(dir: &Path) -> std::io::Result<File> {
-    crate::host::fd::open(dir, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW)
 }
 
 fn open_at(dir: &File, name: &str, flags: i32, mode: u32) -> std::io::Result<File> {
@@ -144,11 +143,11 @@ impl Cache {
             shown: dir.to_path_buf(),
             said: Cell::new(false),
         };
-        if let Some(parent) = dir.parent() {
-            let _ = std::fs::create_dir_all(parent);
-        }
-        let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
-        let fd = match open_dir_nofollow(dir) {
+        let make = Make {
+            parents: 0o755,
+            last: 0o700,
+        };
+        let fd = match open_dir(dir, Some(make)) {
             Ok(fd) => fd,
             Err(e) => {
                 cache.place = Place::Ignored(format!("{}: {e}", dir.display()));
@@ -359,6 +358,28 @@ mod tests {
         let c = Cache::open(&dir);
         assert!(!c.on_disk());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A symbolic link in a directory above the cache is not followed: the
+    /// cache is not used, and nothing is made where the link points.
+    #[test]
+    fn a_link_on_the_way_is_not_followed() {
+        let base = std::env::temp_dir().join(format!("gputrace-cache-l-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let real = base.join("real");
+        std::fs::create_dir_all(&real).unwrap();
+        std::os::unix::fs::symlink(&real, base.join("link")).unwrap();
+        let c = Cache::open(&base.join("link/cache"));
+        assert!(!c.on_disk());
+        match &c.place {
+            Place::Ignored(why) => assert!(why.contains("link is a symbolic link"), "{why}"),
+            _ => panic!("not ignored"),
+        }
+        c.put("ratios.json", &key('a'), 1.5, plausible_ratio);
+        assert!(!real.join("cache").exists());
+        // The same path without the link: made, and used.
+        assert!(Cache::open(&base.join("real/cache")).on_disk());
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]

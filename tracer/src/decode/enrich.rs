@@ -62,7 +62,7 @@ impl HostMaps {
 }
 
 fn read_writable_maps(pid: u32) -> std::io::Result<Vec<(u64, u64)>> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", discover::reader_id(pid)))?;
     let mut out: Vec<(u64, u64)> = discover::Mapping::all(&maps)
         .filter(|m| m.perms.starts_with("rw"))
         .map(|m| (m.start, m.end))

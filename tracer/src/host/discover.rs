@@ -52,7 +52,7 @@ pub fn classify(path: &Path) -> Option<Lib> {
 
 /// The paths of every file mapped executable by `pid`, as `/proc/PID/maps` shows them.
 pub fn mapped_files(pid: u32) -> std::io::Result<Vec<PathBuf>> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", reader_id(pid)))?;
     Ok(parse_maps(&maps))
 }
 
@@ -113,9 +113,11 @@ pub fn parse_maps(maps: &str) -> Vec<PathBuf> {
 /// The CUDA/NCCL libraries `pid` maps, opened through `/proc/PID/root` so a
 /// process in another mount namespace (a container) is handled too.
 pub fn process_libraries(pid: u32) -> std::io::Result<Vec<LibraryFile>> {
-    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    let via = reader_id(pid);
+    let root = PathBuf::from(format!("/proc/{via}/root"));
+    let maps = std::fs::read_to_string(format!("/proc/{via}/maps"))?;
     let mut out = Vec::new();
-    for path in mapped_files(pid)? {
+    for path in parse_maps(&maps) {
         let Some(lib) = classify(&path) else { continue };
         let host_path = root.join(path.strip_prefix("/").unwrap_or(&path));
         if let Ok(file) = LibraryFile::open(lib, host_path) {
@@ -171,13 +173,57 @@ impl ProcStat {
     }
 }
 
-/// `/proc/PID/stat`, or `None` when there is no such process.
-pub fn stat(pid: u32) -> Option<ProcStat> {
-    let line = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    ProcStat::parse(&line)
+fn stat_at(path: &str) -> Option<ProcStat> {
+    ProcStat::parse(&std::fs::read_to_string(path).ok()?)
 }
 
-/// Whether a process exists and has not exited (a zombie has exited).
+/// `/proc/PID/stat`, or `None` when there is no such process. A process
+/// is alive while any of its threads is: when its thread-group leader has
+/// exited (`pthread_exit` in `main`: the leader is a zombie) while other
+/// threads go on, `state` is that of one of those (not `Z`).
+pub fn stat(pid: u32) -> Option<ProcStat> {
+    let mut s = stat_at(&format!("/proc/{pid}/stat"))?;
+    if s.exited() {
+        if let Some((_, state)) = live_thread(pid) {
+            s.state = state;
+        }
+    }
+    Some(s)
+}
+
+/// A thread of `pid` other than its leader that has not exited, and its state.
+fn live_thread(pid: u32) -> Option<(u32, char)> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    for e in dir.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if tid == pid {
+            continue;
+        }
+        if let Some(t) = stat_at(&format!("/proc/{pid}/task/{tid}/stat")) {
+            if !t.exited() {
+                return Some((tid, t.state));
+            }
+        }
+    }
+    None
+}
+
+/// The id to read a process's own files (`/proc/ID/maps`, `root`,
+/// `status`) and memory through: `pid`, or, when its thread-group leader
+/// has exited while other threads go on, one of those threads (the
+/// leader's `maps` then read empty, its `root` cannot be read and its
+/// memory cannot be: it has no address space any more).
+pub fn reader_id(pid: u32) -> u32 {
+    match stat_at(&format!("/proc/{pid}/stat")) {
+        Some(s) if s.exited() => live_thread(pid).map_or(pid, |(tid, _)| tid),
+        _ => pid,
+    }
+}
+
+/// Whether a process exists and has not exited: a zombie has, unless it is
+/// only its thread-group leader while other threads go on ([`stat`]).
 pub fn is_alive(pid: u32) -> bool {
     stat(pid).is_some_and(|s| !s.exited())
 }

@@ -14,8 +14,20 @@ pub(crate) fn read_exact(pid: u32, addr: u64, buf: &mut [u8]) -> bool {
         iov_base: addr as *mut libc::c_void,
         iov_len: buf.len(),
     };
-    // SAFETY: the local iovec covers `buf`; the remote one is only read by the kernel.
-    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    let read = |id: u32| {
+        // SAFETY: the local iovec covers `buf`; the remote one is only read by the kernel.
+        unsafe { libc::process_vm_readv(id as libc::pid_t, &local, 1, &remote, 1, 0) }
+    };
+    let mut n = read(pid);
+    // ESRCH: no such process, or one whose leader thread has exited (it
+    // has no memory of its own any more) while other threads go on: read
+    // through one of those.
+    if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        let via = crate::host::discover::reader_id(pid);
+        if via != pid {
+            n = read(via);
+        }
+    }
     n == buf.len() as isize
 }
 

@@ -78,7 +78,8 @@ pub(crate) struct StubSymbols {
 impl StubSymbols {
     /// Keeps a copy of `pid`'s mappings.
     pub(crate) fn remember(&mut self, pid: u32) {
-        if let Ok(m) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        let via = crate::host::discover::reader_id(pid);
+        if let Ok(m) = std::fs::read_to_string(format!("/proc/{via}/maps")) {
             self.maps.insert(pid, m);
         }
     }
@@ -89,8 +90,10 @@ impl StubSymbols {
 
     /// The mangled symbol at `addr` in process `pid`, if a mapped ELF file has one there.
     pub(crate) fn name(&mut self, pid: u32, addr: u64) -> Option<Arc<str>> {
-        // A zombie's maps read back empty.
-        let (maps, live) = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        // A zombie's maps read back empty (a leader thread that exited
+        // while others go on: read through one of those).
+        let via = crate::host::discover::reader_id(pid);
+        let (maps, live) = match std::fs::read_to_string(format!("/proc/{via}/maps")) {
             Ok(m) if !m.is_empty() => (m, true),
             _ => (self.maps.get(&pid)?.clone(), false),
         };
@@ -100,7 +103,7 @@ impl StubSymbols {
                 continue;
             }
             let host = if live {
-                PathBuf::from(format!("/proc/{pid}/root{path}"))
+                PathBuf::from(format!("/proc/{via}/root{path}"))
             } else {
                 PathBuf::from(path)
             };

@@ -1,6 +1,8 @@
 //! Opening the files gputrace writes. It runs as root, often in directories
 //! others may write to (/tmp, a shared output directory), so a file is
-//! never opened through a symbolic link (`O_NOFOLLOW`), an existing file is
+//! never opened through a symbolic link, neither in its last component
+//! (`O_NOFOLLOW`) nor in any directory on the way (`host::dirs`: a link
+//! there is refused, not followed), an existing file is
 //! overwritten only if it is a regular file with no other name (hard link)
 //! and, in a sticky directory, only if it is ours, and new files are made
 //! with `O_CREAT | O_EXCL` relative to the directory held open.
@@ -9,14 +11,11 @@ use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
 use std::io::{Error, ErrorKind};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use crate::host::dirs::{open_dir, Make};
 use crate::host::fd::euid;
-
-fn open_dir(path: &Path) -> std::io::Result<File> {
-    crate::host::fd::open(path, libc::O_RDONLY | libc::O_DIRECTORY)
-}
 
 /// `openat(dir, name, flags | O_NOFOLLOW | O_CLOEXEC, mode)`.
 fn open_at(dir: &File, name: &OsStr, flags: i32, mode: u32) -> std::io::Result<File> {
@@ -48,7 +47,7 @@ pub(crate) fn create_output(path: &Path) -> std::io::Result<File> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let dir = open_dir(parent)?;
+    let dir = open_dir(parent, None)?;
     if let Some(f) = create_new(&dir, name, 0o666)? {
         return Ok(f);
     }
@@ -101,15 +100,16 @@ pub(crate) struct OutputDir {
 }
 
 impl OutputDir {
-    /// Opens `path`, making it (mode 0750) if missing. Refuses a directory
+    /// Opens `path`, making it (mode 0750) if missing, with no symbolic
+    /// link on the way (`host::dirs`). Refuses a directory
     /// anyone may write without the sticky bit: anyone could replace or
     /// delete what is written there.
     pub(crate) fn open(path: &Path) -> std::io::Result<Self> {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o750)
-            .create(path)?;
-        let dir = open_dir(path)?;
+        let make = Make {
+            parents: 0o750,
+            last: 0o750,
+        };
+        let dir = open_dir(path, Some(make))?;
         let mode = dir.metadata()?.mode();
         if mode & 0o002 != 0 && mode & libc::S_ISVTX == 0 {
             return Err(Error::new(
@@ -209,6 +209,32 @@ mod tests {
         create_output(&dir.join("n.jsonl")).unwrap();
         assert!(dir.join("n.jsonl").is_file());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A symbolic link in a directory component is not followed either,
+    /// for a file or an output directory.
+    #[test]
+    fn no_link_in_the_directories_on_the_way() {
+        let base = std::env::temp_dir().join(format!("gputrace-out-l-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let real = base.join("real");
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::write(real.join("t.jsonl"), "keep").unwrap();
+        std::os::unix::fs::symlink(&real, base.join("link")).unwrap();
+        let e = create_output(&base.join("link/t.jsonl")).unwrap_err();
+        assert!(e.to_string().contains("link is a symbolic link"), "{e}");
+        let e = create_output(&base.join("link/new.jsonl")).unwrap_err();
+        assert!(e.to_string().contains("link is a symbolic link"), "{e}");
+        let e = OutputDir::open(&base.join("link/d")).unwrap_err();
+        assert!(e.to_string().contains("link is a symbolic link"), "{e}");
+        let e = OutputDir::open(&base.join("link")).unwrap_err();
+        assert!(e.to_string().contains("link is a symbolic link"), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(real.join("t.jsonl")).unwrap(),
+            "keep"
+        );
+        assert!(!real.join("new.jsonl").exists() && !real.join("d").exists());
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]

@@ -30,6 +30,22 @@ impl PrintSink {
     }
 }
 
+impl PrintSink {
+    /// Writes the line built, safe for a terminal: the names in it were
+    /// chosen by the traced programs (`text::printable`: no control or
+    /// bidirectional character gets through, whichever way it came).
+    fn write_line(&mut self) {
+        let safe = crate::text::printable(&self.line);
+        let r = self
+            .out
+            .write_all(safe.as_bytes())
+            .and_then(|()| self.out.write_all(b"\n"));
+        if let Err(e) = r {
+            self.error = Some(e);
+        }
+    }
+}
+
 fn halt(e: &std::io::Error) -> Halt {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
         Halt::ReaderGone
@@ -46,18 +62,12 @@ impl Sink for PrintSink {
             Event::Call { call, .. } if self.error.is_none() => {
                 self.line.clear();
                 format_line(&mut self.line, call);
-                self.line.push('\n');
-                if let Err(e) = self.out.write_all(self.line.as_bytes()) {
-                    self.error = Some(e);
-                }
+                self.write_line();
             }
             Event::Gpu(w) if self.error.is_none() => {
                 self.line.clear();
                 format_gpu_line(&mut self.line, w);
-                self.line.push('\n');
-                if let Err(e) = self.out.write_all(self.line.as_bytes()) {
-                    self.error = Some(e);
-                }
+                self.write_line();
             }
             // One line per call and per GPU work only: stalls and the GPU
             // agents' news go to stderr (trace, daemon).

@@ -14,6 +14,7 @@ use crate::model::Event;
 use crate::summary::render::render_json;
 use crate::summary::render::render_text;
 use crate::summary::Summary;
+use crate::text::{printable_json, printable_lines};
 
 /// Counts every call; the lost counts are the last reported.
 #[derive(Default)]
@@ -86,9 +87,13 @@ impl SummaryOutput {
 
     /// Writes the summary in its format.
     pub(crate) fn write(self, summary: &Summary) -> Result<()> {
+        // Names the traced programs chose: no control or bidirectional
+        // character reaches a terminal (`text`).
         let text = match self.format {
-            SummaryFormat::Text => render_text(summary),
-            SummaryFormat::Json => format!("{}\n", render_json(summary)),
+            SummaryFormat::Text => printable_lines(&render_text(summary)).into_owned(),
+            SummaryFormat::Json => {
+                printable_json(&format!("{}\n", render_json(summary))).into_owned()
+            }
             SummaryFormat::None => return Ok(()),
         };
         match self.file {

@@ -6,6 +6,7 @@ use std::cell::Cell;
 use std::io::{BufRead, BufReader, Read};
 
 use crate::outputs::timeline::perfetto::PerfettoReader;
+use crate::outputs::timeline::perfetto::TRUNCATED;
 use crate::read::lost_from;
 use crate::read::read_text_timeline;
 use crate::read::records::RecordReader;
@@ -97,15 +98,27 @@ pub(crate) fn read_zst<R: Read>(input: R, folded: bool) -> std::io::Result<Stats
         bytes: 0,
     };
     let mut out = read_text_timeline(&mut inner, folded)?;
-    if let Some(e) = inner.error.take() {
-        let what = format!(
-            "zstd: {e}: the compressed data is damaged or cut short (after {} bytes of JSONL, at compressed byte {})",
-            inner.bytes,
-            compressed.get()
-        );
-        out.problems.add(inner.newlines + 1, what);
-        out.summary.unreadable = out.problems.count;
-        out.complete = false;
+    match inner.error.take() {
+        // The input ended inside the frame: cut short (what was flushed
+        // before, whole blocks, was read), not damaged.
+        Some(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            out.cut = Some(format!(
+                "its zstd frame does not end, after {} bytes of JSONL",
+                inner.bytes
+            ));
+            out.complete = false;
+        }
+        Some(e) => {
+            let what = format!(
+                "zstd: {e}: the compressed data is damaged (after {} bytes of JSONL, at compressed byte {})",
+                inner.bytes,
+                compressed.get()
+            );
+            out.problems.add(inner.newlines + 1, what);
+            out.summary.unreadable = out.problems.count;
+            out.complete = false;
+        }
+        None => {}
     }
     Ok(out)
 }
@@ -120,6 +133,7 @@ pub(crate) fn read_perfetto<R: Read>(input: R, folded: bool) -> std::io::Result<
     };
     let mut records = RecordReader::default();
     let mut folded = folded.then(FoldedStacks::new);
+    let mut cut = None;
     // Records come out of the reader in file order, before the call read
     // after them (a graph's record before its launch).
     let take = |reader: &mut PerfettoReader<R>,
@@ -144,6 +158,13 @@ pub(crate) fn read_perfetto<R: Read>(input: R, folded: bool) -> std::io::Result<
                 }
                 Err(e) => problems.add(reader.packets(), e),
             },
+            // Half a packet at the end: the file was cut there.
+            Err(p) if p.what == TRUNCATED => {
+                cut = Some(format!(
+                    "its last packet, {}, at byte {}, ends mid-way",
+                    p.packet, p.offset
+                ))
+            }
             Err(p) => problems.add(p.packet, format!("at byte {}: {}", p.offset, p.what)),
         }
     }
@@ -169,16 +190,20 @@ pub(crate) fn read_perfetto<R: Read>(input: R, folded: bool) -> std::io::Result<
     };
     let unfinished = reader.unfinished();
     if unfinished > 0 {
-        problems.add(
-            reader.packets(),
-            format!("{unfinished} call(s) begun and never ended (the file was cut short)"),
-        );
+        let what = format!("{unfinished} call(s) begun and never ended");
+        if complete {
+            problems.add(reader.packets(), format!("{what} (the file was cut short)"));
+        } else {
+            // No summary: the file was cut between a call's two packets.
+            cut = Some(cut.map_or(what.clone(), |c| format!("{c}; {what}")));
+        }
     }
     summary.unreadable = problems.count;
     Ok(StatsInput {
         summary,
         problems,
         complete,
+        cut,
         records: reader.records(),
         folded,
     })
@@ -192,5 +217,73 @@ pub(crate) fn read_any<R: Read>(input: R, folded: bool) -> std::io::Result<Stats
         Kind::Zstd => read_zst(r, folded),
         Kind::Perfetto => read_perfetto(r, folded),
         Kind::Text => read_text_timeline(r, folded),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::model::call::{Args, Call};
+    use crate::outputs::timeline::jsonl_zst::JsonlZstWriter;
+
+    /// What a writer wrote so far, readable while it still writes.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn call(i: u64) -> Call {
+        Call {
+            ts_ns: 1_000 + i,
+            dur_ns: Some(10),
+            pid: 7,
+            tid: 7,
+            comm: Arc::from("w"),
+            api: "cuCtxSynchronize",
+            family: None,
+            ret: Some(0),
+            stack: None,
+            args: Args::Sync {
+                stream: None,
+                event: None,
+            },
+        }
+    }
+
+    /// A `.jsonl.zst` cut where it was flushed (gputrace killed): every
+    /// call written before the flush is read, and the file is said cut
+    /// short, not damaged.
+    #[test]
+    fn a_zst_stream_cut_after_a_flush_reads_up_to_it() {
+        let out = Shared::default();
+        let mut w = JsonlZstWriter::new(out.clone()).unwrap();
+        for i in 0..5 {
+            w.write(&call(i)).unwrap();
+        }
+        w.flush().unwrap();
+        let flushed = out.0.lock().unwrap().clone();
+        let r = read_any(&flushed[..], false).unwrap();
+        assert_eq!(r.summary.events(), 5);
+        assert_eq!(r.problems.count, 0, "{:?}", r.problems.first);
+        assert!(!r.complete);
+        assert!(
+            r.cut
+                .as_deref()
+                .unwrap()
+                .contains("zstd frame does not end"),
+            "{:?}",
+            r.cut
+        );
     }
 }

@@ -61,6 +61,11 @@ pub struct StatsInput {
     pub problems: Problems,
     /// Whether the file ended with gputrace's summary (a complete file).
     pub complete: bool,
+    /// Why the file is known to be cut short, when its end is cut through
+    /// (a last line without its end, a zstd frame without its end, half a
+    /// packet): gputrace was stopped (SIGKILL) between two flushes. What
+    /// comes before is summarised; the cut entry is not counted unreadable.
+    pub cut: Option<String>,
     /// Entries that are not calls (`sinks::timeline::record`), skipped.
     pub records: u64,
     /// Host time per distinct stack (`--folded`), when asked for.
@@ -148,6 +153,9 @@ struct TextReader {
     /// Chrome traces carry each call's frames inline: interned here.
     inline_stacks: StackTable,
     complete: bool,
+    /// The line being read is the file's last and has no newline.
+    unterminated: bool,
+    cut: Option<String>,
 }
 
 impl TextReader {
@@ -160,6 +168,16 @@ impl TextReader {
         self.complete = true;
         if let Some(l) = lost_from(v) {
             self.summary.lost = l;
+        }
+    }
+
+    /// A line that is not JSON: unreadable, or, when it is the last and
+    /// ends mid-way, the file cut short there.
+    fn bad_json(&mut self, lineno: u64, e: &serde_json::Error) {
+        if self.unterminated && e.is_eof() {
+            self.cut = Some(format!("its last line, {lineno}, ends mid-way"));
+        } else {
+            self.problems.add(lineno, describe_json_error(e));
         }
     }
 
@@ -203,7 +221,7 @@ impl TextReader {
         }
         let v = match serde_json::from_str::<Value>(t) {
             Ok(v) => v,
-            Err(e) => return self.problems.add(lineno, describe_json_error(&e)),
+            Err(e) => return self.bad_json(lineno, &e),
         };
         match v.get("cat").and_then(Value::as_str) {
             Some(CHROME_CATEGORY) => match jsonl_of_chrome(&v, origin) {
@@ -239,12 +257,15 @@ pub(crate) fn read_text_timeline<R: Read>(input: R, folded: bool) -> std::io::Re
         folded: folded.then(FoldedStacks::new),
         inline_stacks: StackTable::default(),
         complete: false,
+        unterminated: false,
+        cut: None,
     };
     let mut format: Option<Format> = None;
     let mut buf = Vec::with_capacity(4096);
     let mut lineno = 0u64;
     while let Some(whole) = read_line(&mut r, &mut buf)? {
         lineno += 1;
+        st.unterminated = buf.last() != Some(&b'\n');
         if !whole {
             st.problems
                 .add(lineno, format!("line longer than {} MiB", MAX_LINE >> 20));
@@ -285,7 +306,7 @@ pub(crate) fn read_text_timeline<R: Read>(input: R, folded: bool) -> std::io::Re
         match format.as_mut().expect("set above") {
             Format::Jsonl => match serde_json::from_str::<Value>(text) {
                 Ok(v) => st.jsonl_line(lineno, v),
-                Err(e) => st.problems.add(lineno, describe_json_error(&e)),
+                Err(e) => st.bad_json(lineno, &e),
             },
             Format::Chrome { origin, comms } => st.chrome_line(lineno, text, *origin, comms),
         }
@@ -296,6 +317,7 @@ pub(crate) fn read_text_timeline<R: Read>(input: R, folded: bool) -> std::io::Re
         summary: st.summary,
         problems: st.problems,
         complete: st.complete,
+        cut: st.cut,
         folded: st.folded,
         records: st.records.read,
     })

@@ -51,7 +51,8 @@ struct MapsKey {
 impl MapsKey {
     fn of(pid: u32) -> Option<Self> {
         let start_ticks = discover::stat(pid)?.start_ticks;
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let via = discover::reader_id(pid);
+        let status = std::fs::read_to_string(format!("/proc/{via}/status")).ok()?;
         Self::parse(start_ticks, &status)
     }
 

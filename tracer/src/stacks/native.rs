@@ -198,10 +198,11 @@ impl ProcessUnwinder {
 
     /// Builds from the live process's maps.
     pub fn for_pid(pid: u32, cache: &mut ElfCache) -> std::io::Result<Self> {
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        let via = crate::host::discover::reader_id(pid);
+        let maps = std::fs::read_to_string(format!("/proc/{via}/maps"))?;
         Ok(Self::from_maps(
             &maps,
-            Path::new(&format!("/proc/{pid}/root")),
+            Path::new(&format!("/proc/{via}/root")),
             cache,
         ))
     }

@@ -31,9 +31,6 @@ use crate::session::Session;
 use crate::session::Stop;
 use crate::session::TargetSpec;
 
-/// Rotated timelines are made readable this often.
-const FLUSH_EVERY: Duration = Duration::from_secs(1);
-
 pub(crate) fn run(args: DaemonArgs, config: &Config) -> Result<ExitCode> {
     let spec = TargetSpec {
         all: true,
@@ -57,11 +54,7 @@ pub(crate) fn run(args: DaemonArgs, config: &Config) -> Result<ExitCode> {
             )
             .map_err(failed)?;
             let what = format!("writing timelines to {}", dir.display());
-            Some(
-                TimelineSink::start(files, what, OnError::Disable)
-                    .map_err(failed)?
-                    .flush_every(FLUSH_EVERY),
-            )
+            Some(TimelineSink::start(files, what, OnError::Disable).map_err(failed)?)
         }
         None => None,
     };

@@ -3,7 +3,9 @@
 //! event, and the thread that drains the ring buffer must keep up with the
 //! probes. Calls go over in batches; a bounded queue means a disk that
 //! cannot keep up slows the draining (and the kernel then counts what the
-//! ring could not take) rather than memory growing without end.
+//! ring could not take) rather than memory growing without end. What was
+//! written is flushed to the file every [`FLUSH_EVERY`], in every format,
+//! so `tail -f` follows it and a killed gputrace leaves what came before.
 
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -23,6 +25,12 @@ use crate::outputs::timeline::TimelineFile;
 
 const BATCH: usize = 1024;
 const QUEUED_BATCHES: usize = 64;
+/// What was written reaches the file at least this often, whatever the
+/// rate (else only when a 1 MiB buffer fills: at a thousand calls a
+/// second, every five seconds, and a killed gputrace left nothing): with
+/// the ticks about every 100 ms, a call is in the file within about
+/// 0.6 s of its being drained.
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(500);
 
 /// A call (with device memory in use after it, when that changed), or an
 /// entry that is not a call (`model::record`), in the order they came.
@@ -56,7 +64,7 @@ pub(crate) struct TimelineSink<T: TimelineFile> {
     what: String,
     on_error: OnError,
     /// Make the file readable this often (else only when the buffer fills).
-    flush_every: Option<Duration>,
+    flush_every: Duration,
     last_flush: Instant,
     tx: Option<SyncSender<Message>>,
     batch: Batch,
@@ -110,7 +118,7 @@ impl<T: TimelineFile> TimelineSink<T> {
         Ok(Self {
             what,
             on_error,
-            flush_every: None,
+            flush_every: FLUSH_EVERY,
             last_flush: Instant::now(),
             tx: Some(tx),
             batch: Vec::with_capacity(BATCH),
@@ -118,12 +126,6 @@ impl<T: TimelineFile> TimelineSink<T> {
             error,
             last_ns: 0,
         })
-    }
-
-    /// Makes what was written readable in the file about this often.
-    pub(crate) fn flush_every(mut self, every: Duration) -> Self {
-        self.flush_every = Some(every);
-        self
     }
 
     /// What it writes, as said in messages.
@@ -263,12 +265,10 @@ impl<T: TimelineFile> Sink for TimelineSink<T> {
     }
 
     fn tick(&mut self, status: &Status) {
-        if let Some(every) = self.flush_every {
-            if status.now.saturating_duration_since(self.last_flush) >= every {
-                self.last_flush = status.now;
-                self.send_batch();
-                self.send(Message::Flush);
-            }
+        if status.now.saturating_duration_since(self.last_flush) >= self.flush_every {
+            self.last_flush = status.now;
+            self.send_batch();
+            self.send(Message::Flush);
         }
     }
 }

@@ -15,6 +15,7 @@ mod records;
 mod wire;
 mod writer;
 
+pub(crate) use reader::TRUNCATED;
 pub use reader::{PerfettoReader, ReadProblem};
 pub use writer::PerfettoWriter;
 

@@ -23,6 +23,9 @@ use crate::outputs::timeline::perfetto::writer::RECORD_TRACK_PREFIX;
 use crate::outputs::timeline::perfetto::writer::SUMMARY_KEY;
 use crate::schema::parse::parse_call;
 
+/// The problem of a packet the file ends inside of.
+pub(crate) const TRUNCATED: &str = "truncated packet (the file was cut short)";
+
 /// Largest packet accepted (gputrace's are under a few KiB, the summary
 /// aside).
 const MAX_PACKET: u64 = 64 << 20;
@@ -254,7 +257,7 @@ impl<R: Read> PerfettoReader<R> {
         }
         let eof = |e: std::io::Error| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                "truncated packet (the file was cut short)".to_string()
+                TRUNCATED.to_string()
             } else {
                 format!("read error: {e}")
             }
@@ -275,7 +278,7 @@ impl<R: Read> PerfettoReader<R> {
             .read_to_end(&mut self.buf)
             .map_err(eof)?;
         if (self.buf.len() as u64) < len {
-            return Err("truncated packet (the file was cut short)".into());
+            return Err(TRUNCATED.into());
         }
         let frame = 1 + prost::encoding::encoded_len_varint(len) as u64;
         self.offset += frame + len;
