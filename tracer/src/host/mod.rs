@@ -1,10 +1,12 @@
 //! Facts of the host and its processes: procfs (processes, the libraries
 //! they map), cgroups, reading another process's memory, starting a command
 //! held at a gate, our own privileges, whether a file may be trusted, files
-//! opened by descriptor, and the sandbox that runs untrusted code.
+//! opened by descriptor, and the sandbox (and the confinement, `confine`)
+//! that run untrusted code.
 
 pub(crate) mod cgroup;
 pub(crate) mod clock;
+pub(crate) mod confine;
 pub mod discover;
 pub(crate) mod fd;
 pub(crate) mod memory;
