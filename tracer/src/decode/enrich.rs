@@ -117,6 +117,10 @@ impl GraphEnv for Env<'_> {
         self.start_ns
     }
 
+    fn exec_layout_pending(&mut self) -> bool {
+        self.namer.pending(self.pid)
+    }
+
     fn read_exec(&mut self, exec: u64) -> Option<Vec<Node>> {
         let raw = self.namer.read_exec(self.pid, exec)?;
         Some(

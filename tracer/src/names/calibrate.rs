@@ -10,22 +10,26 @@
 //!
 //! The helper loads exactly the file it is handed (`/proc/self/fd/N` of a
 //! descriptor the parent opened and checked): as root for a library
-//! `probes::trust` trusts, else only after it has entered `sandbox`. Its
-//! answer is read bounded and checked like any untrusted input.
+//! `probes::trust` trusts, else only after it has entered `sandbox`. It
+//! runs confined (`host::confine`: a PID namespace of its own, killed with
+//! all it started at its deadline), on a thread beside the tracing
+//! (`names::background`). Its answer is read bounded and against the
+//! deadline, and checked like any untrusted input.
 
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::fs::File;
-use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::graphs::layout::ExecLayout;
+use crate::host::confine;
+use crate::host::confine::Ended;
+use crate::host::confine::HelperCommand;
 use crate::host::memory::read_cstr;
 use crate::host::memory::read_u64;
 
@@ -332,7 +336,7 @@ pub(crate) enum Helper {
 }
 
 /// Most of a helper's answer read (a layout is a few bytes).
-const MAX_ANSWER: u64 = 16 << 10;
+const MAX_ANSWER: usize = 16 << 10;
 
 /// A message from the helper made safe to print: printable ASCII, bounded.
 fn sanitize(s: &str) -> String {
@@ -384,58 +388,49 @@ fn one_answer(text: &str) -> Option<HelperAnswer> {
     }
 }
 
-/// Runs the helper on the library open in `lib` (at most `timeout`).
-pub(crate) fn run_helper(lib: &File, how: Helper, timeout: Duration) -> Result<Found, String> {
+/// Runs the helper on the library open in `lib` (at most `timeout`;
+/// `cancel` ends it early). The helper and everything its library starts
+/// are gone when this returns (`host::confine`).
+pub(crate) fn run_helper(
+    lib: &File,
+    how: Helper,
+    timeout: Duration,
+    cancel: &AtomicBool,
+) -> Result<Found, String> {
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find gputrace's own binary: {e}"))?;
     let fd = lib.as_raw_fd();
-    let mut cmd = Command::new(exe);
-    cmd.arg("__calibrate")
-        .arg(format!("/proc/self/fd/{fd}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+    let mut cmd = HelperCommand {
+        exe: &exe,
+        args: vec!["__calibrate".into(), format!("/proc/self/fd/{fd}").into()],
+        env: None,
+        // The library's descriptor (close-on-exec, as every descriptor of
+        // ours) is handed to the helper, and only it.
+        keep_fd: Some(fd),
+        root_dir: false,
+    };
     if how == Helper::Sandboxed {
-        cmd.arg("--sandbox")
-            .env_clear()
-            .env("CUDA_CACHE_DISABLE", "1")
-            .current_dir("/");
+        cmd.args.push("--sandbox".into());
+        cmd.env = Some(vec!["CUDA_CACHE_DISABLE=1".into()]);
+        cmd.root_dir = true;
     }
-    // SAFETY: runs in the forked child before exec; fcntl is
-    // async-signal-safe. The library's descriptor (close-on-exec, as every
-    // descriptor of ours) is handed to the helper, and only it.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = cmd
-        .spawn()
+    let ran = confine::run(&cmd, timeout, MAX_ANSWER, cancel)
         .map_err(|e| format!("cannot start the calibration helper: {e}"))?;
-    let stdout = child.stdout.take().expect("piped");
-    let reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = stdout.take(MAX_ANSWER).read_to_end(&mut s);
-        s
-    });
-    let deadline = Instant::now() + timeout;
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "the calibration helper did not finish within {timeout:?}"
-                ));
-            }
+    match ran.ended {
+        Ended::Exited(_) => {}
+        Ended::TimedOut => {
+            return Err(format!(
+                "the calibration helper did not finish within {timeout:?} (it was killed, with every process it started)"
+            ))
+        }
+        Ended::Cancelled => return Err("gputrace ended before the calibration helper".into()),
+        Ended::TooMuch => {
+            return Err(format!(
+                "the calibration helper printed more than {MAX_ANSWER} bytes"
+            ))
         }
     }
-    let out = reader.join().unwrap_or_default();
+    let out = ran.stdout;
     let text = String::from_utf8_lossy(&out);
     let answer = one_answer(&text).ok_or_else(|| {
         format!(

@@ -2,6 +2,7 @@
 //! calibration on each libcuda build), from intercepted name lookups, and
 //! from the runtime's host stubs; demangled for people.
 
+pub(crate) mod background;
 pub(crate) mod calibrate;
 pub(crate) mod demangle;
 pub(crate) mod layouts;

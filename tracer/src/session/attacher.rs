@@ -165,8 +165,9 @@ impl Attacher {
     }
 
     /// Attaches to `file` in `scope` unless already done; returns probes added.
-    /// A libcuda is calibrated for kernel names first; a libcudart is probed
-    /// only where those names cannot be read from handles.
+    /// A libcuda's calibration for kernel names is started first (it runs
+    /// beside the tracing); a libcudart is probed unless those names can be
+    /// read from handles now (not while the calibration runs).
     pub(super) fn attach(
         &mut self,
         file: &LibraryFile,
@@ -185,7 +186,9 @@ impl Attacher {
                 runtime_stubs = !namer.has_layout(pid);
             }
             (Lib::Cuda, Scope::All) => {
-                runtime_stubs = namer.calibrate(file).is_err();
+                // Also while it is calibrated (the probes are not attached
+                // again when it ends).
+                runtime_stubs = !matches!(namer.calibrate(file), Some(Ok(_)));
             }
             (Lib::Cudart, Scope::Process(pid)) if namer.has_layout(pid) => {
                 self.attached.insert(key, Attachment::default());

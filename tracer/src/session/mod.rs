@@ -183,6 +183,9 @@ impl Session {
             session.note(&e);
             session.pending.push(e);
         }
+        // From here on calibrations run beside the tracing, waited for by
+        // nothing.
+        session.enricher.namer.end_grace();
         Ok(session)
     }
 
@@ -403,6 +406,8 @@ impl Session {
             }
         }
         self.attach_mapped_since();
+        // Calibrations that ended: their layouts, their lines on stderr.
+        self.enricher.namer.settle_answers();
         if let Some(s) = &mut self.stacks {
             s.maintain();
         }

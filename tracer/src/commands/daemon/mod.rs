@@ -59,7 +59,7 @@ pub(crate) fn run(args: DaemonArgs, config: &Config) -> Result<ExitCode> {
         None => None,
     };
     // Two workers serve HTTP while the tracing loop runs on this thread
-    // (attaching to a new libcuda may block it for its calibration).
+    // (calibrations run on threads of their own, beside both).
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("gputrace-http")

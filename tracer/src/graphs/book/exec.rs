@@ -200,8 +200,13 @@ impl GraphBook {
                 e.built = true;
             }
             ExecState::Unknown { dirty, .. } if *dirty || !e.built => {
+                let read = env.read_exec(exec);
+                if read.is_none() && env.exec_layout_pending() {
+                    // Read at a launch once the layout is known.
+                    return (None, None);
+                }
                 *dirty = false;
-                e.contents = env.read_exec(exec).map(|nodes| {
+                e.contents = read.map(|nodes| {
                     Arc::new(ExecContents {
                         nodes,
                         from_memory: true,

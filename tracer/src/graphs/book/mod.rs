@@ -8,7 +8,8 @@
 //! (made before gputrace attached, changed through a node it never saw) is
 //! *unknown*; an unknown executable graph is read from the process's memory
 //! where a calibrated layout allows it (`GraphEnv::read_exec`), else it is
-//! opaque (`"nodes":null`).
+//! opaque (`"nodes":null`); while that layout is still being calibrated its
+//! launches say nothing of it, and it is read at a launch once it is known.
 //!
 //! Bounded: past [`MAX_GRAPHS`] graphs, [`MAX_EXECS`] executable graphs or
 //! [`MAX_NODES`] nodes held, new ones are not followed (they become unknown)
@@ -46,6 +47,12 @@ pub(crate) trait GraphEnv {
     /// The nodes of an executable graph read from the process's memory,
     /// `None` where that cannot be done.
     fn read_exec(&mut self, exec: u64) -> Option<Vec<Node>>;
+    /// Whether the layout [`GraphEnv::read_exec`] needs is being found now
+    /// (calibration runs beside the tracing): an executable graph that
+    /// cannot be read yet is read again at its next launch.
+    fn exec_layout_pending(&mut self) -> bool {
+        false
+    }
     /// When the call observed began (CLOCK_MONOTONIC ns; 0 where not
     /// known): calls of different threads can come out of their order.
     fn now_ns(&self) -> u64 {

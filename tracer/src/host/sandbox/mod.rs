@@ -7,6 +7,8 @@
 //! 3. supplementary groups dropped, then gid and uid set to nobody (65534),
 //!    real, effective and saved: the kernel clears the permitted and
 //!    effective capabilities with them; the inheritable set is cleared too;
+//!    the parent-death signal (`host::confine`), cleared with the uid, is
+//!    set again;
 //! 4. no_new_privs: nothing it executes can gain privileges;
 //! 5. Landlock, where the kernel has it (`landlock`): reads everywhere,
 //!    writes only to device files (the GPU) and /dev/shm, no TCP, no
@@ -133,6 +135,18 @@ fn drop_privileges() -> Result<(), String> {
             "privileges still held after dropping them (uids {r}/{e}/{s})"
         ));
     }
+    // Changing the uid cleared the parent-death signal `host::confine`
+    // set: set again, the helper still dies with the thread that runs it.
+    // SAFETY: prctl with constant arguments.
+    check("prctl(PR_SET_PDEATHSIG)", unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    })?;
     Ok(())
 }
 

@@ -1,0 +1,497 @@
+//! Running a helper process that loads code gputrace does not control (the
+//! calibration helper), so that neither it nor anything it starts can hold
+//! gputrace up or outlive it:
+//!
+//! - it starts as the init of a PID namespace of its own (`clone` with
+//!   `CLONE_NEWPID`): when it ends, or is killed at its deadline, the kernel
+//!   kills every process left in the namespace: a daemon its code forked,
+//!   double-forked and `setsid` included. Where no namespace can be made
+//!   (no CAP_SYS_ADMIN, as in some containers), it starts in a process
+//!   group of its own, killed whole at the end, and whatever still holds
+//!   its output pipe then (a descendant that left the group) is found in
+//!   /proc and killed;
+//! - its output is read against the deadline, never to end of file: a
+//!   descendant that keeps the pipe open delays nothing;
+//! - it dies with the thread that started it (`PR_SET_PDEATHSIG`).
+
+use std::ffi::{CString, OsStr, OsString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// What to run.
+pub(crate) struct HelperCommand<'a> {
+    pub exe: &'a Path,
+    pub args: Vec<OsString>,
+    /// `None`: our environment; else exactly these `NAME=value` entries.
+    pub env: Option<Vec<OsString>>,
+    /// A descriptor of ours the helper keeps (all others are close-on-exec).
+    pub keep_fd: Option<RawFd>,
+    /// Start in `/`.
+    pub root_dir: bool,
+}
+
+/// How the helper ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// It exited (or was killed by a signal of its own doing): the wait status.
+    Exited(i32),
+    /// Still running at the deadline: killed, with all it started.
+    TimedOut,
+    /// Asked to stop (gputrace is ending): killed, with all it started.
+    Cancelled,
+    /// It wrote more than the caller reads: killed, with all it started.
+    TooMuch,
+}
+
+/// What the helper wrote on stdout, and how it ended.
+pub(crate) struct Output {
+    pub stdout: Vec<u8>,
+    pub ended: Ended,
+}
+
+fn c_string(s: &OsStr) -> std::io::Result<CString> {
+    CString::new(s.as_bytes()).map_err(|_| std::io::Error::other("a NUL byte in an argument"))
+}
+
+fn last_error() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+/// Everything the child needs, prepared before the fork (it may only make
+/// system calls after it).
+struct Prepared {
+    path: CString,
+    _args: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    _env: Vec<CString>,
+    envp: Vec<*const libc::c_char>,
+    root: CString,
+}
+
+fn prepare(cmd: &HelperCommand<'_>) -> std::io::Result<Prepared> {
+    let path = c_string(cmd.exe.as_os_str())?;
+    let mut args = vec![path.clone()];
+    for a in &cmd.args {
+        args.push(c_string(a)?);
+    }
+    let env: Vec<CString> = match &cmd.env {
+        Some(e) => e.iter().map(|kv| c_string(kv)).collect::<Result<_, _>>()?,
+        None => std::env::vars_os()
+            .map(|(k, v)| {
+                let mut kv = k.into_vec();
+                kv.push(b'=');
+                kv.extend(v.into_vec());
+                CString::new(kv).map_err(|_| std::io::Error::other("a NUL byte in the environment"))
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    Ok(Prepared {
+        path,
+        _args: args,
+        argv,
+        _env: env,
+        envp,
+        root: CString::new("/").expect("no NUL"),
+    })
+}
+
+/// `fork`, in a new PID namespace when `flags` says so: the child's PID in
+/// ours, 0 in the child.
+fn clone_child(flags: libc::c_ulong) -> std::io::Result<libc::pid_t> {
+    // SAFETY: clone without CLONE_VM and without a new stack is fork: the
+    // child gets a copy of this thread's memory and continues here. It only
+    // makes system calls on memory prepared before (see `child`).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags | libc::SIGCHLD as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if r < 0 {
+        return Err(last_error());
+    }
+    Ok(r as libc::pid_t)
+}
+
+/// The child's side, up to exec. Never returns.
+///
+/// # Safety
+/// Only after `clone_child` returned 0; `p`, `out` and `null` prepared and
+/// open before it.
+unsafe fn child(
+    p: &Prepared,
+    out: RawFd,
+    null: RawFd,
+    keep: Option<RawFd>,
+    root_dir: bool,
+    own_group: bool,
+) -> ! {
+    // SAFETY: async-signal-safe system calls only, on memory and
+    // descriptors prepared before the fork (see the function's contract).
+    unsafe {
+        if own_group {
+            libc::setpgid(0, 0);
+        }
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        // gputrace ignores SIGPIPE; an ignored signal stays ignored across exec.
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        if libc::dup2(null, 0) < 0 || libc::dup2(out, 1) < 0 || libc::dup2(null, 2) < 0 {
+            libc::_exit(126);
+        }
+        if let Some(fd) = keep {
+            if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                libc::_exit(126);
+            }
+        }
+        if root_dir && libc::chdir(p.root.as_ptr()) < 0 {
+            libc::_exit(126);
+        }
+        libc::execve(p.path.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
+        libc::_exit(127)
+    }
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: a valid two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(last_error());
+    }
+    // SAFETY: both descriptors were just made and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A started helper.
+struct Running {
+    pid: libc::pid_t,
+    namespace: bool,
+    out: OwnedFd,
+    reaped: Option<i32>,
+}
+
+/// Starts `cmd`: in a PID namespace of its own where the kernel lets us
+/// (and `namespace` asks for one), else in a process group of its own.
+fn start(cmd: &HelperCommand<'_>, namespace: bool) -> std::io::Result<Running> {
+    let p = prepare(cmd)?;
+    let (read, write) = pipe()?;
+    let null = crate::host::fd::open(Path::new("/dev/null"), libc::O_RDWR)?;
+    let spawn = |flags: libc::c_ulong, own_group: bool| -> std::io::Result<libc::pid_t> {
+        let pid = clone_child(flags)?;
+        if pid == 0 {
+            // SAFETY: in the child just cloned; everything was prepared before.
+            unsafe {
+                child(
+                    &p,
+                    write.as_raw_fd(),
+                    null.as_raw_fd(),
+                    cmd.keep_fd,
+                    cmd.root_dir,
+                    own_group,
+                )
+            }
+        }
+        Ok(pid)
+    };
+    let in_namespace = if namespace {
+        spawn(libc::CLONE_NEWPID as libc::c_ulong, false).ok()
+    } else {
+        None
+    };
+    let (pid, namespace) = match in_namespace {
+        Some(pid) => (pid, true),
+        // No namespace for us (EPERM without CAP_SYS_ADMIN, EINVAL, ENOSPC
+        // at the nesting or count limits): a process group then.
+        None => (spawn(0, true)?, false),
+    };
+    drop(write);
+    // SAFETY: fcntl on our read end.
+    unsafe {
+        let flags = libc::fcntl(read.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(read.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+    Ok(Running {
+        pid,
+        namespace,
+        out: read,
+        reaped: None,
+    })
+}
+
+impl Running {
+    /// Reaps the helper if it has exited.
+    fn try_wait(&mut self) -> Option<i32> {
+        if self.reaped.is_none() {
+            let mut status = 0;
+            // SAFETY: our own child, not reaped yet.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+            if r == self.pid {
+                self.reaped = Some(status);
+            } else if r < 0 {
+                self.reaped = Some(-1);
+            }
+        }
+        self.reaped
+    }
+
+    /// Reads what is there now; false at end of file.
+    fn read_some(&mut self, buf: &mut Vec<u8>) -> bool {
+        let mut chunk = [0u8; 4096];
+        loop {
+            // SAFETY: reading into a local buffer from our own descriptor.
+            let n =
+                unsafe { libc::read(self.out.as_raw_fd(), chunk.as_mut_ptr().cast(), chunk.len()) };
+            match n {
+                0 => return false,
+                n if n > 0 => buf.extend_from_slice(&chunk[..n as usize]),
+                _ => match last_error().kind() {
+                    std::io::ErrorKind::Interrupted => {}
+                    // Nothing more now.
+                    std::io::ErrorKind::WouldBlock => return true,
+                    _ => return false,
+                },
+            }
+        }
+    }
+
+    /// Waits until there is something to read or `wait` has passed.
+    fn poll(&self, wait: Duration) {
+        let mut fds = libc::pollfd {
+            fd: self.out.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = wait.as_millis().clamp(1, 50) as libc::c_int;
+        // SAFETY: one pollfd on our own descriptor.
+        unsafe { libc::poll(&mut fds, 1, ms) };
+    }
+
+    /// Kills the helper and everything it started, and reaps it.
+    fn kill(&mut self, pipe_open: bool) {
+        // SAFETY: signals to our own child (not reaped: its PID is still
+        // its own) or to its process group (a PID in use as a group id is
+        // not reused while the group has members).
+        unsafe {
+            if self.reaped.is_none() {
+                libc::kill(self.pid, libc::SIGKILL);
+            }
+            if !self.namespace {
+                libc::kill(-self.pid, libc::SIGKILL);
+            }
+        }
+        let until = Instant::now() + Duration::from_secs(1);
+        while self.try_wait().is_none() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if self.reaped.is_none() {
+            // Stuck in the kernel (a driver call): reaped when it returns.
+            let pid = self.pid;
+            std::thread::spawn(move || {
+                let mut status = 0;
+                // SAFETY: our own child, which nothing else waits for.
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+            });
+        }
+        if !self.namespace && pipe_open {
+            kill_holders(&self.out);
+        }
+    }
+}
+
+/// Runs `cmd` for at most `timeout`, reading at most `max` bytes of its
+/// stdout; `cancel` stops it early. The helper and all it started are gone
+/// when this returns (see the module's notes for where that needs the
+/// kernel's help).
+pub(crate) fn run(
+    cmd: &HelperCommand<'_>,
+    timeout: Duration,
+    max: usize,
+    cancel: &AtomicBool,
+) -> std::io::Result<Output> {
+    run_in(cmd, timeout, max, cancel, true)
+}
+
+/// [`run`]; `namespace`: try a PID namespace first.
+fn run_in(
+    cmd: &HelperCommand<'_>,
+    timeout: Duration,
+    max: usize,
+    cancel: &AtomicBool,
+    namespace: bool,
+) -> std::io::Result<Output> {
+    let mut h = start(cmd, namespace)?;
+    let deadline = Instant::now() + timeout;
+    let mut out = Vec::new();
+    let mut open = true;
+    let ended = loop {
+        if let Some(status) = h.try_wait() {
+            // What it wrote is in the pipe now; a descendant may keep it open.
+            if open {
+                open = h.read_some(&mut out);
+            }
+            break Ended::Exited(status);
+        }
+        if out.len() > max {
+            break Ended::TooMuch;
+        }
+        if cancel.load(Ordering::Relaxed) {
+            break Ended::Cancelled;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break Ended::TimedOut;
+        }
+        if open {
+            h.poll(left);
+            open = h.read_some(&mut out);
+        } else {
+            std::thread::sleep(left.min(Duration::from_millis(10)));
+        }
+    };
+    h.kill(open);
+    out.truncate(max);
+    Ok(Output { stdout: out, ended })
+}
+
+/// Kills every process that holds `pipe` (our read end's pipe) open: what
+/// is left of a helper that ran without a PID namespace, once its group is
+/// killed. Each is signalled through a pidfd taken before its descriptors
+/// are looked at, so a PID reused meanwhile is not hit.
+fn kill_holders(pipe: &OwnedFd) {
+    let Ok(meta) = std::fs::metadata(format!("/proc/self/fd/{}", pipe.as_raw_fd())) else {
+        return;
+    };
+    use std::os::unix::fs::MetadataExt;
+    let link = format!("pipe:[{}]", meta.ino());
+    let me = std::process::id();
+    for pid in crate::host::discover::all_pids() {
+        if pid == me {
+            continue;
+        }
+        // SAFETY: pidfd_open with a PID and no flags; the result is checked.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if pidfd < 0 {
+            continue;
+        }
+        // SAFETY: a descriptor just made, owned here.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+        if holds(pid, &link) {
+            // SAFETY: a signal through a pidfd we hold.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    pidfd.as_raw_fd(),
+                    libc::SIGKILL,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                )
+            };
+        }
+    }
+}
+
+/// Whether process `pid` has a descriptor whose link reads `link`.
+fn holds(pid: u32, link: &str) -> bool {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    dir.flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == link))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> HelperCommand<'static> {
+        HelperCommand {
+            exe: Path::new("/bin/sh"),
+            args: vec!["-c".into(), script.into()],
+            env: None,
+            keep_fd: None,
+            root_dir: true,
+        }
+    }
+
+    /// Processes (PIDs in our namespace) whose command line holds `tag`,
+    /// killed (the test failed if there are any).
+    fn left_with(tag: &str) -> Vec<u32> {
+        let left: Vec<u32> = crate::host::discover::all_pids()
+            .into_iter()
+            .filter(|p| {
+                crate::host::discover::stat(*p).is_some_and(|s| !s.exited())
+                    && std::fs::read(format!("/proc/{p}/cmdline"))
+                        .is_ok_and(|c| c.windows(tag.len()).any(|w| w == tag.as_bytes()))
+            })
+            .collect();
+        for p in &left {
+            // SAFETY: cleaning up after a failed test.
+            unsafe { libc::kill(*p as i32, libc::SIGKILL) };
+        }
+        left
+    }
+
+    /// A descendant in a session of its own that keeps stdout open.
+    fn daemon_then(tag: &str, then: &str) -> String {
+        format!("setsid sh -c 'sleep 300; : {tag}' & sleep 0.2; {then}")
+    }
+
+    #[test]
+    fn the_answer_is_read_and_a_descendant_holding_the_pipe_dies_with_the_helper() {
+        for namespace in [true, false] {
+            let tag = format!("gputrace-confine-{}-{namespace}", std::process::id());
+            let cancel = AtomicBool::new(false);
+            let cmd = sh(&daemon_then(&tag, "echo answer; exit 0"));
+            let out = run_in(&cmd, Duration::from_secs(20), 1024, &cancel, namespace).unwrap();
+            assert_eq!(out.stdout, b"answer\n");
+            assert_eq!(out.ended, Ended::Exited(0));
+            assert_eq!(left_with(&tag), Vec::<u32>::new(), "namespace {namespace}");
+        }
+    }
+
+    #[test]
+    fn a_helper_past_its_deadline_is_killed_with_its_descendants() {
+        for namespace in [true, false] {
+            let tag = format!(
+                "gputrace-confine-deadline-{}-{namespace}",
+                std::process::id()
+            );
+            let cancel = AtomicBool::new(false);
+            let cmd = sh(&daemon_then(&tag, "echo partial; sleep 300"));
+            let out = run_in(&cmd, Duration::from_secs(1), 1024, &cancel, namespace).unwrap();
+            assert_eq!(out.ended, Ended::TimedOut);
+            assert_eq!(out.stdout, b"partial\n");
+            assert_eq!(left_with(&tag), Vec::<u32>::new(), "namespace {namespace}");
+        }
+    }
+
+    #[test]
+    fn too_much_output_and_cancelling_stop_the_helper() {
+        let cancel = AtomicBool::new(false);
+        let out = run(&sh("yes"), Duration::from_secs(20), 1000, &cancel).unwrap();
+        assert_eq!(out.ended, Ended::TooMuch);
+        assert_eq!(out.stdout.len(), 1000);
+        let cancel = AtomicBool::new(true);
+        let out = run(&sh("sleep 300"), Duration::from_secs(20), 1000, &cancel).unwrap();
+        assert_eq!(out.ended, Ended::Cancelled);
+    }
+}
