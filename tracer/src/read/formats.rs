@@ -11,6 +11,7 @@ use crate::read::read_text_timeline;
 use crate::read::records::RecordReader;
 use crate::read::Problems;
 use crate::read::StatsInput;
+use crate::schema::parse::take_api_names_over;
 use crate::stacks::table::FoldedStacks;
 use crate::summary::Summary;
 
@@ -120,6 +121,8 @@ pub(crate) fn read_perfetto<R: Read>(input: R, folded: bool) -> std::io::Result<
     };
     let mut records = RecordReader::default();
     let mut folded = folded.then(FoldedStacks::new);
+    // Counted afresh for this file.
+    let _ = take_api_names_over();
     // Records come out of the reader in file order, before the call read
     // after them (a graph's record before its launch).
     let take = |reader: &mut PerfettoReader<R>,
@@ -157,6 +160,7 @@ pub(crate) fn read_perfetto<R: Read>(input: R, folded: bool) -> std::io::Result<
             ),
         );
     }
+    summary.api_names_over = take_api_names_over();
     summary.apply_estimates();
     let complete = match reader.summary() {
         Some(v) => {
