@@ -135,10 +135,11 @@ pub(crate) fn read_perfetto<R: Read>(input: R, folded: bool) -> std::io::Result<
             }
         }
     };
-    while let Some(item) = reader.next() {
+    while let Some(item) = reader.next_step() {
         take(&mut reader, &mut records, &mut summary, &mut problems);
         match item {
-            Ok(mut call) => match records.complete(&mut call, None) {
+            Ok(None) => {}
+            Ok(Some(mut call)) => match records.complete(&mut call, None) {
                 Ok(()) => {
                     summary.record(&call);
                     if let (Some(f), Some(s)) = (folded.as_mut(), &call.stack) {
