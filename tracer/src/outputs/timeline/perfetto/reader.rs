@@ -23,6 +23,7 @@ use crate::outputs::timeline::perfetto::writer::FORMAT_VERSION;
 use crate::outputs::timeline::perfetto::writer::RECORD_TRACK_PREFIX;
 use crate::outputs::timeline::perfetto::writer::SUMMARY_KEY;
 use crate::schema::parse::parse_call;
+use crate::stacks::table::MAX_STACKS;
 
 /// Largest packet accepted (gputrace's are under a few KiB, the summary
 /// aside).
@@ -36,9 +37,8 @@ const NOT_OURS: &str =
     "not a trace written by gputrace (no gputrace.format attribute before its events)";
 /// Slices open on one track (calls nested in calls).
 const MAX_DEPTH: usize = 256;
-/// `stack` records kept for the calls that name them; over this many, the
-/// table starts again (a call naming a dropped one is a problem reported).
-const MAX_STACKS: usize = 1 << 16;
+// `stack` records are kept for the calls that name them: over MAX_STACKS
+// the table starts again (a call naming a dropped one is a problem).
 
 /// A packet that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
