@@ -121,13 +121,14 @@ fn finish(
     out: SummaryOutput,
     stop: Stop,
 ) -> Result<ExitCode> {
-    let json = render_json(summary.summary());
     let all_exited = matches!(stop, Stop::TargetsExited);
     let mut failure = None;
     match (stop, timeline) {
         // The timeline is what failed (or stdout was): it is not ended.
         (Stop::Failed(f), _) => failure = Some(f),
         (_, Some(t)) => {
+            // Its last line (made only when there is a timeline to end).
+            let json = render_json(summary.summary());
             let what = t.what().to_string();
             if let Err(e) = t.finish(Some(&json)) {
                 failure = Some(Failure::runtime(format!("{what} failed: {e}")));

@@ -71,6 +71,11 @@ fn read_writable_maps(pid: u32) -> std::io::Result<Vec<(u64, u64)>> {
     Ok(out)
 }
 
+/// Kernel handles named from a process's calls, at most: past it the
+/// names of new handles are not kept (their launches are named from the
+/// handle in memory where the layout allows, else not), said once.
+pub(crate) const MAX_NAMED_HANDLES: usize = 1 << 16;
+
 /// What gputrace knows about one traced process.
 pub(crate) struct ProcessState {
     pub comm: Arc<str>,
@@ -88,6 +93,8 @@ pub(crate) struct ProcessState {
     said_opaque: bool,
     said_mid_capture: bool,
     said_sampled_capture: bool,
+    /// Handles whose names were not kept (past [`MAX_NAMED_HANDLES`]).
+    names_over: u64,
 }
 
 /// What the graph book asks of the rest of the tracer, for one process.
@@ -152,7 +159,19 @@ impl ProcessState {
             said_opaque: false,
             said_mid_capture: false,
             said_sampled_capture: false,
+            names_over: 0,
         }
+    }
+
+    /// Learns a handle's name, within the bound: false when it was not
+    /// kept.
+    fn learn(&mut self, handle: u64, entry: (Arc<str>, u64)) -> bool {
+        if self.names.len() >= MAX_NAMED_HANDLES && !self.names.contains_key(&handle) {
+            self.names_over += 1;
+            return false;
+        }
+        self.names.insert(handle, entry);
+        true
     }
 
     /// Where `addr` lives: a live allocation seen by the trace first, then
@@ -197,7 +216,7 @@ impl ProcessState {
                 parent,
                 ..
             } if ok => {
-                self.names.insert(*h, (demangle(name), *parent));
+                self.learn(*h, (demangle(name), *parent));
                 false
             }
             Args::KernelGetFunction {
@@ -205,7 +224,7 @@ impl ProcessState {
                 kernel,
             } if ok => {
                 if let Some(entry) = self.names.get(kernel).cloned() {
-                    self.names.insert(*f, entry);
+                    self.learn(*f, entry);
                 }
                 false
             }
@@ -327,7 +346,15 @@ impl Enricher {
                 crate::say!("process {}: {warning}", e.pid);
             }
         }
+        let over = state.names_over;
         let changed = state.observe(e.pid, &mut args, ok, &mut self.namer);
+        if over == 0 && state.names_over > 0 {
+            crate::say!(
+                "process {} ({}) named over {MAX_NAMED_HANDLES} kernel handles: the names of later ones are not kept (their launches are named from the handle in the process's memory where its libcuda's layout is known, else \"kernel\":null)",
+                e.pid,
+                crate::text::printable(&state.comm)
+            );
+        }
         let news = {
             let mut env = Env {
                 pid: e.pid,
@@ -398,6 +425,20 @@ impl Enricher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn named_handles_are_bounded_and_counted() {
+        let mut p = ProcessState::with_comm(Arc::from("x"));
+        let name: Arc<str> = Arc::from("k");
+        for h in 0..MAX_NAMED_HANDLES as u64 + 5 {
+            p.learn(h + 1, (name.clone(), 0));
+        }
+        assert_eq!(p.names.len(), MAX_NAMED_HANDLES);
+        assert_eq!(p.names_over, 5);
+        // A handle kept is learned again (a new name for it) within the bound.
+        assert!(p.learn(1, (Arc::from("k2"), 0)));
+        assert_eq!(&*p.names[&1].0, "k2");
+    }
 
     #[test]
     fn clock_is_near_now() {

@@ -3,6 +3,7 @@
 //! types of the model, and the JSON schema.
 
 pub mod call;
+pub mod capped;
 pub mod gpu;
 pub mod graph;
 pub(crate) mod nccl;

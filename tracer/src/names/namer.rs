@@ -42,6 +42,10 @@ const SANDBOXED_TIMEOUT: Duration = Duration::from_secs(20);
 /// first attach started.
 pub(crate) const START_GRACE: Duration = Duration::from_secs(2);
 
+/// Names cached per process from handles and from stubs, each; past it
+/// the cache starts again (a name is read again when needed).
+const MAX_CACHED_NAMES: usize = 1 << 16;
+
 /// What calibration gave for one libcuda file: `None` while it runs.
 pub(crate) type Calibration = Option<Result<Layout, String>>;
 
@@ -338,11 +342,11 @@ impl KernelNamer {
             .and_then(|l| l.read(pid, handle))
             .filter(|n| plausible_name(n))
             .map(|n| demangle(&String::from_utf8_lossy(&n)));
-        self.procs
-            .entry(pid)
-            .or_default()
-            .from_handles
-            .insert(handle, name.clone());
+        let cache = &mut self.procs.entry(pid).or_default().from_handles;
+        if cache.len() >= MAX_CACHED_NAMES {
+            cache.clear();
+        }
+        cache.insert(handle, name.clone());
         name
     }
 
@@ -359,11 +363,11 @@ impl KernelNamer {
             .name(pid, stub)
             .filter(|n| n.starts_with("_Z"))
             .map(|n| demangle(&crate::text::printable(&n)));
-        self.procs
-            .entry(pid)
-            .or_default()
-            .from_stubs
-            .insert(stub, name.clone());
+        let cache = &mut self.procs.entry(pid).or_default().from_stubs;
+        if cache.len() >= MAX_CACHED_NAMES {
+            cache.clear();
+        }
+        cache.insert(stub, name.clone());
         name
     }
 

@@ -7,6 +7,7 @@
 //! Plain data in, plain data out: the session feeds arrivals and a clock;
 //! nothing here reads probes or writes output.
 
+use crate::model::capped::Overflow;
 use crate::model::nccl::Arrival;
 use crate::model::nccl::Collective;
 use crate::model::nccl::CommStats;
@@ -41,6 +42,11 @@ pub struct CrossRank {
     active_ns: HashMap<u64, u64>,
     /// Stalls that ended since the last [`CrossRank::check_stalls`].
     ended: Vec<StallEnded>,
+    /// The latest arrival's entry (for communicators seen before any).
+    last_ns: u64,
+    /// Communicators dropped past [`MAX_COMMS`] (distinct ids), and the
+    /// collectives complete on them when they were.
+    pub dropped: Overflow,
 }
 
 impl CrossRank {
@@ -55,7 +61,12 @@ impl CrossRank {
         c.ranks.entry(rank).or_default().pid = pid;
     }
 
+    /// A communicator's stats, made (within the bound) when new.
     fn comm(&mut self, comm_id: u64, nranks: u32) -> &mut CommStats {
+        if !self.active_ns.contains_key(&comm_id) {
+            self.active_ns.insert(comm_id, self.last_ns);
+            self.bound_comms(comm_id);
+        }
         let c = self.comms.entry(comm_id).or_default();
         c.nranks = nranks;
         c
@@ -66,9 +77,10 @@ impl CrossRank {
         if a.rank >= a.nranks {
             return None;
         }
+        self.last_ns = self.last_ns.max(a.entry_ns);
+        self.comm(a.comm_id, a.nranks);
         self.active_ns.insert(a.comm_id, a.entry_ns);
-        self.bound_comms();
-        let c = self.comm(a.comm_id, a.nranks);
+        let c = self.comms.get_mut(&a.comm_id)?;
         let r = c.ranks.entry(a.rank).or_default();
         r.pid = a.pid;
         let key = (a.comm_id, a.func, a.seq);
@@ -236,11 +248,20 @@ impl CrossRank {
         }
     }
 
-    fn bound_comms(&mut self) {
+    /// Drops the least recently active communicators (not `keep`, just
+    /// made) past the bound, counted.
+    fn bound_comms(&mut self, keep: u64) {
         while self.active_ns.len() > MAX_COMMS {
-            let Some((&idle, _)) = self.active_ns.iter().min_by_key(|(_, t)| **t) else {
+            let Some((&idle, _)) = self
+                .active_ns
+                .iter()
+                .filter(|(id, _)| **id != keep)
+                .min_by_key(|(id, t)| (**t, **id))
+            else {
                 return;
             };
+            let complete = self.comms.get(&idle).map_or(0, |c| c.complete);
+            self.dropped.add_n(&idle, complete);
             self.forget(idle);
         }
     }
@@ -249,7 +270,14 @@ impl CrossRank {
     pub fn forget(&mut self, comm_id: u64) {
         self.active_ns.remove(&comm_id);
         self.comms.remove(&comm_id);
-        self.pending.retain(|(c, _, _), _| *c != comm_id);
+        let keys: Vec<Key> = self
+            .pending
+            .range((comm_id, Func::Broadcast, 0)..=(comm_id, Func::AllReduce, u64::MAX))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            self.pending.remove(&k);
+        }
     }
 
     /// Collectives entered by some ranks and not by others for longer than

@@ -219,4 +219,28 @@ fn pending_and_communicators_are_bounded() {
     }
     assert_eq!(x.comms().len(), MAX_COMMS);
     assert!(!x.comms().contains_key(&0xabc), "the idlest was dropped");
+    assert_eq!(x.dropped.keys(), 6);
+}
+
+/// Communicators known only from their inits count against the bound too
+/// (each one's state is kept until it is dropped), and the dropped ones
+/// are counted.
+#[test]
+fn communicators_seen_at_init_are_bounded_and_counted() {
+    let mut x = CrossRank::new();
+    let extra = 100u64;
+    for id in 0..(MAX_COMMS as u64 + extra) {
+        x.rank_seen(0x5000 + id, 2, 0, 7);
+    }
+    assert_eq!(x.comms().len(), MAX_COMMS);
+    assert!(x.active_ns.len() <= MAX_COMMS);
+    assert_eq!(x.dropped.keys(), extra);
+    // One still tracked works as before.
+    let last = 0x5000 + MAX_COMMS as u64 + extra - 1;
+    let mut a = arrival(1, 0, 5);
+    (a.comm_id, a.nranks) = (last, 2);
+    x.arrive(a);
+    let mut b = arrival(0, 0, 6);
+    (b.comm_id, b.nranks) = (last, 2);
+    assert!(x.arrive(b).is_some());
 }

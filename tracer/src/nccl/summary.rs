@@ -12,12 +12,15 @@ use serde_json::{json, Value};
 
 use crate::model::call::Args;
 use crate::model::call::Call;
+use crate::model::capped::Overflow;
 use crate::model::nccl::NcclStall;
 use crate::model::nccl::StallEnded;
 use crate::model::nccl::Unaligned;
 use crate::nccl::enrich::arrival;
 use crate::nccl::hash::format_comm_id;
 use crate::nccl::ranks::CrossRank;
+use crate::nccl::ranks::MAX_COMMS;
+use crate::units::fmt_count;
 use crate::units::fmt_ns;
 
 /// `ncclRemoteError`: a peer failed while this rank was in the collective
@@ -32,14 +35,24 @@ pub struct UnalignedComm {
     pub collectives: u64,
 }
 
+/// Stalls kept for the summary (the first ones); later ones are counted.
+pub(crate) const MAX_STALLS: usize = 1024;
+/// (process, communicator) rows of collectives not aligned, at most; the
+/// collectives of others are counted.
+pub(crate) const MAX_UNALIGNED: usize = 4096;
+
 #[derive(Clone, Debug, Default)]
 pub struct NcclSummary {
     pub cross: CrossRank,
     /// Stalls said during the trace, each with how long it lasted when it
     /// ended (`None`: it had not ended).
     pub stalls: Vec<(NcclStall, Option<u64>)>,
+    /// Stalls said past [`MAX_STALLS`], not kept.
+    pub stalls_over: u64,
     /// (pid, `ncclComm_t`) → collectives without a sequence number.
     pub unaligned: BTreeMap<(u32, u64), UnalignedComm>,
+    /// (pid, `ncclComm_t`) past [`MAX_UNALIGNED`] and their collectives.
+    pub unaligned_over: Overflow,
 }
 
 impl NcclSummary {
@@ -49,14 +62,16 @@ impl NcclSummary {
             return;
         }
         if let Some(why) = n.unaligned {
-            let u = self
-                .unaligned
-                .entry((c.pid, n.comm))
-                .or_insert(UnalignedComm {
-                    comm_id: n.ident.comm_id,
-                    reason: why,
-                    collectives: 0,
-                });
+            let key = (c.pid, n.comm);
+            if self.unaligned.len() >= MAX_UNALIGNED && !self.unaligned.contains_key(&key) {
+                self.unaligned_over.add(&key);
+                return;
+            }
+            let u = self.unaligned.entry(key).or_insert(UnalignedComm {
+                comm_id: n.ident.comm_id,
+                reason: why,
+                collectives: 0,
+            });
             u.collectives += 1;
             u.reason = why;
             return;
@@ -67,6 +82,10 @@ impl NcclSummary {
     }
 
     pub fn stall(&mut self, s: &NcclStall) {
+        if self.stalls.len() >= MAX_STALLS {
+            self.stalls_over += 1;
+            return;
+        }
         self.stalls.push((s.clone(), None));
     }
 
@@ -82,7 +101,56 @@ impl NcclSummary {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.cross.comms().is_empty() && self.stalls.is_empty() && self.unaligned.is_empty()
+        self.cross.comms().is_empty()
+            && self.stalls.is_empty()
+            && self.unaligned.is_empty()
+            && self.cross.dropped.is_empty()
+            && self.unaligned_over.is_empty()
+    }
+
+    /// `nccl_other`: what went past the bounds (`null` where nothing did).
+    pub fn over_json(&self) -> Value {
+        let d = &self.cross.dropped;
+        let u = &self.unaligned_over;
+        json!({
+            "comms_dropped": (!d.is_empty()).then(|| json!({
+                "comms": d.keys(), "comms_exact": d.exact(), "collectives_complete": d.entries,
+            })),
+            "stalls_not_kept": self.stalls_over,
+            "unaligned_other": (!u.is_empty()).then(|| json!({
+                "rows": u.keys(), "rows_exact": u.exact(), "collectives": u.entries,
+            })),
+        })
+    }
+
+    /// The lines saying what went past the bounds.
+    fn render_over(&self, out: &mut String) {
+        let d = &self.cross.dropped;
+        if !d.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nNCCL: {} more communicators (past the {} tracked at once; the least recently active go) are not shown: {} collectives were complete on them",
+                d.keys_text(),
+                MAX_COMMS,
+                fmt_count(d.entries)
+            );
+        }
+        if self.stalls_over > 0 {
+            let _ = writeln!(
+                out,
+                "NCCL: {} more stalls (past the first {MAX_STALLS}) are not listed",
+                fmt_count(self.stalls_over)
+            );
+        }
+        let u = &self.unaligned_over;
+        if !u.is_empty() {
+            let _ = writeln!(
+                out,
+                "NCCL: {} more (process, communicator) pairs (past the first {MAX_UNALIGNED}) had {} collectives not matched across ranks",
+                u.keys_text(),
+                fmt_count(u.entries)
+            );
+        }
     }
 
     /// The text section: one block per communicator, then the stalls and
@@ -167,6 +235,7 @@ impl NcclSummary {
                 u.reason.reason()
             );
         }
+        self.render_over(out);
     }
 
     /// `nccl_ranks`: one entry per (communicator, rank).
@@ -245,5 +314,91 @@ impl NcclSummary {
                 })
                 .collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::model::call::Nccl;
+    use crate::model::nccl::StuckCall;
+    use crate::model::types::NcclOp;
+
+    fn unaligned_call(pid: u32, comm: u64) -> Call {
+        Call {
+            ts_ns: 1,
+            dur_ns: Some(1),
+            pid,
+            tid: pid,
+            comm: Arc::from("x"),
+            api: "ncclAllReduce",
+            family: None,
+            ret: Some(0),
+            stack: None,
+            args: Args::Nccl(Nccl {
+                op: NcclOp::AllReduce,
+                count: 1,
+                datatype: 7,
+                redop: Some(0),
+                root: None,
+                peer: None,
+                comm,
+                stream: 0,
+                ident: Default::default(),
+                unaligned: Some(Unaligned::NoIdentity),
+            }),
+        }
+    }
+
+    #[test]
+    fn unaligned_rows_and_stalls_are_bounded_and_counted() {
+        let mut s = NcclSummary::default();
+        let extra = 7u64;
+        for comm in 0..MAX_UNALIGNED as u64 + extra {
+            s.record(&unaligned_call(1, comm));
+            s.record(&unaligned_call(1, comm));
+        }
+        assert_eq!(s.unaligned.len(), MAX_UNALIGNED);
+        assert_eq!(s.unaligned_over.keys(), extra);
+        assert_eq!(s.unaligned_over.entries, 2 * extra);
+        let kept: u64 = s.unaligned.values().map(|u| u.collectives).sum();
+        assert_eq!(
+            kept + s.unaligned_over.entries,
+            2 * (MAX_UNALIGNED as u64 + extra)
+        );
+
+        let stuck = NcclStall::Stuck(StuckCall {
+            pid: 1,
+            tid: 1,
+            process: Arc::from("x"),
+            api: "ncclAllReduce",
+            comm: 1,
+            ident: Default::default(),
+            unaligned: None,
+            entered_ns: 1,
+            waited_ns: 1,
+            host: Arc::from("h"),
+        });
+        for _ in 0..MAX_STALLS + 3 {
+            s.stall(&stuck);
+        }
+        assert_eq!(s.stalls.len(), MAX_STALLS);
+        assert_eq!(s.stalls_over, 3);
+        let mut text = String::new();
+        s.render_text(&mut text);
+        assert!(
+            text.contains("NCCL: 3 more stalls (past the first 1024)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("NCCL: {extra} more (process, communicator) pairs")),
+            "{text}"
+        );
+        let j = s.over_json();
+        assert_eq!(j["stalls_not_kept"], 3);
+        assert_eq!(j["unaligned_other"]["collectives"], 2 * extra);
+        assert!(j["comms_dropped"].is_null());
     }
 }

@@ -82,8 +82,13 @@ pub(crate) struct ProcessComms {
     pub mismatch: Option<String>,
 }
 
-/// Communicators kept per process before the oldest unnamed ones go.
+/// Communicators kept per process; past it the table starts again (their
+/// collectives' sequences are then counted from there, or read from
+/// memory).
 const MAX_COMMS: usize = 4096;
+/// Threads inside a group kept per process, and (communicator, function)
+/// counts per group; past them the table starts again.
+const MAX_GROUPS: usize = 4096;
 
 impl ProcessComms {
     /// `version`: the release of the libnccl the process uses, when known.
@@ -174,6 +179,9 @@ impl ProcessComms {
     }
 
     pub(crate) fn group_start(&mut self, tid: u32) {
+        if self.groups.len() >= MAX_GROUPS && !self.groups.contains_key(&tid) {
+            self.groups.clear();
+        }
         self.groups.entry(tid).or_default().0 += 1;
     }
 
@@ -198,6 +206,9 @@ impl ProcessComms {
         let ident = self.peek(tid, comm, func, mem);
         if let Some(f) = func {
             if let Some(g) = self.groups.get_mut(&tid) {
+                if g.1.len() >= MAX_GROUPS && !g.1.contains_key(&(comm, f)) {
+                    g.1.clear();
+                }
                 *g.1.entry((comm, f)).or_default() += 1;
             }
             if let Some(v) = self.comms.get_mut(&comm) {

@@ -12,6 +12,7 @@ use crate::read::read_text_timeline;
 use crate::read::records::RecordReader;
 use crate::read::Problems;
 use crate::read::StatsInput;
+use crate::schema::parse::take_api_names_over;
 use crate::stacks::table::FoldedStacks;
 use crate::summary::Summary;
 
@@ -134,6 +135,8 @@ pub(crate) fn read_perfetto<R: Read>(input: R, folded: bool) -> std::io::Result<
     let mut records = RecordReader::default();
     let mut folded = folded.then(FoldedStacks::new);
     let mut cut = None;
+    // Counted afresh for this file.
+    let _ = take_api_names_over();
     // Records come out of the reader in file order, before the call read
     // after them (a graph's record before its launch).
     let take = |reader: &mut PerfettoReader<R>,
@@ -146,10 +149,11 @@ pub(crate) fn read_perfetto<R: Read>(input: R, folded: bool) -> std::io::Result<
             }
         }
     };
-    while let Some(item) = reader.next() {
+    while let Some(item) = reader.next_step() {
         take(&mut reader, &mut records, &mut summary, &mut problems);
         match item {
-            Ok(mut call) => match records.complete(&mut call, None) {
+            Ok(None) => {}
+            Ok(Some(mut call)) => match records.complete(&mut call, None) {
                 Ok(()) => {
                     summary.record(&call);
                     if let (Some(f), Some(s)) = (folded.as_mut(), &call.stack) {
@@ -178,6 +182,7 @@ pub(crate) fn read_perfetto<R: Read>(input: R, folded: bool) -> std::io::Result<
             ),
         );
     }
+    summary.api_names_over = take_api_names_over();
     summary.apply_estimates();
     let complete = match reader.summary() {
         Some(v) => {

@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use crate::model::call::Call;
 use crate::model::types::LostCounts;
 use crate::schema::parse::parse_call;
+use crate::schema::parse::take_api_names_over;
 use crate::stacks::table::FoldedStacks;
 use crate::stacks::table::StackTable;
 use crate::summary::Summary;
@@ -262,6 +263,8 @@ pub(crate) fn read_text_timeline<R: Read>(input: R, folded: bool) -> std::io::Re
     };
     let mut format: Option<Format> = None;
     let mut buf = Vec::with_capacity(4096);
+    // Counted afresh for this file.
+    let _ = take_api_names_over();
     let mut lineno = 0u64;
     while let Some(whole) = read_line(&mut r, &mut buf)? {
         lineno += 1;
@@ -312,6 +315,7 @@ pub(crate) fn read_text_timeline<R: Read>(input: R, folded: bool) -> std::io::Re
         }
     }
     st.summary.unreadable = st.problems.count;
+    st.summary.api_names_over = take_api_names_over();
     st.summary.apply_estimates();
     Ok(StatsInput {
         summary: st.summary,

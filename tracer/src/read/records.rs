@@ -14,13 +14,11 @@ use crate::model::call::{Args, Call};
 use crate::model::graph::ExecContents;
 use crate::model::stack::CallStack;
 use crate::nccl::json::{parse_nccl_record, NcclRecord};
+use crate::stacks::table::MAX_STACKS;
 use crate::summary::Summary;
 
 /// Executable graphs remembered while reading, at most.
 const MAX_GRAPHS: usize = 1 << 16;
-/// Stacks remembered while reading, at most (over it the table starts
-/// again; a call naming a stack dropped is a problem reported).
-const MAX_STACKS: usize = 1 << 16;
 
 #[derive(Default)]
 pub(crate) struct RecordReader {
@@ -77,6 +75,8 @@ impl RecordReader {
             }
             "gpu" => summary.record_gpu(&crate::gpu::record::parse_work(v)?),
             "gpu_agent" => summary.gpu_note(&crate::gpu::record::parse_note(v)?),
+            // Over MAX_STACKS the table starts again, where the writer's
+            // said set did: a call naming a stack dropped is a problem.
             "stack" => {
                 let st = stack_record(v)?;
                 if self.stacks.len() >= MAX_STACKS {

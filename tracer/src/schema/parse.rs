@@ -1,5 +1,7 @@
 //! Reading the JSONL schema back into calls (`gputrace stats`).
 
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -7,6 +9,7 @@ use serde_json::{Map, Value};
 use crate::catalogue::api_by_name;
 use crate::json::parse::*;
 use crate::model::call::*;
+use crate::model::capped::Overflow;
 use crate::model::nccl::Identity;
 use crate::model::nccl::SeqSource;
 use crate::model::nccl::Unaligned;
@@ -14,22 +17,46 @@ use crate::model::types::AllocKind;
 use crate::model::types::Direction;
 use crate::model::types::NcclOp;
 
-/// Interns a string for the life of the program (API names from files).
+/// API names not in the catalogue interned per thread (a reader runs on
+/// one), at most: each is kept for the life of the program. Past it, or
+/// longer than [`MAX_API_NAME`], a name is read as [`OTHER_APIS`] and
+/// counted ([`take_api_names_over`]).
+pub const MAX_UNKNOWN_APIS: usize = 256;
+/// Bytes of an API name not in the catalogue interned, at most.
+pub const MAX_API_NAME: usize = 128;
+/// The API row of calls whose names were not interned.
+pub const OTHER_APIS: &str = "(other APIs)";
+
+thread_local! {
+    static UNKNOWN_APIS: RefCell<(HashSet<&'static str>, Overflow)> =
+        RefCell::new((HashSet::new(), Overflow::default()));
+}
+
+/// Interns an API name (names from files): the catalogue's, else one of
+/// the first [`MAX_UNKNOWN_APIS`] others, else [`OTHER_APIS`].
 fn intern(s: &str) -> &'static str {
-    use std::collections::HashSet;
-    use std::sync::Mutex;
-    static NAMES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
     if let Some(api) = api_by_name(s) {
         return api.name;
     }
-    let mut guard = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    let set = guard.get_or_insert_with(HashSet::new);
-    if let Some(existing) = set.get(s) {
-        return existing;
-    }
-    let leaked: &'static str = Box::leak(s.to_string().into_boxed_str());
-    set.insert(leaked);
-    leaked
+    UNKNOWN_APIS.with(|u| {
+        let (set, over) = &mut *u.borrow_mut();
+        if let Some(existing) = set.get(s) {
+            return *existing;
+        }
+        if set.len() >= MAX_UNKNOWN_APIS || s.len() > MAX_API_NAME {
+            over.add(s);
+            return OTHER_APIS;
+        }
+        let leaked: &'static str = Box::leak(s.to_string().into_boxed_str());
+        set.insert(leaked);
+        leaked
+    })
+}
+
+/// The API names read as [`OTHER_APIS`] on this thread since the last
+/// call, and their calls.
+pub fn take_api_names_over() -> Overflow {
+    UNKNOWN_APIS.with(|u| std::mem::take(&mut u.borrow_mut().1))
 }
 
 /// Reads an event back from its JSON object (a JSONL line, or a Chrome
@@ -270,6 +297,35 @@ mod tests {
     use crate::decode::record::parse_record;
     use crate::schema::write::write_call;
     use tracer_common::CallEvent;
+
+    /// API names not in the catalogue: the first ones kept, the rest (and
+    /// over-long ones) read as one row and counted, on this thread.
+    #[test]
+    fn unknown_api_names_are_bounded_and_counted() {
+        let _ = take_api_names_over();
+        let call = |api: &str| {
+            let v = serde_json::json!({"ts_ns": 1, "dur_ns": 2, "pid": 3, "tid": 3,
+                "comm": "x", "api": api, "ret": 0, "args": {}});
+            parse_call(&v).unwrap().api
+        };
+        let extra = 40;
+        // Other tests on this thread may have interned some already.
+        for i in 0..MAX_UNKNOWN_APIS + extra {
+            call(&format!("fakeApi{i}"));
+        }
+        assert_eq!(call("fakeApi0"), "fakeApi0");
+        assert_eq!(
+            call(&format!("fakeApi{}", MAX_UNKNOWN_APIS + 1)),
+            OTHER_APIS
+        );
+        assert_eq!(call(&"y".repeat(MAX_API_NAME + 1)), OTHER_APIS);
+        // A catalogue name is never over the bound.
+        assert_eq!(call("cuCtxSynchronize"), "cuCtxSynchronize");
+        let over = take_api_names_over();
+        assert!(over.keys() >= extra as u64 + 1, "{}", over.keys());
+        assert_eq!(over.entries, over.keys() + 1);
+        assert!(take_api_names_over().is_empty());
+    }
 
     /// Every API's arguments survive raw → Call → JSON → Call.
     #[test]

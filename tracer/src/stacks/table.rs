@@ -4,6 +4,7 @@
 //! the views derive from them: the call site (the innermost user frame,
 //! Python first) and folded lines for flame graphs.
 
+use crate::model::capped::Overflow;
 use crate::model::stack::CallStack;
 use crate::model::stack::Frames;
 use crate::model::stack::GAP;
@@ -86,11 +87,37 @@ pub(crate) fn folded_line<S: AsRef<str>>(frames: &[S], weight: u64) -> String {
     line
 }
 
+/// Distinct stacks a table holds (interned live, summed for `--folded`,
+/// remembered as said by a timeline, read back by `stats`); past it the
+/// live table and the said sets start again, and `--folded` sums the rest
+/// in one line.
+pub(crate) const MAX_STACKS: usize = 1 << 16;
+
+/// The first frame of the `--folded` line of stacks past [`MAX_STACKS`].
+pub(crate) const OTHER_STACKS: &str = "(other stacks)";
+
+/// Whether a timeline must say stack `id` now (its record before the first
+/// call naming it): `said` holds the ids said, at most [`MAX_STACKS`]; past
+/// it the set starts again, as a reader's table does after as many
+/// records, so a stack is said again before a reader could have dropped it.
+pub(crate) fn say_once(said: &mut rustc_hash::FxHashSet<u32>, id: u32) -> bool {
+    if said.contains(&id) {
+        return false;
+    }
+    if said.len() >= MAX_STACKS {
+        said.clear();
+    }
+    said.insert(id)
+}
+
 /// Host time per stack, written as folded lines (`gputrace stats
-/// --folded`): one line per distinct stack, heaviest first.
+/// --folded`): one line per distinct stack, heaviest first; stacks past
+/// [`MAX_STACKS`] summed in one [`OTHER_STACKS`] line.
 #[derive(Default)]
 pub struct FoldedStacks {
     weights: HashMap<Frames, u64>,
+    other: Overflow,
+    other_weight: u64,
 }
 
 impl FoldedStacks {
@@ -99,12 +126,19 @@ impl FoldedStacks {
     }
 
     pub fn add(&mut self, frames: &Frames, weight: u64) {
-        match self.weights.get_mut(frames) {
-            Some(w) => *w += weight,
-            None => {
-                self.weights.insert(frames.clone(), weight);
-            }
+        if let Some(w) = self.weights.get_mut(frames) {
+            *w += weight;
+        } else if self.weights.len() >= MAX_STACKS {
+            self.other.add(frames);
+            self.other_weight += weight;
+        } else {
+            self.weights.insert(frames.clone(), weight);
         }
+    }
+
+    /// Distinct stacks past [`MAX_STACKS`], summed in one line.
+    pub fn over(&self) -> &Overflow {
+        &self.other
     }
 
     /// The lines, heaviest first (ties by text); stacks of weight 0 left out.
@@ -115,15 +149,22 @@ impl FoldedStacks {
             .filter(|(_, w)| **w > 0)
             .map(|(f, w)| (*w, folded_line(f, *w)))
             .collect();
+        if self.other_weight > 0 {
+            let other = folded_line(&[OTHER_STACKS], self.other_weight);
+            v.push((self.other_weight, other));
+        }
         v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         v.into_iter().map(|(_, l)| l).collect()
     }
 }
 
-/// Interns stacks: the same frames get the same [`CallStack`].
+/// Interns stacks: the same frames get the same [`CallStack`]. Holds at
+/// most [`MAX_STACKS`]; past it the table starts again (ids are never
+/// given twice: a stack seen again then gets a new one).
 #[derive(Default)]
 pub(crate) struct StackTable {
     by_frames: HashMap<Frames, Arc<CallStack>>,
+    next_id: u32,
 }
 
 impl StackTable {
@@ -137,8 +178,12 @@ impl StackTable {
         if let Some(s) = self.by_frames.get(&frames) {
             return s.clone();
         }
+        if self.by_frames.len() >= MAX_STACKS {
+            self.by_frames.clear();
+        }
+        self.next_id = self.next_id.wrapping_add(1).max(1);
         let stack = Arc::new(CallStack {
-            id: self.by_frames.len() as u32 + 1,
+            id: self.next_id,
             frames: frames.clone(),
         });
         self.by_frames.insert(frames, stack.clone());
@@ -222,5 +267,44 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &a2));
         assert_ne!(a.id, b.id);
         assert_eq!(t.len(), 2);
+    }
+
+    /// Past the bound the table starts again with new ids (an id is never
+    /// given to two stacks); `--folded` sums the rest in one line; a said
+    /// set starts again where a reader's table would.
+    #[test]
+    fn stack_tables_are_bounded() {
+        let mut t = StackTable::new();
+        let f = |i: usize| vec![Arc::<str>::from(format!("f{i}"))];
+        let first = t.intern(f(0));
+        for i in 1..MAX_STACKS + 10 {
+            t.intern(f(i));
+        }
+        assert_eq!(t.len(), 10);
+        let again = t.intern(f(0));
+        assert_ne!(again.id, first.id);
+        assert_eq!(again.id as usize, MAX_STACKS + 11);
+
+        let mut folded = FoldedStacks::new();
+        for i in 0..MAX_STACKS + 3 {
+            folded.add(&f(i).into(), 1 + i as u64);
+        }
+        assert_eq!(folded.over().keys(), 3);
+        let lines = folded.lines();
+        assert_eq!(lines.len(), MAX_STACKS + 1);
+        let other: u64 = (MAX_STACKS..MAX_STACKS + 3).map(|i| 1 + i as u64).sum();
+        assert_eq!(lines[0], format!("{OTHER_STACKS} {other}"));
+
+        let mut said = rustc_hash::FxHashSet::default();
+        for id in 1..=MAX_STACKS as u32 {
+            assert!(say_once(&mut said, id));
+        }
+        assert!(!say_once(&mut said, 1));
+        assert!(say_once(&mut said, 0));
+        assert_eq!(said.len(), 1);
+        assert!(
+            say_once(&mut said, 1),
+            "said again after the set started again"
+        );
     }
 }

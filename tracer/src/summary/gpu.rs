@@ -10,20 +10,21 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap as HashMap;
 use serde_json::{json, Value};
 
+use crate::model::capped::Capped;
 use crate::model::gpu::{AgentNote, GpuAgentNote, GpuOp, GpuWork};
 use crate::model::types::Direction;
 use crate::nccl::hash::format_comm_id;
 use crate::summary::ApiStats;
-use crate::units::{fmt_bytes, fmt_ns};
+use crate::units::{fmt_bytes, fmt_count, fmt_ns};
 
 /// Distinct kernel names kept per process; the rest are summed in one row
 /// (`other kernels`) and counted.
 pub const MAX_KERNELS: usize = 4096;
-/// NCCL (operation, communicator, rank) rows kept per process.
-const MAX_NCCL: usize = 1024;
+/// NCCL (operation, communicator, rank) rows kept per process; the rest
+/// are summed in one row and counted.
+pub const MAX_NCCL: usize = 1024;
 /// Busy intervals a device keeps open for merging with late records
 /// (records come out of order across streams, within a few seconds).
 const MAX_OPEN: usize = 1 << 16;
@@ -85,10 +86,9 @@ pub type NcclKey = (Option<&'static str>, Option<u64>, Option<u32>);
 /// What one process's GPU did.
 #[derive(Clone, Debug, Default)]
 pub struct GpuProcess {
-    /// GPU time by kernel name (`None`: not known).
-    pub kernels: HashMap<Option<Arc<str>>, ApiStats>,
-    /// Kernels past [`MAX_KERNELS`] names, summed.
-    pub other_kernels: ApiStats,
+    /// GPU time by kernel name (`None`: not known); names past
+    /// [`MAX_KERNELS`] summed in its `other` row.
+    pub kernels: Capped<Option<Arc<str>>, ApiStats, MAX_KERNELS>,
     pub copies: BTreeMap<Direction, GpuCopies>,
     /// Busy time by (device, stream) (a stream runs one thing at a time).
     pub streams: BTreeMap<(u32, u32), u64>,
@@ -96,7 +96,7 @@ pub struct GpuProcess {
     /// From the call's start to the kernel's start on the GPU.
     pub queued: ApiStats,
     /// NCCL kernels' GPU time by (operation, communicator id, rank).
-    pub nccl: BTreeMap<NcclKey, ApiStats>,
+    pub nccl: Capped<NcclKey, ApiStats, MAX_NCCL>,
     pub first_ns: u64,
     pub last_ns: u64,
     /// Work whose launching call CUPTI did not say.
@@ -126,21 +126,13 @@ impl GpuProcess {
         }
         match &w.op {
             GpuOp::Kernel { name, .. } => {
-                let full = self.kernels.len() >= MAX_KERNELS && !self.kernels.contains_key(name);
-                let s = if full {
-                    &mut self.other_kernels
-                } else {
-                    self.kernels.entry(name.clone()).or_default()
-                };
-                s.record(Some(d), false);
+                self.kernels.slot(name).record(Some(d), false);
                 if let Some(q) = w.queued_ns() {
                     self.queued.record(Some(q), false);
                 }
                 if let Some(n) = w.launch.as_ref().and_then(|l| l.nccl.as_ref()) {
                     let key = (n.op, n.comm_id, n.rank);
-                    if self.nccl.len() < MAX_NCCL || self.nccl.contains_key(&key) {
-                        self.nccl.entry(key).or_default().record(Some(d), false);
-                    }
+                    self.nccl.slot(&key).record(Some(d), false);
                 }
             }
             GpuOp::Memcpy {
@@ -170,19 +162,14 @@ impl GpuProcess {
     }
 
     pub fn merge(&mut self, o: &GpuProcess) {
-        for (k, s) in &o.kernels {
-            self.kernels.entry(k.clone()).or_default().merge(s);
-        }
-        self.other_kernels.merge(&o.other_kernels);
+        self.kernels.merge(&o.kernels, |s| s.calls, ApiStats::merge);
         for (d, c) in &o.copies {
             let m = self.copies.entry(*d).or_default();
             m.bytes = m.bytes.saturating_add(c.bytes);
             m.time.merge(&c.time);
         }
         self.queued.merge(&o.queued);
-        for (k, s) in &o.nccl {
-            self.nccl.entry(*k).or_default().merge(s);
-        }
+        self.nccl.merge(&o.nccl, |s| s.calls, ApiStats::merge);
         self.unjoined += o.unjoined;
         self.joined_calls += o.joined_calls;
         self.lost = (
@@ -195,13 +182,20 @@ impl GpuProcess {
 
     /// GPU time of every kernel.
     pub fn kernel_ns(&self) -> u64 {
-        self.kernels.values().map(|s| s.total_ns).sum::<u64>() + self.other_kernels.total_ns
+        self.kernels.all_values().map(|s| s.total_ns).sum::<u64>()
     }
 
     /// Kernels by GPU time, then name.
     pub fn kernel_rows(&self) -> Vec<(&Option<Arc<str>>, &ApiStats)> {
-        let mut rows: Vec<_> = self.kernels.iter().collect();
+        let mut rows: Vec<_> = self.kernels.rows().collect();
         rows.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then(a.0.cmp(b.0)));
+        rows
+    }
+
+    /// NCCL kernels by (operation, communicator id, rank).
+    pub fn nccl_rows(&self) -> Vec<(&NcclKey, &ApiStats)> {
+        let mut rows: Vec<_> = self.nccl.rows().collect();
+        rows.sort_by(|a, b| a.0.cmp(b.0));
         rows
     }
 }
@@ -261,10 +255,14 @@ fn render_kernels(out: &mut String, g: &GpuProcess) {
                 s,
             );
         }
-        if g.other_kernels.timed > 0 {
+        if let Some(other) = g.kernels.other() {
             line(
-                &format!("... and other kernels past {MAX_KERNELS} names"),
-                &g.other_kernels,
+                &format!(
+                    "... and {} more kernel names (past the first {}), summed",
+                    g.kernels.overflow().keys_text(),
+                    fmt_count(MAX_KERNELS as u64)
+                ),
+                other,
             );
         }
     }
@@ -352,7 +350,7 @@ fn render_nccl(out: &mut String, g: &GpuProcess) {
             " {:<14}  {:>18}  {:>5}  {:>9}  {:>10}  {:>10}  {:>10}",
             "Operation", "Comm ID", "Rank", "Kernels", "GPU Time", "Avg", "Max"
         );
-        for ((op, comm, rank), s) in &g.nccl {
+        for ((op, comm, rank), s) in g.nccl_rows() {
             let _ = writeln!(
                 out,
                 " {:<14}  {:>18}  {:>5}  {:>9}  {:>10}  {:>10}  {:>10}",
@@ -363,6 +361,16 @@ fn render_nccl(out: &mut String, g: &GpuProcess) {
                 fmt_ns(s.total_ns as f64),
                 fmt_ns(s.avg_ns().unwrap_or(0.0)),
                 fmt_ns(s.max_ns as f64)
+            );
+        }
+        if let Some(s) = g.nccl.other() {
+            let _ = writeln!(
+                out,
+                " ... and {} more (operation, communicator, rank) rows (past the first {}), summed: {} kernels, {}",
+                g.nccl.overflow().keys_text(),
+                fmt_count(MAX_NCCL as u64),
+                fmt_count(s.timed),
+                fmt_ns(s.total_ns as f64)
             );
         }
     }
@@ -418,8 +426,8 @@ pub fn render_json(g: &GpuProcess, window_ns: u64) -> Value {
         })
         .collect();
     let nccl: Vec<Value> = g
-        .nccl
-        .iter()
+        .nccl_rows()
+        .into_iter()
         .map(|((op, comm, rank), s)| {
             let mut v = stats_json(s);
             v["op"] = op.map_or(Value::Null, Value::from);
@@ -431,12 +439,24 @@ pub fn render_json(g: &GpuProcess, window_ns: u64) -> Value {
     let q = |p: f64| g.queued.hist.quantile(p);
     json!({
         "kernels": kernels,
-        "other_kernels": (g.other_kernels.timed > 0).then(|| stats_json(&g.other_kernels)),
+        "other_kernels": g.kernels.other().map(|s| {
+            let mut v = stats_json(s);
+            v["names"] = Value::from(g.kernels.overflow().keys());
+            v["names_exact"] = Value::from(g.kernels.overflow().exact());
+            v["time_pct"] = json!(s.total_ns as f64 * 100.0 / all);
+            v
+        }),
         "copies": copies,
         "window_ns": window_ns,
         "devices": devices,
         "queued_ns": {"p50": g.queued.median_ns(), "p90": q(0.9), "p99": q(0.99), "max": (g.queued.timed > 0).then_some(g.queued.max_ns)},
         "nccl": nccl,
+        "nccl_other": g.nccl.other().map(|s| {
+            let mut v = stats_json(s);
+            v["rows"] = Value::from(g.nccl.overflow().keys());
+            v["rows_exact"] = Value::from(g.nccl.overflow().exact());
+            v
+        }),
         "unjoined": g.unjoined,
         "joined_calls": g.joined_calls,
         "lost": {"ring": g.lost.0, "cupti": g.lost.1, "names": g.lost.2},
@@ -446,6 +466,76 @@ pub fn render_json(g: &GpuProcess, window_ns: u64) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::gpu::{GpuLaunch, NcclLaunch};
+
+    fn kernel(name: &str, comm_id: u64) -> GpuWork {
+        GpuWork {
+            pid: 1,
+            device: 0,
+            context: 1,
+            stream: 7,
+            correlation: 1,
+            start_ns: 1_000,
+            end_ns: 1_100,
+            op: GpuOp::Kernel {
+                name: Some(Arc::from(name)),
+                grid: [1, 1, 1],
+                block: [1, 1, 1],
+                shared_mem_bytes: 0,
+                registers: 0,
+                graph: None,
+            },
+            launch: Some(GpuLaunch {
+                tid: 1,
+                api: "cuLaunchKernel",
+                api_start_ns: 900,
+                call: None,
+                nccl: Some(NcclLaunch {
+                    api: "ncclAllReduce",
+                    op: Some("AllReduce"),
+                    comm_id: Some(comm_id),
+                    rank: Some(0),
+                    seq: Some(1),
+                }),
+            }),
+        }
+    }
+
+    /// Kernel names and NCCL rows past the bounds: summed, counted, said
+    /// (NCCL rows past theirs were dropped before).
+    #[test]
+    fn kernels_and_nccl_rows_past_the_bounds_are_summed_and_said() {
+        let mut g = GpuProcess::default();
+        let n = MAX_KERNELS + 9;
+        for i in 0..n {
+            g.record(&kernel(&format!("k{i}"), i as u64));
+        }
+        assert_eq!(g.kernels.len(), MAX_KERNELS);
+        assert_eq!(g.kernels.overflow().keys(), 9);
+        assert_eq!(g.kernel_ns(), 100 * n as u64);
+        assert_eq!(g.nccl.len(), MAX_NCCL);
+        let nccl: u64 = g.nccl.all_values().map(|s| s.timed).sum();
+        assert_eq!(nccl, n as u64);
+        let mut text = String::new();
+        render_text(&mut text, &g, 1_000, false);
+        assert!(text.contains("... and 9 more kernel names (past the first 4,096), summed"));
+        let more = format!(
+            "... and {} more (operation, communicator, rank) rows",
+            fmt_count((n - MAX_NCCL) as u64)
+        );
+        assert!(text.contains(&more), "{more}");
+        let j = render_json(&g, 1_000);
+        assert_eq!(j["other_kernels"]["names"], 9);
+        assert_eq!(j["other_kernels"]["count"], 9);
+        assert_eq!(j["nccl_other"]["count"], (n - MAX_NCCL) as u64);
+        // The total keeps the bounds.
+        let mut t = GpuProcess::default();
+        t.merge(&g);
+        t.merge(&g);
+        assert_eq!(t.kernels.len(), MAX_KERNELS);
+        assert_eq!(t.kernels.overflow().keys(), 9);
+        assert_eq!(t.kernel_ns(), 200 * n as u64);
+    }
 
     #[test]
     fn busy_time_is_the_union_whatever_the_order() {

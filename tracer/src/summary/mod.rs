@@ -15,6 +15,8 @@ use std::sync::Arc;
 use crate::decode::memory::MemoryBook;
 use crate::model::call::Args;
 use crate::model::call::Call;
+use crate::model::capped::Capped;
+use crate::model::capped::Overflow;
 use crate::model::graph::Node;
 use crate::model::types::Direction;
 use crate::model::types::LostCounts;
@@ -152,13 +154,31 @@ impl ApiStats {
     }
 }
 
+/// Distinct kernel names kept per process (and in the total); launches of
+/// others are summed in one row and counted.
+pub const MAX_KERNEL_NAMES: usize = 10_000;
+/// (grid, block) configurations tallied per kernel name: past it the
+/// rarest is replaced (the space-saving algorithm: a configuration run by
+/// more than 1/32 of the kernel's launches is always among them).
+pub const MAX_CONFIGS: usize = 32;
+/// (operation, communicator) rows of NCCL calls kept per process.
+pub const MAX_NCCL_ROWS: usize = 4096;
+/// Communicators whose init is remembered per process (for the ranks of
+/// their rows; past it, rows show what their calls said).
+pub const MAX_COMMS: usize = 4096;
+/// Processes summarised one by one; calls of processes past it are summed
+/// in one "other processes" summary, and counted.
+pub const MAX_PROCESSES: usize = 1024;
+
+type Config = ([u32; 3], [u32; 3]);
+
 #[derive(Clone, Debug, Default)]
 pub struct KernelStats {
     /// Direct launches (captured ones excluded: they did not run).
     pub launches: u64,
     /// Runs as a node of an executable graph (one per graph launch).
     pub graph_launches: u64,
-    configs: HashMap<([u32; 3], [u32; 3]), u64>,
+    configs: HashMap<Config, u64>,
 }
 
 impl KernelStats {
@@ -168,11 +188,40 @@ impl KernelStats {
     }
 
     /// The most frequent (grid, block); ties go to the smallest.
-    pub fn top_config(&self) -> Option<([u32; 3], [u32; 3])> {
+    pub fn top_config(&self) -> Option<Config> {
         self.configs
             .iter()
             .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
             .map(|(k, _)| *k)
+    }
+
+    /// Counts `n` runs with a configuration.
+    fn config(&mut self, cfg: Config, n: u64) {
+        if let Some(c) = self.configs.get_mut(&cfg) {
+            *c += n;
+            return;
+        }
+        let mut base = 0;
+        if self.configs.len() >= MAX_CONFIGS {
+            let rarest = self
+                .configs
+                .iter()
+                .min_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+                .map(|(k, v)| (*k, *v));
+            if let Some((k, v)) = rarest {
+                self.configs.remove(&k);
+                base = v;
+            }
+        }
+        self.configs.insert(cfg, base + n);
+    }
+
+    fn merge(&mut self, o: &KernelStats) {
+        self.launches += o.launches;
+        self.graph_launches += o.graph_launches;
+        for (cfg, n) in &o.configs {
+            self.config(*cfg, *n);
+        }
     }
 }
 
@@ -215,6 +264,17 @@ pub struct NcclStats {
     pub nranks: Option<u32>,
 }
 
+impl NcclStats {
+    fn merge(&mut self, o: &NcclStats) {
+        self.count += o.count;
+        self.bytes = self.bytes.saturating_add(o.bytes);
+        self.total_ns = self.total_ns.saturating_add(o.total_ns);
+        self.comm_id = self.comm_id.or(o.comm_id);
+        self.rank = self.rank.or(o.rank);
+        self.nranks = self.nranks.or(o.nranks);
+    }
+}
+
 /// Everything summarised for one process.
 #[derive(Clone, Debug, Default)]
 pub struct ProcessSummary {
@@ -223,14 +283,15 @@ pub struct ProcessSummary {
     pub events: u64,
     pub apis: HashMap<&'static str, ApiStats>,
     /// Kernel name (`None` when it is not known) → launches.
-    pub kernels: HashMap<Option<Arc<str>>, KernelStats>,
+    pub kernels: Capped<Option<Arc<str>>, KernelStats, MAX_KERNEL_NAMES>,
     pub copies: BTreeMap<Direction, CopyStats>,
     pub memory: MemoryBook,
-    pub nccl: BTreeMap<(NcclOp, u64), NcclStats>,
+    pub nccl: Capped<(NcclOp, u64), NcclStats, MAX_NCCL_ROWS>,
     /// Graphs: launches (run, not captured), launches whose contents are
     /// not known, and work recorded by captures (not run, not counted).
     pub graphs: GraphStats,
-    /// Communicator → (nranks, rank) from comm init.
+    /// Communicator → (nranks, rank) from comm init (at most
+    /// [`MAX_COMMS`]).
     pub comms: HashMap<u64, (i64, Option<i64>)>,
     pub first_ts: u64,
     pub last_ts: u64,
@@ -291,9 +352,9 @@ impl ProcessSummary {
             Args::Memcpy(m) if ok && m.captured.is_some() => self.graphs.captured += 1,
             Args::Graph(g) if ok && g.captured.is_some() => self.graphs.captured += 1,
             Args::Launch(l) if ok => {
-                let k = self.kernels.entry(l.kernel.clone()).or_default();
+                let k = self.kernels.slot(&l.kernel);
                 k.launches += 1;
-                *k.configs.entry((l.grid, l.block)).or_default() += 1;
+                k.config((l.grid, l.block), 1);
             }
             Args::Graph(g) if ok => {
                 self.graphs.launches += 1;
@@ -305,9 +366,9 @@ impl ProcessSummary {
                     match node {
                         Node::Kernel(n) => {
                             self.graphs.kernels += 1;
-                            let k = self.kernels.entry(n.kernel.clone()).or_default();
+                            let k = self.kernels.slot(&n.kernel);
                             k.graph_launches += 1;
-                            *k.configs.entry((n.grid, n.block)).or_default() += 1;
+                            k.config((n.grid, n.block), 1);
                         }
                         Node::Memcpy { bytes, direction } => self.graph_copy(*direction, *bytes),
                         Node::Memset { bytes } => self.graph_copy(Direction::Memset, *bytes),
@@ -322,7 +383,7 @@ impl ProcessSummary {
                 s.total_ns = s.total_ns.saturating_add(c.dur_ns.unwrap_or(0));
             }
             Args::Nccl(n) if ok => {
-                let s = self.nccl.entry((n.op, n.comm)).or_default();
+                let s = self.nccl.slot(&(n.op, n.comm));
                 s.count += 1;
                 s.bytes = s.bytes.saturating_add(n.bytes().unwrap_or(0));
                 s.total_ns = s.total_ns.saturating_add(c.dur_ns.unwrap_or(0));
@@ -335,13 +396,23 @@ impl ProcessSummary {
                 nranks,
                 rank,
                 ..
-            } if ok => {
-                self.comms.insert(*comm, (*nranks, *rank));
-            }
+            } if ok => self.comm_init(*comm, (*nranks, *rank)),
             args => {
                 self.memory.apply(args, ok);
             }
         }
+    }
+
+    /// A communicator's init: its (nranks, rank), while there is room.
+    fn comm_init(&mut self, comm: u64, ranks: (i64, Option<i64>)) {
+        if self.comms.len() < MAX_COMMS || self.comms.contains_key(&comm) {
+            self.comms.insert(comm, ranks);
+        }
+    }
+
+    /// Kernel runs in all (those over the bound of names included).
+    pub fn kernel_runs(&self) -> u64 {
+        self.kernels.all_values().map(KernelStats::runs).sum()
     }
 
     /// A copy or memset run as a node of a graph (no host time of its own).
@@ -362,30 +433,18 @@ impl ProcessSummary {
         for (api, s) in &o.apis {
             self.apis.entry(api).or_default().merge(s);
         }
-        for (name, k) in &o.kernels {
-            let mine = self.kernels.entry(name.clone()).or_default();
-            mine.launches += k.launches;
-            mine.graph_launches += k.graph_launches;
-            for (cfg, n) in &k.configs {
-                *mine.configs.entry(*cfg).or_default() += n;
-            }
-        }
+        self.kernels
+            .merge(&o.kernels, KernelStats::runs, KernelStats::merge);
         for (d, s) in &o.copies {
             let mine = self.copies.entry(*d).or_default();
             mine.count += s.count;
             mine.bytes += s.bytes;
             mine.total_ns += s.total_ns;
         }
-        for (k, s) in &o.nccl {
-            let mine = self.nccl.entry(*k).or_default();
-            mine.count += s.count;
-            mine.bytes += s.bytes;
-            mine.total_ns += s.total_ns;
-            mine.comm_id = mine.comm_id.or(s.comm_id);
-            mine.rank = mine.rank.or(s.rank);
-            mine.nranks = mine.nranks.or(s.nranks);
+        self.nccl.merge(&o.nccl, |n| n.count, NcclStats::merge);
+        for (k, v) in &o.comms {
+            self.comm_init(*k, *v);
         }
-        self.comms.extend(o.comms.iter().map(|(k, v)| (*k, *v)));
         self.graphs.merge(&o.graphs);
         self.sites.merge(&o.sites);
         if let Some(g) = &o.gpu {
@@ -405,9 +464,18 @@ impl ProcessSummary {
         rows
     }
 
+    /// Kernels by runs, then name (at most [`MAX_KERNEL_NAMES`]; the
+    /// rest are in `kernels.other()`).
     pub fn kernel_rows(&self) -> Vec<(&Option<Arc<str>>, &KernelStats)> {
-        let mut rows: Vec<_> = self.kernels.iter().collect();
+        let mut rows: Vec<_> = self.kernels.rows().collect();
         rows.sort_by(|a, b| b.1.runs().cmp(&a.1.runs()).then(a.0.cmp(b.0)));
+        rows
+    }
+
+    /// NCCL rows by (operation, communicator).
+    pub fn nccl_rows(&self) -> Vec<(&(NcclOp, u64), &NcclStats)> {
+        let mut rows: Vec<_> = self.nccl.rows().collect();
+        rows.sort_by(|a, b| a.0.cmp(b.0));
         rows
     }
 }
@@ -415,7 +483,15 @@ impl ProcessSummary {
 /// The whole summary.
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
+    /// The first [`MAX_PROCESSES`] processes.
     pub processes: BTreeMap<u32, ProcessSummary>,
+    /// The calls of processes past [`MAX_PROCESSES`], summed.
+    pub other_processes: Option<Box<ProcessSummary>>,
+    /// Those processes (distinct PIDs) and their calls.
+    pub processes_over: Overflow,
+    /// API names read back that are not in the catalogue, past the
+    /// reader's bound (`gputrace stats`): counted under one row.
+    pub api_names_over: Overflow,
     pub lost: LostCounts,
     /// Lines that could not be read (from `stats FILE`).
     pub unreadable: u64,
@@ -456,14 +532,7 @@ impl Summary {
 
     pub fn record(&mut self, c: &Call) {
         self.nccl.record(c);
-        let p = self
-            .processes
-            .entry(c.pid)
-            .or_insert_with(|| ProcessSummary {
-                pid: c.pid,
-                ..Default::default()
-            });
-        p.record(c);
+        self.process(c.pid).record(c);
     }
 
     /// `--gpu-time`: a piece of work a process's GPU ran.
@@ -482,15 +551,33 @@ impl Summary {
             .note(n);
     }
 
+    /// The summary of `pid`, or of the other processes once
+    /// [`MAX_PROCESSES`] have one.
     fn process(&mut self, pid: u32) -> &mut ProcessSummary {
-        self.processes.entry(pid).or_insert_with(|| ProcessSummary {
-            pid,
-            ..Default::default()
+        if self.processes.len() < MAX_PROCESSES || self.processes.contains_key(&pid) {
+            return self.processes.entry(pid).or_insert_with(|| ProcessSummary {
+                pid,
+                ..Default::default()
+            });
+        }
+        self.processes_over.add(&pid);
+        self.other_processes.get_or_insert_with(|| {
+            Box::new(ProcessSummary {
+                comm: "other processes".into(),
+                ..Default::default()
+            })
         })
     }
 
+    /// Every process's summary, the other processes' last.
+    pub fn all_processes(&self) -> impl Iterator<Item = &ProcessSummary> {
+        self.processes
+            .values()
+            .chain(self.other_processes.as_deref())
+    }
+
     pub fn events(&self) -> u64 {
-        self.processes.values().map(|p| p.events).sum()
+        self.all_processes().map(|p| p.events).sum()
     }
 
     pub fn total(&self) -> ProcessSummary {
@@ -499,20 +586,20 @@ impl Summary {
             ..Default::default()
         };
         t.is_total = true;
-        for p in self.processes.values() {
+        for p in self.all_processes() {
             t.merge(p);
         }
         // Live and peak memory of the total are sums over processes.
-        let live = self.processes.values().map(|p| p.live_bytes()).sum();
-        let peak = self.processes.values().map(|p| p.peak_bytes()).sum();
-        t.memory.allocations = self.processes.values().map(|p| p.memory.allocations).sum();
-        t.memory.allocated_bytes = self
-            .processes
-            .values()
-            .map(|p| p.memory.allocated_bytes)
-            .sum();
-        t.memory.frees = self.processes.values().map(|p| p.memory.frees).sum();
+        let live = self.all_processes().map(|p| p.live_bytes()).sum();
+        let peak = self.all_processes().map(|p| p.peak_bytes()).sum();
+        t.memory.allocations = self.all_processes().map(|p| p.memory.allocations).sum();
+        t.memory.allocated_bytes = self.all_processes().map(|p| p.memory.allocated_bytes).sum();
+        t.memory.frees = self.all_processes().map(|p| p.memory.frees).sum();
         t.total_memory = Some((live, peak));
         t
     }
 }
+
+#[cfg(test)]
+#[path = "bounds_tests.rs"]
+mod bounds_tests;

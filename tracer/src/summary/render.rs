@@ -8,7 +8,11 @@ use crate::nccl::hash::format_comm_id;
 use crate::summary::NcclStats;
 use crate::summary::ProcessSummary;
 use crate::summary::Summary;
+use crate::summary::MAX_KERNEL_NAMES;
+use crate::summary::MAX_NCCL_ROWS;
+use crate::summary::MAX_PROCESSES;
 use crate::units::fmt_bytes;
+use crate::units::fmt_count;
 use crate::units::fmt_ns;
 
 /// "Top call sites" (`--stacks`): the APIs with the most host time, and
@@ -40,7 +44,7 @@ fn lost_line(s: &Summary) -> String {
 /// The text summary.
 pub fn render_text(s: &Summary) -> String {
     let mut out = String::new();
-    let procs = s.processes.len();
+    let procs = s.processes.len() as u64 + s.processes_over.keys();
     let total = s.total();
     let span = total.last_ts.saturating_sub(total.first_ts);
     let _ = writeln!(
@@ -58,8 +62,27 @@ pub fn render_text(s: &Summary) -> String {
     if let Some(sampling) = &s.sampling {
         let _ = writeln!(out, "{}", sampling.line());
     }
+    if !s.api_names_over.is_empty() {
+        let _ = writeln!(
+            out,
+            "{} more API names not in gputrace's catalogue (past the first {}) counted as `{}`: {} calls",
+            s.api_names_over.keys_text(),
+            crate::schema::parse::MAX_UNKNOWN_APIS,
+            crate::schema::parse::OTHER_APIS,
+            fmt_count(s.api_names_over.entries)
+        );
+    }
     for p in s.processes.values() {
         let _ = writeln!(out, "\n== Process {} ({}) ==", p.pid, p.comm);
+        render_process(&mut out, p);
+    }
+    if let Some(p) = &s.other_processes {
+        let _ = writeln!(
+            out,
+            "\n== {} other processes (past the first {}), summed ==",
+            s.processes_over.keys_text(),
+            fmt_count(MAX_PROCESSES as u64)
+        );
         render_process(&mut out, p);
     }
     if procs > 1 {
@@ -164,8 +187,8 @@ fn render_api(out: &mut String, p: &ProcessSummary) {
 /// Kernel launches by name, with graph launches and the commonest grid.
 fn render_kernels(out: &mut String, p: &ProcessSummary) {
     let kernels = p.kernel_rows();
-    if !kernels.is_empty() {
-        let runs: u64 = kernels.iter().map(|k| k.1.runs()).sum();
+    if !p.kernels.is_empty() {
+        let runs = p.kernel_runs();
         let _ = writeln!(out, "\nKernel launches:");
         let _ = writeln!(
             out,
@@ -190,6 +213,19 @@ fn render_kernels(out: &mut String, p: &ProcessSummary) {
                 grid,
                 block,
                 name.as_deref().unwrap_or("(unknown)")
+            );
+        }
+        if let Some(k) = p.kernels.other() {
+            let _ = writeln!(
+                out,
+                " {:>9}  {:>9}  {:>9.1}  {:>12}  {:>12}  ... and {} more kernel names (past the first {}), summed",
+                k.launches,
+                k.graph_launches,
+                k.runs() as f64 * 100.0 / runs.max(1) as f64,
+                "-",
+                "-",
+                p.kernels.overflow().keys_text(),
+                fmt_count(MAX_KERNEL_NAMES as u64)
             );
         }
     }
@@ -269,44 +305,52 @@ fn render_memory(out: &mut String, p: &ProcessSummary) {
 /// NCCL by operation and communicator (host side).
 fn render_nccl(out: &mut String, p: &ProcessSummary) {
     if !p.nccl.is_empty() {
-        let _ = writeln!(out, "\nNCCL:");
+        render_nccl(out, p);
+    }
+}
+
+fn render_nccl(out: &mut String, p: &ProcessSummary) {
+    let _ = writeln!(out, "\nNCCL:");
+    let _ = writeln!(
+        out,
+        " {:<14}  {:>14}  {:>18}  {:>9}  {:>7}  {:>12}  {:>12}  {:>10}",
+        "Operation", "Comm", "Comm ID", "Ranks", "Calls", "Total Bytes", "Avg Size", "Host Time"
+    );
+    let _ = writeln!(
+        out,
+        " {:-<14}  {:->14}  {:->18}  {:->9}  {:->7}  {:->12}  {:->12}  {:->10}",
+        "", "", "", "", "", "", "", ""
+    );
+    for ((op, comm), n) in p.nccl_rows() {
+        let (nranks, rank) = nccl_ranks(p, *comm, n);
+        let ranks = match (nranks, rank) {
+            (Some(nranks), Some(rank)) => format!("{rank}/{nranks}"),
+            (Some(nranks), None) => format!("{nranks}"),
+            _ => "-".into(),
+        };
         let _ = writeln!(
             out,
             " {:<14}  {:>14}  {:>18}  {:>9}  {:>7}  {:>12}  {:>12}  {:>10}",
-            "Operation",
-            "Comm",
-            "Comm ID",
-            "Ranks",
-            "Calls",
-            "Total Bytes",
-            "Avg Size",
-            "Host Time"
+            op.name(),
+            format!("{comm:#x}"),
+            n.comm_id.map_or("-".into(), format_comm_id),
+            ranks,
+            n.count,
+            fmt_bytes(n.bytes as f64),
+            fmt_bytes(n.bytes as f64 / n.count.max(1) as f64),
+            fmt_ns(n.total_ns as f64)
         );
+    }
+    if let Some(n) = p.nccl.other() {
         let _ = writeln!(
             out,
-            " {:-<14}  {:->14}  {:->18}  {:->9}  {:->7}  {:->12}  {:->12}  {:->10}",
-            "", "", "", "", "", "", "", ""
+            " ... and {} more (operation, communicator) rows (past the first {}), summed: {} calls, {}, host time {}",
+            p.nccl.overflow().keys_text(),
+            fmt_count(MAX_NCCL_ROWS as u64),
+            fmt_count(n.count),
+            fmt_bytes(n.bytes as f64),
+            fmt_ns(n.total_ns as f64)
         );
-        for ((op, comm), n) in &p.nccl {
-            let (nranks, rank) = nccl_ranks(p, *comm, n);
-            let ranks = match (nranks, rank) {
-                (Some(nranks), Some(rank)) => format!("{rank}/{nranks}"),
-                (Some(nranks), None) => format!("{nranks}"),
-                _ => "-".into(),
-            };
-            let _ = writeln!(
-                out,
-                " {:<14}  {:>14}  {:>18}  {:>9}  {:>7}  {:>12}  {:>12}  {:>10}",
-                op.name(),
-                format!("{comm:#x}"),
-                n.comm_id.map_or("-".into(), format_comm_id),
-                ranks,
-                n.count,
-                fmt_bytes(n.bytes as f64),
-                fmt_bytes(n.bytes as f64 / n.count.max(1) as f64),
-                fmt_ns(n.total_ns as f64)
-            );
-        }
     }
 }
 
@@ -342,7 +386,7 @@ fn process_json(p: &ProcessSummary) -> Value {
         })
         .collect();
     let kernels = p.kernel_rows();
-    let runs: u64 = kernels.iter().map(|k| k.1.runs()).sum();
+    let runs = p.kernel_runs();
     let kernels: Vec<Value> = kernels
         .iter()
         .map(|(name, k)| {
@@ -365,9 +409,25 @@ fn process_json(p: &ProcessSummary) -> Value {
                    "avg_bytes": c.bytes as f64 / c.count.max(1) as f64, "host_ns": c.total_ns})
         })
         .collect();
+    let kernels_other = p.kernels.other().map(|k| {
+        json!({
+            "names": p.kernels.overflow().keys(),
+            "names_exact": p.kernels.overflow().exact(),
+            "launches": k.launches,
+            "graph_launches": k.graph_launches,
+            "share_pct": k.runs() as f64 * 100.0 / runs.max(1) as f64,
+        })
+    });
+    let nccl_other = p.nccl.other().map(|n| {
+        json!({
+            "rows": p.nccl.overflow().keys(),
+            "rows_exact": p.nccl.overflow().exact(),
+            "count": n.count, "bytes": n.bytes, "host_ns": n.total_ns,
+        })
+    });
     let nccl: Vec<Value> = p
-        .nccl
-        .iter()
+        .nccl_rows()
+        .into_iter()
         .map(|((op, comm), n)| {
             let (nranks, rank) = nccl_ranks(p, *comm, n);
             json!({"op": op.name(), "comm": format!("{comm:#x}"),
@@ -376,13 +436,14 @@ fn process_json(p: &ProcessSummary) -> Value {
         })
         .collect();
     json!({
-        "pid": if p.is_total { None } else { Some(p.pid) },
+        "pid": if p.is_total || p.pid == 0 { None } else { Some(p.pid) },
         "comm": p.comm,
         "events": p.events,
         "first_ts_ns": p.first_ts,
         "last_ts_ns": p.last_ts,
         "apis": apis,
         "kernels": kernels,
+        "kernels_other": kernels_other,
         "copies": copies,
         "graphs": {
             "launches": p.graphs.launches,
@@ -398,6 +459,7 @@ fn process_json(p: &ProcessSummary) -> Value {
             "peak_bytes": p.peak_bytes(),
         },
         "nccl": nccl,
+        "nccl_other": nccl_other,
         "call_sites": p.sites.to_json(SITES_PER_API),
         "gpu": p.gpu.as_ref().map(|g| crate::summary::gpu::render_json(g, if p.is_total { 0 } else { p.window_ns() })),
     })
@@ -406,6 +468,19 @@ fn process_json(p: &ProcessSummary) -> Value {
 /// The JSON summary; also the last line of a `.jsonl` file.
 pub fn render_json(s: &Summary) -> Value {
     let procs: Vec<Value> = s.processes.values().map(process_json).collect();
+    let other_processes = s.other_processes.as_deref().map(|p| {
+        let mut v = process_json(p);
+        v["processes"] = Value::from(s.processes_over.keys());
+        v["processes_exact"] = Value::from(s.processes_over.exact());
+        v
+    });
+    let api_names_other = (!s.api_names_over.is_empty()).then(|| {
+        json!({
+            "names": s.api_names_over.keys(),
+            "names_exact": s.api_names_over.exact(),
+            "calls": s.api_names_over.entries,
+        })
+    });
     let total = s.total();
     json!({
         "type": "summary",
@@ -415,11 +490,14 @@ pub fn render_json(s: &Summary) -> Value {
         "unreadable_lines": s.unreadable,
         "duration_ns": total.last_ts.saturating_sub(total.first_ts),
         "processes": procs,
+        "other_processes": other_processes,
+        "api_names_other": api_names_other,
         "total": process_json(&total),
         "nccl_ranks": s.nccl.ranks_json(),
         "nccl_comms": s.nccl.comms_json(),
         "nccl_stalls": s.nccl.stalls_json(),
         "nccl_unaligned": s.nccl.unaligned_json(),
+        "nccl_other": s.nccl.over_json(),
         "sampling": s.sampling.as_ref().map(|x| x.to_json()),
     })
 }

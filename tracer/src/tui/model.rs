@@ -10,8 +10,11 @@ use crate::model::call::Args;
 use crate::model::call::Call;
 use crate::model::types::Direction;
 use crate::summary::ProcessSummary;
+use crate::summary::MAX_COMMS;
 
 const NS: u64 = 1_000_000_000;
+/// NCCL stalls held for the screen at once.
+const MAX_STALLS_SHOWN: usize = 256;
 /// Per-second summaries (with histograms) kept for the latency window.
 pub(crate) const DETAIL_SECS: u64 = 30;
 /// Per-second totals kept for rates and charts.
@@ -61,7 +64,7 @@ impl Totals {
     pub(crate) fn of(s: &ProcessSummary) -> Totals {
         let mut t = Totals {
             calls: s.events,
-            launches: s.kernels.values().map(|k| k.runs()).sum::<u64>() + s.graphs.opaque,
+            launches: s.kernel_runs() + s.graphs.opaque,
             ..Totals::default()
         };
         for (api, a) in &s.apis {
@@ -73,7 +76,7 @@ impl Totals {
             t.copies += c.count;
             t.copy_bytes[*d as usize] += c.bytes;
         }
-        for n in s.nccl.values() {
+        for n in s.nccl.all_values() {
             t.nccl_ops += n.count;
             t.nccl_bytes += n.bytes;
         }
@@ -189,7 +192,11 @@ impl ProcessActivity {
         if matches!(c.args, Args::CommInit { .. }) {
             let mut one = ProcessSummary::default();
             one.record(c);
-            self.comms.extend(one.comms);
+            for (comm, ranks) in one.comms {
+                if self.comms.len() < MAX_COMMS || self.comms.contains_key(&comm) {
+                    self.comms.insert(comm, ranks);
+                }
+            }
         }
         match self.seconds.get_mut(i) {
             Some((s, summary)) if *s == sec => summary.record(c),
@@ -371,7 +378,11 @@ impl Model {
             // Keyed by the process: a stuck call is shown until it exits.
             NcclStall::Stuck(c) => (u64::from(c.pid), "stuck", c.entered_ns),
         };
-        self.nccl_stalls.insert(key, s.line());
+        // Collective stalls go when they end; stuck calls with their
+        // process. A flood of them is not all shown.
+        if self.nccl_stalls.len() < MAX_STALLS_SHOWN || self.nccl_stalls.contains_key(&key) {
+            self.nccl_stalls.insert(key, s.line());
+        }
     }
 
     /// A collective stall is over.
@@ -501,7 +512,7 @@ mod tests {
         // The window of the last second only holds the slow call.
         let w1 = p.window(end, 1);
         assert_eq!(w1.apis["cuLaunchKernel"].calls, 1);
-        assert_eq!(w1.kernels[&None].launches, 1);
+        assert_eq!(w1.kernels.get(&None).unwrap().launches, 1);
     }
 
     #[test]

@@ -156,7 +156,7 @@ pub(crate) fn detail(p: &ProcessActivity, end: u64) -> Detail {
             }
         })
         .collect();
-    let launches: u64 = w.kernels.values().map(|k| k.runs()).sum();
+    let launches = w.kernel_runs();
     let kernels = w
         .kernel_rows()
         .into_iter()
@@ -179,7 +179,7 @@ pub(crate) fn detail(p: &ProcessActivity, end: u64) -> Detail {
         .collect();
     let mut nccl: Vec<NcclRow> = w
         .nccl
-        .iter()
+        .rows()
         .map(|((op, comm), n)| NcclRow {
             op: *op,
             comm: *comm,

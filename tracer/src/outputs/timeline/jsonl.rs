@@ -10,12 +10,13 @@ use crate::model::record::Record;
 use crate::outputs::timeline::record::write_jsonl;
 use crate::schema::write::write_call;
 use crate::schema::write::write_stack;
+use crate::stacks::table::say_once;
 
 /// The lines of one call: its stack's record the first time a file needs
 /// it (`stacks`: the ids it holds), then the call.
 pub(super) fn call_lines(line: &mut String, stacks: &mut FxHashSet<u32>, call: &Call) {
     if let Some(stack) = &call.stack {
-        if stacks.insert(stack.id) {
+        if say_once(stacks, stack.id) {
             write_stack(line, stack);
             line.push('\n');
         }

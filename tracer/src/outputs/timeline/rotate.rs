@@ -154,7 +154,9 @@ impl RotatingTimeline {
             obj.remove("processes");
             obj.insert(
                 "process_count".into(),
-                serde_json::Value::from(summary.processes.len()),
+                serde_json::Value::from(
+                    summary.processes.len() as u64 + summary.processes_over.keys(),
+                ),
             );
         }
         w.finish(&line)
@@ -359,7 +361,7 @@ mod tests {
             launches += p.graphs.launches;
             assert_eq!(p.graphs.opaque, 0);
             assert_eq!(p.graphs.kernels, 2 * p.graphs.launches);
-            let a = &p.kernels[&Some(Arc::from("a"))];
+            let a = p.kernels.get(&Some(Arc::from("a"))).unwrap();
             assert_eq!((a.launches, a.graph_launches), (0, p.graphs.launches));
             let sets = &p.copies[&crate::model::types::Direction::Memset];
             assert_eq!(

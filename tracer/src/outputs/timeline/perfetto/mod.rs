@@ -12,6 +12,7 @@ mod intern;
 pub(crate) mod proto;
 mod reader;
 mod records;
+mod sequences;
 mod wire;
 mod writer;
 

@@ -17,11 +17,14 @@ use crate::model::call::Call;
 use crate::model::stack::CallStack;
 use crate::outputs::timeline::perfetto::args::parse_launch_text;
 use crate::outputs::timeline::perfetto::proto::*;
+use crate::outputs::timeline::perfetto::sequences::SequenceState;
+use crate::outputs::timeline::perfetto::sequences::Sequences;
 use crate::outputs::timeline::perfetto::writer::FORMAT_KEY;
 use crate::outputs::timeline::perfetto::writer::FORMAT_VERSION;
 use crate::outputs::timeline::perfetto::writer::RECORD_TRACK_PREFIX;
 use crate::outputs::timeline::perfetto::writer::SUMMARY_KEY;
 use crate::schema::parse::parse_call;
+use crate::stacks::table::MAX_STACKS;
 
 /// The problem of a packet the file ends inside of.
 pub(crate) const TRUNCATED: &str = "truncated packet (the file was cut short)";
@@ -29,15 +32,17 @@ pub(crate) const TRUNCATED: &str = "truncated packet (the file was cut short)";
 /// Largest packet accepted (gputrace's are under a few KiB, the summary
 /// aside).
 const MAX_PACKET: u64 = 64 << 20;
-/// Interned bytes a sequence may hold (the writer stays under 1 MiB).
-const MAX_INTERNED: usize = 64 << 20;
+/// Tracks described, at most (the writer describes one per thread
+/// sequence, process and record lane; those of dropped sequences go).
+const MAX_TRACKS: usize = 1 << 18;
+/// Slices open over all tracks, at most.
+const MAX_OPEN: usize = 1 << 16;
 const NOT_OURS: &str =
     "not a trace written by gputrace (no gputrace.format attribute before its events)";
 /// Slices open on one track (calls nested in calls).
 const MAX_DEPTH: usize = 256;
-/// `stack` records kept for the calls that name them; over this many, the
-/// table starts again (a call naming a dropped one is a problem reported).
-const MAX_STACKS: usize = 1 << 16;
+// `stack` records are kept for the calls that name them: over MAX_STACKS
+// the table starts again (a call naming a dropped one is a problem).
 
 /// A packet that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,18 +52,6 @@ pub struct ReadProblem {
     /// Byte offset of the packet's frame in the file.
     pub offset: u64,
     pub what: String,
-}
-
-#[derive(Default)]
-struct SequenceState {
-    track: Option<u64>,
-    /// The delta clock: (its value, REALTIME − value).
-    clock: Option<(u64, u64)>,
-    delta_default: bool,
-    names: FxHashMap<u64, String>,
-    annotation_names: FxHashMap<u64, String>,
-    strings: FxHashMap<u64, String>,
-    bytes: usize,
 }
 
 /// A begun slice waiting for its end.
@@ -86,10 +79,12 @@ pub struct PerfettoReader<R: Read> {
     offset: u64,
     packets: u64,
     buf: Vec<u8>,
-    sequences: FxHashMap<u32, SequenceState>,
+    sequences: Sequences,
     tracks: FxHashMap<u64, Track>,
     comms: FxHashMap<u32, Arc<str>>,
     open: FxHashMap<u64, Vec<Open>>,
+    /// Slices in `open`.
+    open_count: usize,
     header: bool,
     summary: Option<Value>,
     records: u64,
@@ -138,10 +133,11 @@ impl<R: Read> PerfettoReader<R> {
             offset: 0,
             packets: 0,
             buf: Vec::new(),
-            sequences: FxHashMap::default(),
+            sequences: Sequences::default(),
             tracks: FxHashMap::default(),
             comms: FxHashMap::default(),
             open: FxHashMap::default(),
+            open_count: 0,
             header: false,
             summary: None,
             records: 0,
@@ -226,7 +222,7 @@ impl<R: Read> PerfettoReader<R> {
 
     /// Slices begun and never ended (a file cut between the two).
     pub fn unfinished(&self) -> usize {
-        self.open.values().map(Vec::len).sum()
+        self.open_count
     }
 
     fn problem(&self, start: u64, what: String) -> ReadProblem {
@@ -300,8 +296,22 @@ impl<R: Read> PerfettoReader<R> {
         if let Some(d) = &p.track_descriptor {
             self.descriptor(d)?;
         }
-        let seq = self.sequences.entry(seq_id).or_default();
-        if sequence_state(seq, &p)? {
+        let gone = self.sequences.touch(seq_id);
+        self.forget_tracks(gone);
+        if p.sequence_flags.unwrap_or(0) & SEQ_INCREMENTAL_STATE_CLEARED != 0 {
+            self.sequences.clear(seq_id);
+        }
+        if let Some(i) = &p.interned_data {
+            let gone = self.sequences.intern(seq_id, i)?;
+            self.forget_tracks(gone);
+        }
+        let seq = self.sequences.get_mut(seq_id);
+        if let Some(d) = &p.trace_packet_defaults {
+            seq.delta_default = d.timestamp_clock_id == Some(CLOCK_INCREMENTAL);
+            seq.track = d.track_event_defaults.as_ref().and_then(|t| t.track_uuid);
+        }
+        if let Some(cs) = &p.clock_snapshot {
+            clock_snapshot(seq, cs)?;
             return Ok(None);
         }
         let Some(te) = &p.track_event else {
@@ -372,11 +382,15 @@ impl<R: Read> PerfettoReader<R> {
                 if kind == TYPE_INSTANT {
                     return self.finish(call, ts, None).map(Some);
                 }
+                if self.open_count >= MAX_OPEN {
+                    return Err(format!("over {MAX_OPEN} slices open at once"));
+                }
                 let open = self.open.entry(track).or_default();
                 if open.len() >= MAX_DEPTH {
                     return Err(format!("over {MAX_DEPTH} slices open on one track"));
                 }
                 open.push(Open { ts, call });
+                self.open_count += 1;
                 Ok(None)
             }
             TYPE_SLICE_END => {
@@ -385,6 +399,7 @@ impl<R: Read> PerfettoReader<R> {
                     .get_mut(&track)
                     .and_then(Vec::pop)
                     .ok_or("a slice end without its begin")?;
+                self.open_count -= 1;
                 if ts < o.ts {
                     return Err("a slice that ends before it begins".into());
                 }
@@ -396,11 +411,30 @@ impl<R: Read> PerfettoReader<R> {
         }
     }
 
+    /// The tracks of sequences dropped: no event comes on them again.
+    fn forget_tracks(&mut self, tracks: Vec<u64>) {
+        for t in tracks {
+            self.tracks.remove(&t);
+            self.process_tracks.remove(&t);
+            if let Some(open) = self.open.remove(&t) {
+                self.open_count -= open.len();
+            }
+        }
+    }
+
     fn descriptor(&mut self, d: &TrackDescriptor) -> Result<(), String> {
         let uuid = d.uuid.ok_or("a track descriptor without a uuid")?;
+        if self.tracks.len() >= MAX_TRACKS && !self.tracks.contains_key(&uuid) {
+            return Err(format!(
+                "over {MAX_TRACKS} tracks described (this one is not kept)"
+            ));
+        }
         let pid_of = |p: Option<i32>| p.map(|p| p as u32).ok_or("a descriptor without a pid");
         if let Some(p) = &d.process {
             let pid = pid_of(p.pid)?;
+            if self.comms.len() >= MAX_TRACKS && !self.comms.contains_key(&pid) {
+                return Err(format!("over {MAX_TRACKS} processes described"));
+            }
             self.comms
                 .insert(pid, Arc::from(p.process_name.as_deref().unwrap_or("?")));
             self.tracks.insert(uuid, Track::Other);
@@ -437,7 +471,10 @@ impl<R: Read> PerfettoReader<R> {
         te: &TrackEvent,
         instant: bool,
     ) -> Result<Map<String, Value>, String> {
-        let seq = &self.sequences[&seq_id];
+        let seq = self
+            .sequences
+            .get(seq_id)
+            .ok_or("an event on a sequence dropped (past the sequences kept)")?;
         let (pid, tid) = match self.tracks.get(&track) {
             Some(Track::Thread { pid, tid }) => (*pid, *tid),
             Some(Track::Other | Track::Record { .. }) => {
@@ -588,38 +625,24 @@ impl<R: Read> PerfettoReader<R> {
     }
 }
 
-/// A packet's changes to its sequence's state: cleared, defaults,
-/// interned data, a clock snapshot (true: the packet was one, nothing
-/// more in it is read).
-fn sequence_state(seq: &mut SequenceState, p: &TracePacket) -> Result<bool, String> {
-    if p.sequence_flags.unwrap_or(0) & SEQ_INCREMENTAL_STATE_CLEARED != 0 {
-        *seq = SequenceState::default();
+/// A clock snapshot: where the sequence's delta clock stands against
+/// REALTIME.
+fn clock_snapshot(seq: &mut SequenceState, cs: &ClockSnapshot) -> Result<(), String> {
+    let real = cs
+        .clocks
+        .iter()
+        .find(|c| c.clock_id == Some(CLOCK_REALTIME))
+        .and_then(|c| c.timestamp);
+    if let Some(delta) = cs
+        .clocks
+        .iter()
+        .find(|c| c.clock_id == Some(CLOCK_INCREMENTAL) && c.is_incremental == Some(true))
+    {
+        let v = delta.timestamp.unwrap_or(0);
+        let real = real.ok_or("a clock snapshot without REALTIME")?;
+        seq.clock = Some((v, real.wrapping_sub(v)));
     }
-    if let Some(d) = &p.trace_packet_defaults {
-        seq.delta_default = d.timestamp_clock_id == Some(CLOCK_INCREMENTAL);
-        seq.track = d.track_event_defaults.as_ref().and_then(|t| t.track_uuid);
-    }
-    if let Some(i) = &p.interned_data {
-        intern(seq, i)?;
-    }
-    if let Some(cs) = &p.clock_snapshot {
-        let real = cs
-            .clocks
-            .iter()
-            .find(|c| c.clock_id == Some(CLOCK_REALTIME))
-            .and_then(|c| c.timestamp);
-        if let Some(delta) = cs
-            .clocks
-            .iter()
-            .find(|c| c.clock_id == Some(CLOCK_INCREMENTAL) && c.is_incremental == Some(true))
-        {
-            let v = delta.timestamp.unwrap_or(0);
-            let real = real.ok_or("a clock snapshot without REALTIME")?;
-            seq.clock = Some((v, real.wrapping_sub(v)));
-        }
-        return Ok(true);
-    }
-    Ok(false)
+    Ok(())
 }
 
 /// A track event's timestamp, Unix ns.
@@ -645,48 +668,28 @@ fn timestamp(seq: &mut SequenceState, p: &TracePacket) -> Result<u64, String> {
     Ok(ts)
 }
 
-fn intern(seq: &mut SequenceState, i: &InternedData) -> Result<(), String> {
-    let mut add = |table: u8, iid: Option<u64>, s: String| -> Result<(), String> {
-        let iid = iid.ok_or("an interned entry without an iid")?;
-        seq.bytes += s.len() + 16;
-        if seq.bytes > MAX_INTERNED {
-            return Err(format!(
-                "over {} MiB interned on one sequence",
-                MAX_INTERNED >> 20
-            ));
-        }
-        let map = match table {
-            0 => &mut seq.names,
-            1 => &mut seq.annotation_names,
-            _ => &mut seq.strings,
-        };
-        map.insert(iid, s);
-        Ok(())
-    };
-    for n in &i.event_names {
-        add(0, n.iid, n.name.clone().unwrap_or_default())?;
-    }
-    for n in &i.debug_annotation_names {
-        add(1, n.iid, n.name.clone().unwrap_or_default())?;
-    }
-    for s in &i.debug_annotation_string_values {
-        let text = String::from_utf8(s.str.clone().unwrap_or_default())
-            .map_err(|_| "an interned string that is not UTF-8")?;
-        add(2, s.iid, text)?;
-    }
-    Ok(())
-}
+/// Records waiting before [`PerfettoReader::next_step`] hands control
+/// back for them to be taken.
+const TAKE_AT: usize = 1024;
 
-impl<R: Read> Iterator for PerfettoReader<R> {
-    type Item = Result<Call, ReadProblem>;
+impl<R: Read> PerfettoReader<R> {
+    /// The next call (`Ok(Some)`), or `Ok(None)` when records wait to be
+    /// taken ([`PerfettoReader::take_records`]): what a reader that takes
+    /// them as they come uses, holding at most [`TAKE_AT`] at once.
+    pub fn next_step(&mut self) -> Option<Result<Option<Call>, ReadProblem>> {
+        self.advance(true)
+    }
 
-    fn next(&mut self) -> Option<Self::Item> {
+    fn advance(&mut self, yield_records: bool) -> Option<Result<Option<Call>, ReadProblem>> {
         while !self.done {
+            if yield_records && self.pending.len() >= TAKE_AT {
+                return Some(Ok(None));
+            }
             let start = self.bundle_at;
             match self.next_inner() {
                 Ok(true) => match TracePacket::decode(&self.buf[..]) {
                     Ok(p) => match self.step(p) {
-                        Ok(Some(c)) => return Some(Ok(c)),
+                        Ok(Some(c)) => return Some(Ok(Some(c))),
                         Ok(None) => continue,
                         Err(e) => {
                             return Some(Err(
@@ -731,7 +734,7 @@ impl<R: Read> Iterator for PerfettoReader<R> {
                 continue;
             }
             match self.step(packet) {
-                Ok(Some(c)) => return Some(Ok(c)),
+                Ok(Some(c)) => return Some(Ok(Some(c))),
                 Ok(None) => {}
                 Err(e) => {
                     if !self.header {
@@ -742,5 +745,19 @@ impl<R: Read> Iterator for PerfettoReader<R> {
             }
         }
         None
+    }
+}
+
+impl<R: Read> Iterator for PerfettoReader<R> {
+    type Item = Result<Call, ReadProblem>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.advance(false)? {
+                Ok(Some(c)) => return Some(Ok(c)),
+                Ok(None) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
     }
 }

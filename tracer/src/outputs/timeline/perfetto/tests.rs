@@ -347,6 +347,102 @@ fn many_kernel_names_restart_the_interning() {
     assert_eq!(back[5999], as_written(&calls[5999].0));
 }
 
+/// Many threads, each with many distinct names: the writer keeps its
+/// interned bytes within its total (dropping the least recently used
+/// sequences), and everything reads back.
+#[test]
+fn many_threads_of_distinct_names_keep_the_interning_bounded() {
+    use crate::outputs::timeline::perfetto::writer::MAX_INTERNED_TOTAL;
+    let (threads, per) = (120u32, 1000u32);
+    let mut w = PerfettoWriter::new(Vec::new(), 1_600_000_000_000_000_000, false, false).unwrap();
+    let mut last = None;
+    for i in 0..per {
+        for tid in 0..threads {
+            let name: Arc<str> = Arc::from(format!("{tid}-{i:0>300}"));
+            let ts = 1_700_000_000_000_000_000 + u64::from(i * threads + tid) * 1000;
+            let c = launch(ts, tid + 1, Some(&name), i);
+            w.write(&c, None).unwrap();
+            assert!(w.interned_total() <= MAX_INTERNED_TOTAL + (1 << 20));
+            last = Some(c);
+        }
+    }
+    let data = w.finish(&json!({"type": "summary"})).unwrap();
+    let (back, problems, _) = read_all(&data);
+    assert!(
+        problems.is_empty(),
+        "{:?}",
+        &problems[..problems.len().min(3)]
+    );
+    assert_eq!(back.len(), (threads * per) as usize);
+    assert_eq!(back.last(), last.map(|c| as_written(&c)).as_ref());
+}
+
+/// A file with more sequences than the reader keeps, each interning a
+/// name: the oldest are dropped (an event on one is a problem, not a
+/// name read from freed state), the newest read back.
+#[test]
+fn sequences_past_the_readers_bound_are_dropped_and_said() {
+    use crate::outputs::timeline::perfetto::writer::FORMAT_KEY;
+    let mut data = Vec::new();
+    let mut put = |p: TracePacket| Trace { packet: vec![p] }.encode(&mut data).unwrap();
+    put(TracePacket {
+        trace_attributes: Some(TraceAttributes {
+            attribute: vec![Attribute {
+                key: Some(FORMAT_KEY.into()),
+                long_value: Some(1),
+                string_value: None,
+            }],
+        }),
+        ..Default::default()
+    });
+    put(TracePacket {
+        track_descriptor: Some(TrackDescriptor {
+            uuid: Some(9),
+            thread: Some(ThreadDescriptor {
+                pid: Some(5),
+                tid: Some(5),
+                thread_name: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let n = 2100u32;
+    for seq in 1..=n {
+        put(TracePacket {
+            trusted_packet_sequence_id: Some(seq),
+            sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
+            interned_data: Some(InternedData {
+                event_names: vec![EventName {
+                    iid: Some(1),
+                    name: Some(format!("fakeApi{seq}")),
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    for seq in [1, n] {
+        put(TracePacket {
+            trusted_packet_sequence_id: Some(seq),
+            timestamp: Some(1_700_000_000_000_000_000),
+            timestamp_clock_id: Some(CLOCK_REALTIME),
+            track_event: Some(TrackEvent {
+                r#type: Some(TYPE_INSTANT),
+                track_uuid: Some(9),
+                name_iid: Some(1),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    let (calls, problems, _) = read_all(&data);
+    assert_eq!(calls.len(), 1, "{problems:?}");
+    assert_eq!(calls[0].api, format!("fakeApi{n}"));
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].what.contains("not interned"), "{problems:?}");
+}
+
 #[test]
 fn other_files_are_refused_in_one_message() {
     let (calls, problems, _) = read_all(b"{\"ts_ns\":1}\n");

@@ -43,6 +43,11 @@ const META_SEQ: u32 = 1;
 const INTERN_LIMIT: usize = 1 << 20;
 /// Sequences kept; the least recently used one is dropped past this.
 const MAX_SEQUENCES: usize = 1024;
+/// Interned bytes of all sequences together (counted as a sequence's
+/// bytes are); past it the least recently used sequences are dropped. A
+/// reader holds what the writer holds: `perfetto::sequences` allows twice
+/// this.
+pub(super) const MAX_INTERNED_TOTAL: usize = 32 << 20;
 /// The call-rate counters' period.
 const RATE_PERIOD_NS: u64 = 100_000_000;
 /// Packets are deflated in bundles of this many bytes (Perfetto wants a
@@ -100,6 +105,8 @@ pub struct PerfettoWriter<W: Write> {
     /// Flow ids given so far.
     flows: u64,
     threads: FxHashMap<(u32, u32), Sequence>,
+    /// The interned bytes of every sequence in `threads`.
+    interned_total: usize,
     uses: u64,
     thread_names: bool,
     /// Framed packets waiting to be deflated (when compressing).
@@ -141,6 +148,7 @@ impl<W: Write> PerfettoWriter<W> {
             stacks: Default::default(),
             flows: 0,
             threads: FxHashMap::default(),
+            interned_total: 0,
             uses: 0,
             thread_names,
             bundle: compress.then(|| Vec::with_capacity(BUNDLE + 4096)),
@@ -256,24 +264,20 @@ impl<W: Write> PerfettoWriter<W> {
     fn sequence(&mut self, c: &Call) -> std::io::Result<()> {
         self.uses += 1;
         let uses = self.uses;
-        if let Some(s) = self.threads.get_mut(&(c.pid, c.tid)) {
+        let key = (c.pid, c.tid);
+        while self.interned_total > MAX_INTERNED_TOTAL && self.drop_oldest(key) {}
+        if let Some(s) = self.threads.get_mut(&key) {
             s.last_use = uses;
             if s.interned.bytes < INTERN_LIMIT {
                 return Ok(());
             }
             let (id, track, ts) = (s.id, s.track, s.last_ts);
+            self.interned_total -= s.interned.bytes;
             s.interned = Interner::default();
             return self.start_sequence(id, track, ts, false);
         }
         if self.threads.len() >= MAX_SEQUENCES {
-            if let Some(&oldest) = self
-                .threads
-                .iter()
-                .min_by_key(|(_, s)| s.last_use)
-                .map(|(k, _)| k)
-            {
-                self.threads.remove(&oldest);
-            }
+            self.drop_oldest(key);
         }
         let track = self.uuid();
         let id = self.next_seq;
@@ -307,6 +311,30 @@ impl<W: Write> PerfettoWriter<W> {
 
     /// Clears the sequence's incremental state, sets its defaults and
     /// anchors its delta clock at `ts`.
+    /// The interned bytes of every sequence held.
+    #[cfg(test)]
+    pub(super) fn interned_total(&self) -> usize {
+        self.interned_total
+    }
+
+    /// Drops the least recently used sequence but `keep`'s (its thread
+    /// starts a new one when it calls again); false when there is none.
+    fn drop_oldest(&mut self, keep: (u32, u32)) -> bool {
+        let oldest = self
+            .threads
+            .iter()
+            .filter(|(k, _)| **k != keep)
+            .min_by_key(|(_, s)| s.last_use)
+            .map(|(k, _)| *k);
+        match oldest.and_then(|k| self.threads.remove(&k)) {
+            Some(s) => {
+                self.interned_total -= s.interned.bytes;
+                true
+            }
+            None => false,
+        }
+    }
+
     fn start_sequence(&mut self, id: u32, track: u64, ts: u64, first: bool) -> std::io::Result<()> {
         self.message(&TracePacket {
             trusted_packet_sequence_id: Some(id),
@@ -367,6 +395,7 @@ impl<W: Write> PerfettoWriter<W> {
         // The begin (or instant) event.
         self.new_interned.clear();
         self.annotations.clear();
+        let before = s.interned.bytes;
         let name_iid = match s.interned.names.get(c.api) {
             Some(&iid) => iid,
             None => {
@@ -395,6 +424,7 @@ impl<W: Write> PerfettoWriter<W> {
             (_, Some(r)) => a.int("ret", r),
             (Some(_), None) => a.uint("no_ret", 1),
         }
+        self.interned_total += s.interned.bytes - before;
         self.event.clear();
         let kind = if c.dur_ns.is_some() {
             TYPE_SLICE_BEGIN

@@ -151,7 +151,7 @@ impl<W: Write> PerfettoWriter<W> {
         let Some(st) = &c.stack else {
             return Ok(());
         };
-        if !self.stacks.insert(st.id) {
+        if !crate::stacks::table::say_once(&mut self.stacks, st.id) {
             return Ok(());
         }
         let mut fields = serde_json::Map::new();
