@@ -304,12 +304,9 @@ fn render_memory(out: &mut String, p: &ProcessSummary) {
 
 /// NCCL by operation and communicator (host side).
 fn render_nccl(out: &mut String, p: &ProcessSummary) {
-    if !p.nccl.is_empty() {
-        render_nccl(out, p);
+    if p.nccl.is_empty() {
+        return;
     }
-}
-
-fn render_nccl(out: &mut String, p: &ProcessSummary) {
     let _ = writeln!(out, "\nNCCL:");
     let _ = writeln!(
         out,
