@@ -145,6 +145,9 @@ pub struct ProcStat {
     /// When it started, in clock ticks since boot: with the PID, what
     /// tells a process from a later one given the same PID.
     pub start_ticks: u64,
+    /// Its wait status (field 52, `exit_code`): meaningful once it exited
+    /// and while it is a zombie (its parent has not reaped it).
+    pub exit_code: Option<i32>,
 }
 
 impl ProcStat {
@@ -164,6 +167,7 @@ impl ProcStat {
             ppid: fields.get(1)?.parse().ok()?,
             stime_ticks: fields.get(12)?.parse().ok()?,
             start_ticks: fields.get(19)?.parse().ok()?,
+            exit_code: fields.get(49).and_then(|f| f.parse().ok()),
         })
     }
 

@@ -78,31 +78,121 @@ pub struct Collective {
     pub delay_ns: u64,
 }
 
-/// A collective that ranks have entered while others have not, for longer
-/// than the threshold.
+/// How a process ended, when it could be told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitHow {
+    /// It exited with this status.
+    Status(i32),
+    /// A signal killed it (`SIGKILL`, `SIGSEGV`, ...).
+    Signal(i32),
+}
+
+impl ExitHow {
+    /// From a wait status (`/proc/PID/stat`'s `exit_code` of a zombie).
+    pub fn from_wait_status(w: i32) -> Self {
+        match w & 0x7f {
+            0 => ExitHow::Status((w >> 8) & 0xff),
+            sig => ExitHow::Signal(sig),
+        }
+    }
+
+    /// `exit status 1`, `SIGKILL`, `signal 40`.
+    pub fn describe(self) -> String {
+        match self {
+            ExitHow::Status(s) => format!("exit status {s}"),
+            ExitHow::Signal(s) => match signal_name(s) {
+                Some(n) => n.to_string(),
+                None => format!("signal {s}"),
+            },
+        }
+    }
+}
+
+fn signal_name(s: i32) -> Option<&'static str> {
+    const NAMES: [&str; 31] = [
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    usize::try_from(s)
+        .ok()?
+        .checked_sub(1)
+        .and_then(|i| NAMES.get(i).copied())
+}
+
+/// A rank's process found exited: when the exit was noticed (Unix ns),
+/// and how, when its status could still be read (a zombie's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exit {
+    pub at_ns: u64,
+    pub how: Option<ExitHow>,
+}
+
+/// One missing rank holding up collectives of a communicator that other
+/// ranks have entered, for longer than the threshold: one stall per
+/// (communicator, missing rank), however many collectives it holds up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stall {
     pub comm_id: u64,
     pub nranks: u32,
+    /// The oldest collective it holds up.
     pub func: Func,
     pub seq: u64,
-    /// The ranks that have entered it, with their pids.
+    /// The last sequence number (of `func`) it holds up so far.
+    pub seq_last: u64,
+    /// Collectives it holds up so far (of any function).
+    pub collectives: u64,
+    /// The ranks that have entered the oldest, with their pids.
     pub waiting: Vec<(u32, u32)>,
-    /// The ranks that have not: rank and pid, when this tracer has seen a
+    /// The rank that has not, and its pid when this tracer has seen a
     /// process of that rank (else the rank is not traced here).
-    pub missing: Vec<(u32, Option<u32>)>,
-    /// When the first rank entered it (Unix ns).
+    pub missing: (u32, Option<u32>),
+    /// Its process exited (said again when found after the stall).
+    pub exited: Option<Exit>,
+    /// When the first rank entered the oldest (Unix ns).
     pub first_ns: u64,
     /// How long the first rank in has waited (ns).
     pub waited_ns: u64,
 }
 
-/// A stall that ended: the missing ranks came.
+/// A stall that ended: the missing rank entered every collective it held
+/// up (or those were dropped).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StallEnded {
     pub comm_id: u64,
+    pub rank: u32,
     pub func: Func,
     pub seq: u64,
+    pub seq_last: u64,
+    pub collectives: u64,
     pub waited_ns: u64,
 }
 
@@ -114,8 +204,10 @@ pub struct RankStats {
     pub collectives: u64,
     /// Complete collectives it entered last.
     pub times_last: u64,
-    /// Sum of the delays it caused when last.
-    pub delay_ns_total: u64,
+    /// The others' waits for it when it came last: per collective, from
+    /// the entry of the rank before it to its own; waits of collectives
+    /// that overlap in time (a step's gradient buckets) counted once.
+    pub delay: WaitUnion,
     /// Its last sequence number per function (`None`: none seen).
     pub last_seq: [Option<u64>; 5],
     /// Its first sequence number traced per function: it entered the
@@ -125,6 +217,58 @@ pub struct RankStats {
     pub stalled_ns: u64,
     /// Stalls in which it was missing.
     pub stalls: u64,
+    /// Its process exited (found by the session while tracing).
+    pub exited: Option<Exit>,
+}
+
+/// Spans kept apart in a [`WaitUnion`] before the oldest are folded.
+const MAX_SPANS: usize = 64;
+
+/// The length of a union of time intervals, added in any order: what
+/// overlaps is counted once. The last [`MAX_SPANS`] disjoint spans are
+/// kept; an interval that starts before the oldest kept one is cut there.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WaitUnion {
+    /// Disjoint spans, start → end (ns).
+    spans: BTreeMap<u64, u64>,
+    total_ns: u64,
+    /// Nothing before this is added (the end of the spans folded away).
+    horizon_ns: u64,
+}
+
+impl WaitUnion {
+    /// Adds [start, end).
+    pub fn add(&mut self, start_ns: u64, end_ns: u64) {
+        let (mut s, mut e) = (start_ns.max(self.horizon_ns), end_ns);
+        if e <= s {
+            return;
+        }
+        let touching: Vec<(u64, u64)> = self
+            .spans
+            .range(..=e)
+            .rev()
+            .take_while(|(_, end)| **end >= s)
+            .map(|(a, b)| (*a, *b))
+            .collect();
+        for (a, b) in touching {
+            self.spans.remove(&a);
+            self.total_ns -= b - a;
+            s = s.min(a);
+            e = e.max(b);
+        }
+        self.spans.insert(s, e);
+        self.total_ns += e - s;
+        while self.spans.len() > MAX_SPANS {
+            if let Some((_, end)) = self.spans.pop_first() {
+                self.horizon_ns = end;
+            }
+        }
+    }
+
+    /// The union's length (ns).
+    pub fn total_ns(&self) -> u64 {
+        self.total_ns
+    }
 }
 
 /// One communicator, for the summary.

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::model::nccl::Collective;
+use crate::model::nccl::Exit;
+use crate::model::nccl::ExitHow;
 use crate::model::nccl::Func;
 use crate::model::nccl::Identity;
 use crate::model::nccl::NcclStall;
@@ -81,7 +83,10 @@ pub(crate) fn stall_json(s: &NcclStall) -> Value {
             "op": s.func.name(),
             "seq": s.seq,
             "waiting": s.waiting.iter().map(|(r, p)| json!({"rank": r, "pid": p})).collect::<Vec<_>>(),
-            "missing": s.missing.iter().map(|(r, p)| json!({"rank": r, "pid": p})).collect::<Vec<_>>(),
+            "seq_last": s.seq_last,
+            "collectives": s.collectives,
+            "missing": [json!({"rank": s.missing.0, "pid": s.missing.1})],
+            "exited": s.exited.map(exit_json),
             "host": host.as_ref(),
             "first_ts_ns": s.first_ns,
             "waited_ns": s.waited_ns,
@@ -106,14 +111,58 @@ pub(crate) fn stall_json(s: &NcclStall) -> Value {
     }
 }
 
+fn exit_json(e: Exit) -> Value {
+    let (status, signal) = match e.how {
+        Some(ExitHow::Status(s)) => (Some(s), None),
+        Some(ExitHow::Signal(s)) => (None, Some(s)),
+        None => (None, None),
+    };
+    json!({
+        "ts_ns": e.at_ns,
+        "status": status,
+        "signal": signal,
+        "how": e.how.map(ExitHow::describe),
+    })
+}
+
+fn parse_exit(v: &Value) -> Result<Option<Exit>, String> {
+    let Some(e) = v.get("exited").filter(|e| !e.is_null()) else {
+        return Ok(None);
+    };
+    let status = e.get("status").and_then(Value::as_i64);
+    let signal = e.get("signal").and_then(Value::as_i64);
+    let how = match (status, signal) {
+        (_, Some(s)) => Some(ExitHow::Signal(s as i32)),
+        (Some(s), None) => Some(ExitHow::Status(s as i32)),
+        (None, None) => None,
+    };
+    Ok(Some(Exit {
+        at_ns: u(e, "ts_ns")?,
+        how,
+    }))
+}
+
 pub(crate) fn stall_over_json(e: &StallEnded) -> Value {
     json!({
         "type": "nccl_stall_over",
         "comm_id": id(e.comm_id),
+        "rank": e.rank,
         "op": e.func.name(),
         "seq": e.seq,
+        "seq_last": e.seq_last,
+        "collectives": e.collectives,
         "waited_ns": e.waited_ns,
     })
+}
+
+/// `seq_last` and `collectives`, absent from timelines written before
+/// stalls were grouped per rank: the one collective.
+fn seq_last(v: &Value) -> Result<(u64, u64), String> {
+    let seq = u(v, "seq")?;
+    match v.get("seq_last") {
+        None | Some(Value::Null) => Ok((seq, 1)),
+        Some(_) => Ok((u(v, "seq_last")?, u(v, "collectives")?)),
+    }
 }
 
 fn hex(v: &Value, k: &str) -> Result<u64, String> {
@@ -190,10 +239,14 @@ pub(crate) fn parse_nccl_record(v: &Value) -> Option<Result<NcclRecord, String>>
         })(),
         "nccl_stall" => parse_stall(v).map(NcclRecord::Stall),
         "nccl_stall_over" => (|| {
+            let (seq_last, collectives) = seq_last(v)?;
             Ok(NcclRecord::StallOver(StallEnded {
                 comm_id: hex(v, "comm_id")?,
+                rank: opt_u32(v, "rank")?.unwrap_or(u32::MAX),
                 func: func(v)?,
                 seq: u(v, "seq")?,
+                seq_last,
+                collectives,
                 waited_ns: u(v, "waited_ns")?,
             }))
         })(),
@@ -247,14 +300,19 @@ fn parse_stall(v: &Value) -> Result<NcclStall, String> {
         .into_iter()
         .map(|(r, p)| Ok((r, p.ok_or("a waiting rank without a pid")?)))
         .collect::<Result<Vec<_>, String>>()?;
+    let missing = *ranks(v, "missing")?.first().ok_or("`missing` is empty")?;
+    let (seq_last, collectives) = seq_last(v)?;
     Ok(NcclStall::Collective {
         stall: Stall {
             comm_id: hex(v, "comm_id")?,
             nranks: u32_of(v, "nranks")?,
             func: func(v)?,
             seq: u(v, "seq")?,
+            seq_last,
+            collectives,
             waiting,
-            missing: ranks(v, "missing")?,
+            missing,
+            exited: parse_exit(v)?,
             first_ns: u(v, "first_ts_ns")?,
             waited_ns: u(v, "waited_ns")?,
         },
@@ -285,8 +343,14 @@ mod tests {
                 nranks: 3,
                 func: Func::Broadcast,
                 seq: 2,
+                seq_last: 6,
+                collectives: 5,
                 waiting: vec![(0, 10)],
-                missing: vec![(1, Some(11)), (2, None)],
+                missing: (1, Some(11)),
+                exited: Some(Exit {
+                    at_ns: 7,
+                    how: Some(ExitHow::Signal(9)),
+                }),
                 first_ns: 5,
                 waited_ns: 10_000_000_000,
             },
@@ -313,8 +377,11 @@ mod tests {
         });
         let over = StallEnded {
             comm_id: 0xab,
+            rank: 1,
             func: Func::Broadcast,
             seq: 2,
+            seq_last: 6,
+            collectives: 5,
             waited_ns: 12,
         };
         let back = |v: Value| {

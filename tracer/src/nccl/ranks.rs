@@ -11,10 +11,11 @@ use crate::model::capped::Overflow;
 use crate::model::nccl::Arrival;
 use crate::model::nccl::Collective;
 use crate::model::nccl::CommStats;
+use crate::model::nccl::Exit;
 use crate::model::nccl::Func;
 use crate::model::nccl::Stall;
 use crate::model::nccl::StallEnded;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Collectives waiting for ranks, per communicator, before the oldest is
 /// dropped as incomplete.
@@ -28,10 +29,25 @@ struct Pending {
     /// (rank, pid, entry) in arrival order.
     entries: Vec<(u32, u32, u64)>,
     first_ns: u64,
-    stalled: bool,
 }
 
 type Key = (u64, Func, u64);
+
+/// A stall said: a missing rank and the collectives it holds up.
+#[derive(Clone, Debug)]
+struct OpenStall {
+    /// The oldest (the one said).
+    func: Func,
+    seq: u64,
+    seq_last: u64,
+    first_ns: u64,
+    /// Pending collectives it holds up; the stall ends when none is left.
+    keys: BTreeSet<Key>,
+    /// Collectives it held up, ever.
+    collectives: u64,
+    /// Whether its rank's exit was said.
+    exit_said: bool,
+}
 
 /// The analysis over every traced rank.
 #[derive(Clone, Debug, Default)]
@@ -40,6 +56,8 @@ pub struct CrossRank {
     comms: HashMap<u64, CommStats>,
     /// Last arrival per communicator (for dropping the idlest).
     active_ns: HashMap<u64, u64>,
+    /// Stalls said and not over, per (communicator, missing rank).
+    stalls: BTreeMap<(u64, u32), OpenStall>,
     /// Stalls that ended since the last [`CrossRank::check_stalls`].
     ended: Vec<StallEnded>,
     /// The latest arrival's entry (for communicators seen before any).
@@ -88,7 +106,6 @@ impl CrossRank {
             nranks: a.nranks,
             entries: Vec::new(),
             first_ns: a.entry_ns,
-            stalled: false,
         });
         if p.entries.iter().any(|e| e.0 == a.rank) {
             // The same rank again: an in-flight entry seen before its
@@ -101,6 +118,7 @@ impl CrossRank {
         p.entries.push((a.rank, a.pid, a.entry_ns));
         p.first_ns = p.first_ns.min(a.entry_ns);
         let complete = p.entries.len() as u32 >= p.nranks;
+        self.release(key, Some(a.rank), a.entry_ns);
         let c = self.comms.get_mut(&a.comm_id)?;
         let r = c.ranks.entry(a.rank).or_default();
         r.collectives += 1;
@@ -161,17 +179,10 @@ impl CrossRank {
         if self.before_trace(key, p) != (true, true) {
             return;
         }
-        let Some(p) = self.pending.remove(&key) else {
+        if self.pending.remove(&key).is_none() {
             return;
-        };
-        if p.stalled {
-            self.ended.push(StallEnded {
-                comm_id: key.0,
-                func: key.1,
-                seq: key.2,
-                waited_ns: now_ns.saturating_sub(p.first_ns),
-            });
         }
+        self.release(key, None, now_ns);
         if let Some(c) = self.comms.get_mut(&key.0) {
             c.before_trace += 1;
         }
@@ -197,14 +208,6 @@ impl CrossRank {
             last_pid: last.1,
             delay_ns: last.2 - before,
         };
-        if p.stalled {
-            self.ended.push(StallEnded {
-                comm_id,
-                func,
-                seq,
-                waited_ns: done.skew_ns,
-            });
-        }
         if let Some(c) = self.comms.get_mut(&comm_id) {
             c.complete += 1;
             c.skew_ns_total += done.skew_ns;
@@ -212,7 +215,7 @@ impl CrossRank {
             if p.nranks > 1 {
                 let r = c.ranks.entry(done.last_rank).or_default();
                 r.times_last += 1;
-                r.delay_ns_total += done.delay_ns;
+                r.delay.add(before, last.2);
             }
         }
         done
@@ -237,6 +240,8 @@ impl CrossRank {
             let Some(p) = self.pending.remove(k) else {
                 continue;
             };
+            let last = p.entries.iter().map(|e| e.2).max().unwrap_or(p.first_ns);
+            self.release(*k, None, last);
             let before = self.before_trace(*k, &p).0;
             if let Some(c) = self.comms.get_mut(&comm_id) {
                 if before {
@@ -278,12 +283,55 @@ impl CrossRank {
         for k in keys {
             self.pending.remove(&k);
         }
+        self.stalls.retain(|(c, _), _| *c != comm_id);
     }
 
-    /// Collectives entered by some ranks and not by others for longer than
-    /// `threshold_ns` at `now_ns`, reported once each; also updates each
-    /// missing rank's stalled time. Returns the new stalls and those that
-    /// ended since the last check.
+    /// A collective no longer waits for `rank` (it entered it), or for
+    /// anyone (`None`: complete or dropped): the stalls holding it up let
+    /// it go, and those left with nothing end.
+    fn release(&mut self, key: Key, rank: Option<u32>, now_ns: u64) {
+        let range = match rank {
+            Some(r) => (key.0, r)..=(key.0, r),
+            None => (key.0, 0)..=(key.0, u32::MAX),
+        };
+        let mut over = Vec::new();
+        for (&(comm_id, r), s) in self.stalls.range_mut(range) {
+            if s.keys.remove(&key) && s.keys.is_empty() {
+                over.push((comm_id, r));
+            }
+        }
+        for k in over {
+            let Some(s) = self.stalls.remove(&k) else {
+                continue;
+            };
+            self.ended.push(StallEnded {
+                comm_id: k.0,
+                rank: k.1,
+                func: s.func,
+                seq: s.seq,
+                seq_last: s.seq_last,
+                collectives: s.collectives,
+                waited_ns: now_ns.saturating_sub(s.first_ns),
+            });
+        }
+    }
+
+    /// A traced process exited: the ranks it was are marked, and stalls
+    /// waiting for them say so at the next check.
+    pub fn process_exited(&mut self, pid: u32, exit: Exit) {
+        for c in self.comms.values_mut() {
+            for r in c.ranks.values_mut().filter(|r| r.pid == pid) {
+                r.exited.get_or_insert(exit);
+            }
+        }
+    }
+
+    /// Ranks missing from collectives that others entered longer than
+    /// `threshold_ns` ago at `now_ns`: one stall per (communicator, missing
+    /// rank), said once with the collectives it holds up (later ones join
+    /// it unsaid), and said again once when its process is found exited;
+    /// also updates each missing rank's stalled time. Returns the stalls to
+    /// say and those that ended since the last check.
     pub fn check_stalls(
         &mut self,
         now_ns: u64,
@@ -294,50 +342,79 @@ impl CrossRank {
                 r.stalled_ns = 0;
             }
         }
-        // A collective a missing rank entered before it was traced cannot
-        // complete here: not a stall (the others are past it).
-        let unseen: HashSet<Key> = self
-            .pending
-            .iter()
-            .filter(|(k, p)| self.before_trace(**k, p).0)
-            .map(|(k, _)| *k)
-            .collect();
-        let mut new = Vec::new();
-        for (&(comm_id, func, seq), p) in self.pending.iter_mut() {
-            let waited = now_ns.saturating_sub(p.first_ns);
-            if waited < threshold_ns || unseen.contains(&(comm_id, func, seq)) {
+        // Per (communicator, missing rank): the collectives waiting for it,
+        // oldest first. One a missing rank entered before it was traced
+        // cannot complete here: not a stall (the others are past it).
+        let mut held: BTreeMap<(u64, u32), Vec<(u64, Key)>> = BTreeMap::new();
+        for (k, p) in &self.pending {
+            if self.before_trace(*k, p).0 {
                 continue;
             }
+            for r in (0..p.nranks).filter(|r| !p.entries.iter().any(|e| e.0 == *r)) {
+                held.entry((k.0, r)).or_default().push((p.first_ns, *k));
+            }
+        }
+        let mut new = Vec::new();
+        for ((comm_id, rank), mut keys) in held {
+            keys.sort();
+            let (first_ns, oldest) = keys[0];
+            let waited = now_ns.saturating_sub(first_ns);
             let Some(c) = self.comms.get_mut(&comm_id) else {
                 continue;
             };
-            let missing: Vec<(u32, Option<u32>)> = (0..p.nranks)
-                .filter(|r| !p.entries.iter().any(|e| e.0 == *r))
-                .map(|r| (r, c.ranks.get(&r).map(|s| s.pid).filter(|&pid| pid != 0)))
-                .collect();
-            for (r, _) in &missing {
-                if let Some(s) = c.ranks.get_mut(r) {
-                    s.stalled_ns = s.stalled_ns.max(waited);
-                    if !p.stalled {
-                        s.stalls += 1;
+            let r = c.ranks.entry(rank).or_default();
+            let open = self.stalls.contains_key(&(comm_id, rank));
+            if !open && waited < threshold_ns {
+                continue;
+            }
+            r.stalled_ns = waited;
+            let (pid, exited) = (Some(r.pid).filter(|&p| p != 0), r.exited);
+            if !open {
+                r.stalls += 1;
+            }
+            let s = self.stalls.entry((comm_id, rank)).or_insert(OpenStall {
+                func: oldest.1,
+                seq: oldest.2,
+                seq_last: oldest.2,
+                first_ns,
+                keys: BTreeSet::new(),
+                collectives: 0,
+                exit_said: false,
+            });
+            for (_, k) in &keys {
+                if s.keys.insert(*k) {
+                    s.collectives += 1;
+                    if k.1 == s.func {
+                        s.seq_last = s.seq_last.max(k.2);
                     }
                 }
             }
-            if !p.stalled {
-                p.stalled = true;
-                let mut waiting: Vec<(u32, u32)> = p.entries.iter().map(|e| (e.0, e.1)).collect();
-                waiting.sort();
-                new.push(Stall {
-                    comm_id,
-                    nranks: p.nranks,
-                    func,
-                    seq,
-                    waiting,
-                    missing,
-                    first_ns: p.first_ns,
-                    waited_ns: waited,
-                });
+            if open && (s.exit_said || exited.is_none()) {
+                continue;
             }
+            s.exit_said = exited.is_some();
+            let waiting = self
+                .pending
+                .get(&(comm_id, s.func, s.seq))
+                .map(|p| {
+                    let mut w: Vec<(u32, u32)> = p.entries.iter().map(|e| (e.0, e.1)).collect();
+                    w.sort();
+                    w
+                })
+                .unwrap_or_default();
+            new.push(Stall {
+                comm_id,
+                nranks: c.nranks,
+                func: s.func,
+                seq: s.seq,
+                seq_last: s.seq_last,
+                collectives: s.collectives,
+                waiting,
+                missing: (rank, pid),
+                exited,
+                first_ns: s.first_ns,
+                waited_ns: now_ns.saturating_sub(s.first_ns),
+            });
         }
         (new, std::mem::take(&mut self.ended))
     }
@@ -359,12 +436,9 @@ impl CrossRank {
         (open, before)
     }
 
-    /// The collectives reported as stalled and still waiting.
+    /// The collectives held up by a stall said and not over.
     pub fn stalled_keys(&self) -> impl Iterator<Item = (u64, Func, u64)> + '_ {
-        self.pending
-            .iter()
-            .filter(|(_, p)| p.stalled)
-            .map(|(k, _)| *k)
+        self.stalls.values().flat_map(|s| s.keys.iter().copied())
     }
 
     /// The communicators, by id.

@@ -51,11 +51,67 @@ fn skew_last_rank_and_delay() {
     assert_eq!(c.skew_ns_avg(), Some((3 * 3 + 43 * 3) * MS / 6));
     let r2 = &c.ranks[&2];
     assert_eq!(
-        (r2.collectives, r2.times_last, r2.delay_ns_total),
+        (r2.collectives, r2.times_last, r2.delay.total_ns()),
         (6, 6, 120 * MS)
     );
     assert_eq!(r2.last_seq[Func::AllReduce.index()], Some(5));
     assert_eq!(c.ranks[&0].times_last, 0);
+}
+
+/// A step's gradient buckets: rank 0 enters four collectives 1 ms apart,
+/// rank 1 (late by 120 ms) enters them 1 ms apart too. Each waited about
+/// 120 ms, but at the same time: the delay rank 1 caused is the union of
+/// the waits (123 ms), not their sum (480 ms). A second step later adds
+/// its own wait; completions out of order change nothing.
+#[test]
+fn overlapping_waits_are_counted_once() {
+    let two = |rank, seq, t| Arrival {
+        nranks: 2,
+        ..arrival(rank, seq, t)
+    };
+    let mut x = CrossRank::new();
+    let mut done = Vec::new();
+    for step in 0..2u64 {
+        let t = 1_000 * MS + step * 1_000 * MS;
+        for b in 0..4u64 {
+            x.arrive(two(0, step * 4 + b, t + b * MS));
+        }
+        // Rank 1's entries arrive in reverse order: the last bucket first.
+        for b in (0..4u64).rev() {
+            done.extend(x.arrive(two(1, step * 4 + b, t + 120 * MS + b * MS)));
+        }
+    }
+    assert_eq!(done.len(), 8);
+    let sum: u64 = done.iter().map(|c| c.delay_ns).sum();
+    assert_eq!(sum, 8 * 120 * MS, "each collective keeps its own delay");
+    let r1 = &x.comms()[&0xabc].ranks[&1];
+    assert_eq!(r1.times_last, 8);
+    assert_eq!(r1.delay.total_ns(), 2 * 123 * MS);
+}
+
+#[test]
+fn wait_union_merges_and_is_bounded() {
+    use crate::model::nccl::WaitUnion;
+    let mut u = WaitUnion::default();
+    u.add(10, 20);
+    u.add(30, 40);
+    assert_eq!(u.total_ns(), 20);
+    // Bridges both, in any order; inside or empty adds nothing.
+    u.add(15, 35);
+    assert_eq!(u.total_ns(), 30);
+    u.add(12, 18);
+    u.add(50, 50);
+    assert_eq!(u.total_ns(), 30);
+    u.add(40, 45); // touching: one span
+    assert_eq!(u.total_ns(), 35);
+    // Past the bound, the oldest spans are folded: their total stays,
+    // and what starts before them is cut.
+    for i in 0..200u64 {
+        u.add(1_000 + i * 10, 1_000 + i * 10 + 5);
+    }
+    assert_eq!(u.total_ns(), 35 + 200 * 5);
+    u.add(0, 45);
+    assert_eq!(u.total_ns(), 35 + 200 * 5);
 }
 
 #[test]
@@ -76,8 +132,11 @@ fn stall_names_the_missing_rank_once_then_ends() {
             nranks: 3,
             func: Func::AllReduce,
             seq: 7,
+            seq_last: 7,
+            collectives: 1,
             waiting: vec![(0, 100), (1, 101)],
-            missing: vec![(2, Some(102))],
+            missing: (2, Some(102)),
+            exited: None,
             first_ns: t,
             waited_ns: 1_500 * MS,
         }]
@@ -95,8 +154,11 @@ fn stall_names_the_missing_rank_once_then_ends() {
         ended,
         vec![StallEnded {
             comm_id: 0xabc,
+            rank: 2,
             func: Func::AllReduce,
             seq: 7,
+            seq_last: 7,
+            collectives: 1,
             waited_ns: 3_000 * MS
         }]
     );
@@ -155,8 +217,11 @@ fn collectives_before_a_rank_was_traced_are_not_stalls() {
     // Collective 5 waits for ranks 0 and 1, traced from 4: a stall;
     // 4 is not one.
     let (new, _) = x.check_stalls(5_000 * MS, 1_000 * MS);
-    assert_eq!((new.len(), new[0].seq), (1, 5));
-    assert_eq!(new[0].missing, vec![(0, Some(100)), (1, Some(101))]);
+    assert_eq!((new.len(), new[0].seq), (2, 5));
+    assert_eq!(
+        (new[0].missing, new[1].missing),
+        ((0, Some(100)), (1, Some(101)))
+    );
     assert_eq!(x.pending_of(0xabc), (1, 1));
     x.arrive(arrival(1, 4, 2 * MS));
     assert_eq!(x.pending_of(0xabc), (1, 0));
@@ -168,7 +233,7 @@ fn untraced_rank_is_named_without_a_pid() {
     let mut x = CrossRank::new();
     x.arrive(arrival(0, 0, 0));
     let (new, _) = x.check_stalls(10 * MS, MS);
-    assert_eq!(new[0].missing, vec![(1, None), (2, None)]);
+    assert_eq!((new[0].missing, new[1].missing), ((1, None), (2, None)));
 }
 
 #[test]
@@ -243,4 +308,103 @@ fn communicators_seen_at_init_are_bounded_and_counted() {
     let mut b = arrival(0, 0, 6);
     (b.comm_id, b.nranks) = (last, 2);
     assert!(x.arrive(b).is_some());
+}
+
+/// Rank 1 stops: rank 0 has entered collectives 10..15 (NCCL calls
+/// return once queued), each waiting for it. One stall names rank 1 with
+/// the range; collectives 16 and 17, entered later, join it unsaid; it
+/// ends once rank 1 entered all of them, with the whole range.
+#[test]
+fn one_stall_per_missing_rank_with_the_range_it_holds_up() {
+    let two = |rank, seq, t| Arrival {
+        nranks: 2,
+        ..arrival(rank, seq, t)
+    };
+    let mut x = CrossRank::new();
+    x.rank_seen(0xabc, 2, 1, 101);
+    let t = 1_000 * MS;
+    for seq in 10..16 {
+        x.arrive(two(0, seq, t + seq * MS));
+    }
+    let (new, ended) = x.check_stalls(t + 2_100 * MS, 1_000 * MS);
+    assert!(ended.is_empty());
+    assert_eq!(new.len(), 1, "{new:?}");
+    let s = &new[0];
+    assert_eq!(
+        (s.seq, s.seq_last, s.collectives, s.missing, s.exited),
+        (10, 15, 6, (1, Some(101)), None)
+    );
+    assert_eq!(
+        (s.waiting.clone(), s.first_ns),
+        (vec![(0, 100)], t + 10 * MS)
+    );
+    assert_eq!(x.comms()[&0xabc].ranks[&1].stalls, 1);
+    for seq in 16..18 {
+        x.arrive(two(0, seq, t + 2_200 * MS + seq * MS));
+    }
+    assert_eq!(x.check_stalls(t + 3_000 * MS, 1_000 * MS), (vec![], vec![]));
+    assert_eq!(x.stalled_keys().count(), 8);
+    // Rank 1 comes back: not over until it entered the last.
+    for seq in 10..17 {
+        x.arrive(two(1, seq, t + 4_000 * MS + seq));
+    }
+    assert_eq!(x.check_stalls(t + 4_100 * MS, 1_000 * MS), (vec![], vec![]));
+    x.arrive(two(1, 17, t + 4_000 * MS + 17));
+    let (new, ended) = x.check_stalls(t + 4_200 * MS, 1_000 * MS);
+    assert!(new.is_empty());
+    assert_eq!(
+        ended,
+        vec![StallEnded {
+            comm_id: 0xabc,
+            rank: 1,
+            func: Func::AllReduce,
+            seq: 10,
+            seq_last: 17,
+            collectives: 8,
+            waited_ns: 4_000 * MS + 17 - 10 * MS,
+        }]
+    );
+    assert_eq!(x.comms()[&0xabc].ranks[&1].stalls, 1);
+}
+
+/// A rank's process exits: a stall said before says so once more; one
+/// said after says it at once; a process of no rank changes nothing.
+#[test]
+fn a_stall_says_once_that_the_missing_rank_exited() {
+    use crate::model::nccl::{Exit, ExitHow};
+    let two = |rank, seq, t| Arrival {
+        nranks: 2,
+        ..arrival(rank, seq, t)
+    };
+    let exit = Exit {
+        at_ns: 7_000 * MS,
+        how: Some(ExitHow::Signal(9)),
+    };
+    let mut x = CrossRank::new();
+    x.arrive(two(1, 0, 0));
+    x.arrive(two(0, 0, MS));
+    x.arrive(two(0, 1, 2 * MS));
+    let (new, _) = x.check_stalls(5_000 * MS, 1_000 * MS);
+    assert_eq!((new.len(), new[0].exited), (1, None));
+    x.process_exited(999, exit);
+    assert!(x.check_stalls(6_000 * MS, 1_000 * MS).0.is_empty());
+    x.process_exited(101, exit);
+    let (new, _) = x.check_stalls(8_000 * MS, 1_000 * MS);
+    assert_eq!(new.len(), 1);
+    assert_eq!(
+        (new[0].seq, new[0].missing, new[0].exited),
+        (1, (1, Some(101)), Some(exit))
+    );
+    assert!(x.check_stalls(9_000 * MS, 1_000 * MS).0.is_empty());
+    assert_eq!(x.comms()[&0xabc].ranks[&1].stalls, 1);
+
+    // Exited before the stall: said in it at once, once.
+    let mut x = CrossRank::new();
+    x.arrive(two(1, 0, 0));
+    x.process_exited(101, exit);
+    x.arrive(two(0, 0, MS));
+    x.arrive(two(0, 1, 2 * MS));
+    let (new, _) = x.check_stalls(5_000 * MS, 1_000 * MS);
+    assert_eq!((new.len(), new[0].exited), (1, Some(exit)));
+    assert!(x.check_stalls(6_000 * MS, 1_000 * MS).0.is_empty());
 }

@@ -3,6 +3,8 @@
 
 use std::fmt::Write;
 
+use crate::model::nccl::ExitHow;
+use crate::model::nccl::Func;
 use crate::model::nccl::NcclStall;
 use crate::model::nccl::StallEnded;
 use crate::nccl::hash::format_comm_id;
@@ -30,45 +32,38 @@ impl NcclStall {
             NcclStall::Collective { stall: s, host } => {
                 let _ = write!(
                     o,
-                    "communicator {} ({} ranks) {} seq {}: ",
+                    "communicator {} ({} ranks) {}: rank {} ({}) has not entered {}",
                     format_comm_id(s.comm_id),
                     s.nranks,
-                    s.func.name(),
-                    s.seq
+                    held(s.func, s.seq, s.seq_last, s.collectives),
+                    s.missing.0,
+                    match s.missing.1 {
+                        Some(p) => format!("pid {p} on {host}"),
+                        None => "not traced here".into(),
+                    },
+                    if s.collectives > 1 { "them" } else { "it" },
                 );
-                let missing: Vec<(u32, String)> = s
-                    .missing
-                    .iter()
-                    .map(|(r, pid)| {
-                        (
-                            *r,
-                            match pid {
-                                Some(p) => format!("pid {p} on {host}"),
-                                None => "not traced here".into(),
-                            },
-                        )
-                    })
-                    .collect();
-                o.push_str(if missing.len() == 1 {
-                    "rank "
-                } else {
-                    "ranks "
-                });
-                rank_list(&mut o, &missing);
-                o.push_str(if missing.len() == 1 {
-                    " has not entered it; "
-                } else {
-                    " have not entered it; "
-                });
+                if let Some(e) = s.exited {
+                    let _ = write!(o, ": its process exited at {}", clock_utc(e.at_ns));
+                    match e.how {
+                        Some(h @ ExitHow::Signal(_)) => {
+                            let _ = write!(o, ", killed by {}", h.describe());
+                        }
+                        Some(h) => {
+                            let _ = write!(o, " with {}", h.describe());
+                        }
+                        None => {}
+                    }
+                }
                 let waiting: Vec<(u32, String)> = s
                     .waiting
                     .iter()
                     .map(|(r, p)| (*r, format!("pid {p}")))
                     .collect();
                 o.push_str(if waiting.len() == 1 {
-                    "rank "
+                    "; rank "
                 } else {
-                    "ranks "
+                    "; ranks "
                 });
                 rank_list(&mut o, &waiting);
                 let _ = write!(
@@ -116,21 +111,43 @@ impl NcclStall {
     }
 }
 
+/// `AllReduce seq 41`, or the range a stall holds up:
+/// `AllReduce seq 41..46 (6 collectives)`.
+fn held(func: Func, seq: u64, seq_last: u64, collectives: u64) -> String {
+    match (seq_last > seq, collectives > 1) {
+        (false, false) => format!("{} seq {seq}", func.name()),
+        (false, true) => format!("{} seq {seq} ({collectives} collectives)", func.name()),
+        (true, _) => format!(
+            "{} seq {seq}..{seq_last} ({collectives} collectives)",
+            func.name()
+        ),
+    }
+}
+
+/// `HH:MM:SS UTC` of a Unix time in ns.
+fn clock_utc(ns: u64) -> String {
+    let s = (ns / 1_000_000_000) % 86_400;
+    format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
+}
+
 /// The line for a stall that ended.
 pub(crate) fn ended_line(e: &StallEnded) -> String {
+    let what = held(e.func, e.seq, e.seq_last, e.collectives);
+    let id = format_comm_id(e.comm_id);
+    let after = secs(e.waited_ns);
+    if e.rank == u32::MAX {
+        // Read back from a timeline that did not name the rank.
+        return format!("gputrace: NCCL stall over: communicator {id} {what}: every rank entered it after {after}");
+    }
     format!(
-        "gputrace: NCCL stall over: communicator {} {} seq {}: every rank entered it after {}",
-        format_comm_id(e.comm_id),
-        e.func.name(),
-        e.seq,
-        secs(e.waited_ns)
+        "gputrace: NCCL stall over: communicator {id} rank {}: entered {what} after {after}",
+        e.rank
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::nccl::Func;
     use crate::model::nccl::Identity;
     use crate::model::nccl::Stall;
     use crate::model::nccl::StuckCall;
@@ -145,8 +162,11 @@ mod tests {
                 nranks: 3,
                 func: Func::AllReduce,
                 seq: 41,
+                seq_last: 41,
+                collectives: 1,
                 waiting: vec![(0, 100), (2, 102)],
-                missing: vec![(1, Some(101))],
+                missing: (1, Some(101)),
+                exited: None,
                 first_ns: 0,
                 waited_ns: 10_049_000_000,
             },
@@ -160,13 +180,38 @@ mod tests {
         let NcclStall::Collective { mut stall, host } = s else {
             unreachable!()
         };
-        stall.missing = vec![(1, None), (2, Some(7))];
+        stall.missing = (2, None);
         stall.waiting = vec![(0, 100)];
+        stall.seq_last = 46;
+        stall.collectives = 6;
         assert_eq!(
-            NcclStall::Collective { stall, host }.line(),
-            "gputrace: NCCL stall: communicator 0x5b3f (3 ranks) AllReduce seq 41: ranks 1 (not traced here) \
-             and 2 (pid 7 on node-a) have not entered it; rank 0 (pid 100) has waited 10.0 s"
+            NcclStall::Collective { stall: stall.clone(), host: host.clone() }.line(),
+            "gputrace: NCCL stall: communicator 0x5b3f (3 ranks) AllReduce seq 41..46 (6 collectives): \
+             rank 2 (not traced here) has not entered them; rank 0 (pid 100) has waited 10.0 s"
         );
+        // 1_700_000_000 s is 22:13:20 UTC.
+        for (how, said) in [
+            (Some(ExitHow::Signal(9)), ", killed by SIGKILL"),
+            (Some(ExitHow::from_wait_status(11)), ", killed by SIGSEGV"),
+            (
+                Some(ExitHow::from_wait_status(1 << 8)),
+                " with exit status 1",
+            ),
+            (None, ""),
+        ] {
+            stall.exited = Some(crate::model::nccl::Exit {
+                at_ns: 1_700_000_000_500_000_000,
+                how,
+            });
+            assert_eq!(
+                NcclStall::Collective { stall: stall.clone(), host: host.clone() }.line(),
+                format!(
+                    "gputrace: NCCL stall: communicator 0x5b3f (3 ranks) AllReduce seq 41..46 (6 collectives): \
+                     rank 2 (not traced here) has not entered them: its process exited at 22:13:20 UTC{said}; \
+                     rank 0 (pid 100) has waited 10.0 s"
+                )
+            );
+        }
         let stuck = StuckCall {
             pid: 9,
             tid: 9,
@@ -204,11 +249,14 @@ mod tests {
         assert_eq!(
             ended_line(&StallEnded {
                 comm_id: 0xab,
+                rank: 1,
                 func: Func::Broadcast,
                 seq: 2,
+                seq_last: 4,
+                collectives: 3,
                 waited_ns: 1_500_000_000
             }),
-            "gputrace: NCCL stall over: communicator 0xab Broadcast seq 2: every rank entered it after 1.5 s"
+            "gputrace: NCCL stall over: communicator 0xab rank 1: entered Broadcast seq 2..4 (3 collectives) after 1.5 s"
         );
     }
 }

@@ -81,7 +81,21 @@ impl NcclSummary {
         }
     }
 
+    /// A stall said, or said again (its rank's process exited): then it
+    /// replaces the first saying.
     pub fn stall(&mut self, s: &NcclStall) {
+        if let NcclStall::Collective { stall: new, .. } = s {
+            let again = self.stalls.iter_mut().rev().find(|(old, over)| {
+                over.is_none()
+                    && matches!(old, NcclStall::Collective { stall, .. }
+                        if (stall.comm_id, stall.missing.0, stall.func, stall.seq)
+                            == (new.comm_id, new.missing.0, new.func, new.seq))
+            });
+            if let Some((old, _)) = again {
+                *old = s.clone();
+                return;
+            }
+        }
         if self.stalls.len() >= MAX_STALLS {
             self.stalls_over += 1;
             return;
@@ -89,11 +103,15 @@ impl NcclSummary {
         self.stalls.push((s.clone(), None));
     }
 
+    /// A stall is over: how long it lasted, and every collective it held up.
     pub fn stall_over(&mut self, e: &StallEnded) {
         for (s, over) in self.stalls.iter_mut().rev() {
             if let NcclStall::Collective { stall, .. } = s {
-                if (stall.comm_id, stall.func, stall.seq) == (e.comm_id, e.func, e.seq) {
+                let rank = e.rank == u32::MAX || e.rank == stall.missing.0;
+                if rank && (stall.comm_id, stall.func, stall.seq) == (e.comm_id, e.func, e.seq) {
                     *over = Some(e.waited_ns);
+                    stall.seq_last = stall.seq_last.max(e.seq_last);
+                    stall.collectives = stall.collectives.max(e.collectives);
                     return;
                 }
             }
@@ -209,7 +227,7 @@ impl NcclSummary {
                     r.pid,
                     r.collectives,
                     r.times_last,
-                    fmt_ns(r.delay_ns_total as f64)
+                    fmt_ns(r.delay.total_ns() as f64)
                 );
             }
         }
@@ -250,7 +268,7 @@ impl NcclSummary {
                     "pid": r.pid,
                     "collectives": r.collectives,
                     "times_last": r.times_last,
-                    "delay_ns_total": r.delay_ns_total,
+                    "delay_ns_total": r.delay.total_ns(),
                 }));
             }
         }

@@ -398,7 +398,11 @@ impl Session {
                 self.processes.found(pid, &mut events);
             }
         }
-        for pid in self.processes.check(now, &mut events) {
+        let exited = self.processes.check(now, &mut events);
+        for (pid, at_ns, status) in self.processes.take_exits() {
+            self.nccl.process_exited(pid, at_ns, status);
+        }
+        for pid in exited {
             if self.targets.exited(pid) {
                 // Detaching blocks for grace periods: off the event loop.
                 let atts = self.attacher.take_scope(Scope::Process(pid));

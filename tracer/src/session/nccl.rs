@@ -22,6 +22,8 @@ use crate::host::clock::Clock;
 use crate::model::call::Args;
 use crate::model::call::Call;
 use crate::model::nccl::Arrival;
+use crate::model::nccl::Exit;
+use crate::model::nccl::ExitHow;
 use crate::model::nccl::Func;
 use crate::model::nccl::NcclStall;
 use crate::model::nccl::StuckCall;
@@ -95,6 +97,17 @@ impl NcclWatch {
                 .map(Event::NcclCollective),
             _ => None,
         }
+    }
+
+    /// A traced process exited: stalls waiting for a rank it was say so.
+    pub(super) fn process_exited(&mut self, pid: u32, at_ns: u64, status: Option<i32>) {
+        self.cross.process_exited(
+            pid,
+            Exit {
+                at_ns,
+                how: status.map(ExitHow::from_wait_status),
+            },
+        );
     }
 
     /// The check tick: collectives entered by ranks still inside them (from

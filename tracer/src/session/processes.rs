@@ -37,6 +37,9 @@ pub(super) struct Processes {
     clock: Clock,
     /// Reads `/proc/PID/stat` (replaced in tests).
     stat: fn(u32) -> Option<discover::ProcStat>,
+    /// Exits found since [`Processes::take_exits`]: pid, when (Unix ns),
+    /// and its wait status when it was still a zombie.
+    exits: Vec<(u32, u64, Option<i32>)>,
 }
 
 impl Processes {
@@ -48,6 +51,7 @@ impl Processes {
             last_check: None,
             clock,
             stat: discover::stat,
+            exits: Vec::new(),
         }
     }
 
@@ -120,6 +124,12 @@ impl Processes {
         info
     }
 
+    /// The exits found since the last call: pid, when it was noticed (Unix
+    /// ns), and its wait status when it could still be read (a zombie).
+    pub(super) fn take_exits(&mut self) -> Vec<(u32, u64, Option<i32>)> {
+        std::mem::take(&mut self.exits)
+    }
+
     /// Whether `pid` is known and has not exited.
     pub(super) fn is_alive(&self, pid: u32) -> bool {
         self.known.get(&pid).is_some_and(|k| k.exited.is_none())
@@ -140,11 +150,12 @@ impl Processes {
         let stat = self.stat;
         let mut exited = Vec::new();
         for (pid, k) in self.known.iter_mut().filter(|(_, k)| k.exited.is_none()) {
-            let same =
-                stat(*pid).is_some_and(|s| !s.exited() && Some(s.start_ticks) == k.start_ticks);
-            if !same {
+            let st = stat(*pid).filter(|s| Some(s.start_ticks) == k.start_ticks);
+            if st.as_ref().is_none_or(|s| s.exited()) {
                 k.exited = Some((now, now_ns));
                 exited.push(*pid);
+                let code = st.and_then(|s| s.exit_code);
+                self.exits.push((*pid, now_ns, code));
             }
         }
         let mut gone: Vec<(u32, u64)> = Vec::new();
@@ -183,6 +194,7 @@ mod tests {
             ppid: 1,
             stime_ticks: 0,
             start_ticks: p.1,
+            exit_code: p.2.then_some(9),
         })
     }
 
@@ -221,6 +233,9 @@ mod tests {
         out.clear();
         assert_eq!(p.check(t0, &mut out), vec![10]);
         assert!(!p.is_alive(10));
+        // Its wait status, read while a zombie (SIGKILL).
+        let exits = p.take_exits();
+        assert_eq!((exits.len(), exits[0].0, exits[0].2), (1, 10, Some(9)));
         assert!(p.check(t0 + GONE_AFTER / 2, &mut out).is_empty());
         assert!(out.is_empty());
         p.check(t0 + GONE_AFTER, &mut out);
@@ -241,6 +256,8 @@ mod tests {
         out.clear();
         let t2 = t1 + GONE_AFTER * 2;
         assert_eq!(p.check(t2, &mut out), vec![11]);
+        // Another process now: no status of the old one.
+        assert_eq!(p.take_exits().last().map(|e| e.2), Some(None));
         // Found again before its grace ended: the old one is gone at once.
         p.found(11, &mut out);
         assert_eq!(names(&out), ["gone 11", "seen 11 p11"]);

@@ -375,6 +375,7 @@ impl Model {
         use crate::model::nccl::NcclStall;
         let key = match s {
             NcclStall::Collective { stall, .. } => (stall.comm_id, stall.func.name(), stall.seq),
+            // Said again when its rank's process exited: the same key.
             // Keyed by the process: a stuck call is shown until it exits.
             NcclStall::Stuck(c) => (u64::from(c.pid), "stuck", c.entered_ns),
         };
@@ -577,8 +578,11 @@ mod tests {
             nranks: 2,
             func: Func::AllReduce,
             seq: 4,
+            seq_last: 4,
+            collectives: 1,
             waiting: vec![(0, 7)],
-            missing: vec![(1, Some(8))],
+            missing: (1, Some(8)),
+            exited: None,
             first_ns: T0,
             waited_ns: 3 * NS,
         };
@@ -595,8 +599,11 @@ mod tests {
             .contains("rank 1 (pid 8 on h)"));
         m.nccl_stall_over(&StallEnded {
             comm_id: 0xab,
+            rank: 1,
             func: Func::AllReduce,
             seq: 4,
+            seq_last: 4,
+            collectives: 1,
             waited_ns: 4 * NS,
         });
         assert!(m.nccl_stalls.is_empty());

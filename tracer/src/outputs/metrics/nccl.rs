@@ -16,9 +16,12 @@ use std::fmt::Write;
 use crate::model::call::Args;
 use crate::model::call::Call;
 use crate::model::nccl::Collective;
+use crate::model::nccl::Exit;
+use crate::model::nccl::ExitHow;
 use crate::model::nccl::Func;
 use crate::model::nccl::NcclStall;
 use crate::model::nccl::StallEnded;
+use crate::model::nccl::WaitUnion;
 use crate::nccl::hash::format_comm_id;
 use crate::outputs::metrics::seconds;
 use crate::outputs::metrics::BUCKETS_NS;
@@ -33,11 +36,16 @@ struct RankSeries {
     collectives: [u64; 5],
     last_seq: [Option<u64>; 5],
     times_last: u64,
-    delay_ns: u128,
+    /// The others' waits for it, overlaps counted once.
+    delay: WaitUnion,
     stalls: u64,
     /// The first entry (Unix ns) of the collective the others wait in for
     /// this rank now (`None`: not stalled).
     stalled_since: Option<u64>,
+    /// The stall said for it now: its oldest collective.
+    stall: Option<(Func, u64)>,
+    /// Its process exited while the others waited for it.
+    exited: Option<Exit>,
     stuck_calls: u64,
 }
 
@@ -49,8 +57,6 @@ struct CommSeries {
     skew: [u64; BUCKETS_NS.len() + 1],
     skew_count: u64,
     skew_sum_ns: u128,
-    /// Collectives stalled now: (func, seq) → the missing ranks.
-    stalled: BTreeMap<(Func, u64), Vec<u32>>,
     /// Last activity (a counter of events, for dropping the idlest).
     active: u64,
 }
@@ -110,7 +116,8 @@ impl NcclMetrics {
             let r = s.ranks.entry(c.last_rank).or_default();
             r.pid = c.last_pid;
             r.times_last += 1;
-            r.delay_ns += u128::from(c.delay_ns);
+            let entry = c.first_ns + c.skew_ns;
+            r.delay.add(entry - c.delay_ns, entry);
         }
     }
 
@@ -118,18 +125,20 @@ impl NcclMetrics {
         match stall {
             NcclStall::Collective { stall: s, .. } => {
                 let c = self.comm(s.comm_id, s.nranks);
-                let mut missing = Vec::new();
-                for (rank, pid) in &s.missing {
-                    let r = c.ranks.entry(*rank).or_default();
-                    if let Some(pid) = pid {
-                        r.pid = *pid;
-                    }
-                    r.stalls += 1;
-                    r.stalled_since =
-                        Some(r.stalled_since.map_or(s.first_ns, |t| t.min(s.first_ns)));
-                    missing.push(*rank);
+                let (rank, pid) = s.missing;
+                let r = c.ranks.entry(rank).or_default();
+                if let Some(pid) = pid {
+                    r.pid = pid;
                 }
-                c.stalled.insert((s.func, s.seq), missing);
+                // Said again when its process exited: the same stall.
+                if r.stall != Some((s.func, s.seq)) {
+                    r.stalls += 1;
+                }
+                r.stall = Some((s.func, s.seq));
+                r.stalled_since = Some(s.first_ns);
+                if s.exited.is_some() {
+                    r.exited = s.exited;
+                }
             }
             NcclStall::Stuck(call) => {
                 if let (Some(id), Some(rank), Some(nranks)) =
@@ -149,10 +158,9 @@ impl NcclMetrics {
         let Some(c) = self.comms.get_mut(&e.comm_id) else {
             return;
         };
-        c.stalled.remove(&(e.func, e.seq));
-        let still: Vec<u32> = c.stalled.values().flatten().copied().collect();
         for (rank, r) in c.ranks.iter_mut() {
-            if !still.contains(rank) {
+            if (e.rank == u32::MAX || e.rank == *rank) && r.stall == Some((e.func, e.seq)) {
+                r.stall = None;
                 r.stalled_since = None;
             }
         }
@@ -164,6 +172,30 @@ impl NcclMetrics {
         self.render_ranks(o);
         self.render_skew(o);
         self.render_per_rank(o, now_ns);
+        self.render_exited(o);
+    }
+
+    /// Ranks whose process exited while the others waited for them.
+    fn render_exited(&self, o: &mut String) {
+        header(
+            o,
+            "gputrace_nccl_rank_exited",
+            "gauge",
+            "Unix time (seconds) at which the process of a rank the others were waiting for (a stall) was found exited; how: the signal that killed it, its exit status, or unknown.",
+        );
+        for (id, c) in &self.comms {
+            for (rank, r) in &c.ranks {
+                if let Some(e) = r.exited {
+                    let how = e.how.map_or("unknown".into(), ExitHow::describe);
+                    let _ = writeln!(
+                        o,
+                        "gputrace_nccl_rank_exited{{{},how=\"{how}\"}} {}",
+                        labels(*id, c, *rank),
+                        seconds(u128::from(e.at_ns))
+                    );
+                }
+            }
+        }
     }
 
     /// Each rank: who it is, its collectives, its last sequence numbers.
@@ -279,8 +311,8 @@ impl NcclMetrics {
             (
                 "gputrace_nccl_delay_caused_seconds_total",
                 "counter",
-                "When this rank came last: its entry minus the entry before it, summed.",
-                |r, _| seconds(r.delay_ns),
+                "Time the other ranks waited for this rank when it came last (from the entry of the rank before it to its own), collectives that overlap in time counted once: comparable with wall time.",
+                |r, _| seconds(u128::from(r.delay.total_ns())),
             ),
             (
                 "gputrace_nccl_stalls_total",

@@ -274,11 +274,15 @@ fn nccl_series_per_communicator_and_rank() {
         nranks: 2,
         func: Func::AllReduce,
         seq: 3,
+        seq_last: 3,
+        collectives: 1,
         waiting: vec![(0, 3)],
-        missing: vec![(1, Some(4))],
+        missing: (1, Some(4)),
+        exited: None,
         first_ns: now - 5_000_000_000,
         waited_ns: 5_000_000_000,
     };
+    let stall_again = stall.clone();
     m.nccl.stall(&NcclStall::Collective {
         stall,
         host: Arc::from("h"),
@@ -294,7 +298,8 @@ fn nccl_series_per_communicator_and_rank() {
         "gputrace_nccl_arrival_skew_seconds_bucket{comm_id=\"0xab\",nranks=\"2\",le=\"0.5\"} 2".into(),
         "gputrace_nccl_arrival_skew_seconds_sum{comm_id=\"0xab\",nranks=\"2\"} 0.300002".into(),
         format!("gputrace_nccl_last_arrivals_total{{{}}} 2", id(1)),
-        format!("gputrace_nccl_delay_caused_seconds_total{{{}}} 0.300002", id(1)),
+        // Both waits start at 1 ns: overlapping, counted once.
+        format!("gputrace_nccl_delay_caused_seconds_total{{{}}} 0.3", id(1)),
         format!("gputrace_nccl_delay_caused_seconds_total{{{}}} 0", id(0)),
         format!("gputrace_nccl_stalls_total{{{}}} 1", id(1)),
         format!("gputrace_nccl_stalled_seconds{{{}}} 0", id(0)),
@@ -307,10 +312,37 @@ fn nccl_series_per_communicator_and_rank() {
         .unwrap();
     let s: f64 = stalled.parse().unwrap();
     assert!((5.0..60.0).contains(&s), "{s}");
+    // Said again when its process is found exited: one stall still.
+    let mut again = stall_again;
+    again.exited = Some(crate::model::nccl::Exit {
+        at_ns: 1_700_000_000_000_000_000,
+        how: Some(crate::model::nccl::ExitHow::Signal(9)),
+    });
+    m.nccl.stall(&NcclStall::Collective {
+        stall: again,
+        host: Arc::from("h"),
+    });
+    let text = m.render();
+    for line in [
+        format!("gputrace_nccl_stalls_total{{{}}} 1", id(1)),
+        format!(
+            "gputrace_nccl_rank_exited{{{},how=\"SIGKILL\"}} 1700000000",
+            id(1)
+        ),
+    ] {
+        assert!(
+            text.contains(&format!("{line}\n")),
+            "missing {line}\n{text}"
+        );
+    }
+    assert!(!text.contains(&format!("gputrace_nccl_rank_exited{{{}", id(0))));
     m.nccl.stall_over(&StallEnded {
         comm_id: 0xab,
+        rank: 1,
         func: Func::AllReduce,
         seq: 3,
+        seq_last: 3,
+        collectives: 1,
         waited_ns: 6_000_000_000,
     });
     assert!(m
