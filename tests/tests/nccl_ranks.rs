@@ -267,11 +267,11 @@ fn a_stopping_rank_is_named_in_the_stall_line() {
     assert!((1.0..5.0).contains(&waited), "{line}");
     // Said once: wait a few more checks.
     std::thread::sleep(Duration::from_millis(1500));
-    for w in &ws {
+    // Rank 0 (waiting) ends first: rank 1's exit is then not said (no one
+    // waits for it any more).
+    for w in ws.into_iter() {
         // SAFETY: a signal to our own child.
         unsafe { libc::kill(w.pid as i32, libc::SIGTERM) };
-    }
-    for w in ws {
         let _ = w.finish();
     }
     let f = t.finish(Duration::from_secs(60));

@@ -15,7 +15,7 @@ use crate::model::nccl::Exit;
 use crate::model::nccl::Func;
 use crate::model::nccl::Stall;
 use crate::model::nccl::StallEnded;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 /// Collectives waiting for ranks, per communicator, before the oldest is
 /// dropped as incomplete.
@@ -56,6 +56,10 @@ pub struct CrossRank {
     comms: HashMap<u64, CommStats>,
     /// Last arrival per communicator (for dropping the idlest).
     active_ns: HashMap<u64, u64>,
+    /// Collectives completed lately (oldest first): an entry of one read
+    /// again (a waiting rank's in-flight entry read as its return is
+    /// processed) is not a new collective.
+    recent: (HashSet<Key>, VecDeque<Key>),
     /// Stalls said and not over, per (communicator, missing rank).
     stalls: BTreeMap<(u64, u32), OpenStall>,
     /// Stalls that ended since the last [`CrossRank::check_stalls`].
@@ -102,6 +106,9 @@ impl CrossRank {
         let r = c.ranks.entry(a.rank).or_default();
         r.pid = a.pid;
         let key = (a.comm_id, a.func, a.seq);
+        if self.recent.0.contains(&key) {
+            return None;
+        }
         let p = self.pending.entry(key).or_insert_with(|| Pending {
             nranks: a.nranks,
             entries: Vec::new(),
@@ -131,6 +138,13 @@ impl CrossRank {
         }
         if complete {
             let p = self.pending.remove(&key)?;
+            self.recent.0.insert(key);
+            self.recent.1.push_back(key);
+            if self.recent.1.len() > MAX_PENDING {
+                if let Some(old) = self.recent.1.pop_front() {
+                    self.recent.0.remove(&old);
+                }
+            }
             return Some(self.finish(key, p));
         }
         if new_first {
@@ -284,6 +298,8 @@ impl CrossRank {
             self.pending.remove(&k);
         }
         self.stalls.retain(|(c, _), _| *c != comm_id);
+        self.recent.0.retain(|k| k.0 != comm_id);
+        self.recent.1.retain(|k| k.0 != comm_id);
     }
 
     /// A collective no longer waits for `rank` (it entered it), or for
@@ -402,6 +418,11 @@ impl CrossRank {
                     w
                 })
                 .unwrap_or_default();
+            // Said again for the exit only while someone still waits.
+            let gone = |w: &(u32, u32)| c.ranks.get(&w.0).is_some_and(|r| r.exited.is_some());
+            if open && waiting.iter().all(gone) {
+                continue;
+            }
             new.push(Stall {
                 comm_id,
                 nranks: c.nranks,

@@ -365,6 +365,12 @@ fn one_stall_per_missing_rank_with_the_range_it_holds_up() {
         }]
     );
     assert_eq!(x.comms()[&0xabc].ranks[&1].stalls, 1);
+    // Rank 0's entry into 17 read again (from the in-flight map, as its
+    // return is processed): not a new collective, not a new stall.
+    assert!(x.arrive(two(0, 17, t + 2_200 * MS + 17 * MS)).is_none());
+    let (new, _) = x.check_stalls(t + 9_000 * MS, 1_000 * MS);
+    assert!(new.is_empty(), "{new:?}");
+    assert_eq!(x.pending_of(0xabc), (0, 0));
 }
 
 /// A rank's process exits: a stall said before says so once more; one
@@ -397,6 +403,14 @@ fn a_stall_says_once_that_the_missing_rank_exited() {
     );
     assert!(x.check_stalls(9_000 * MS, 1_000 * MS).0.is_empty());
     assert_eq!(x.comms()[&0xabc].ranks[&1].stalls, 1);
+
+    // Every waiting rank exited first (the job ended): not said again.
+    let mut x = CrossRank::new();
+    x.arrive(two(0, 0, MS));
+    assert_eq!(x.check_stalls(5_000 * MS, 1_000 * MS).0.len(), 1);
+    x.process_exited(100, exit);
+    x.process_exited(101, exit);
+    assert!(x.check_stalls(6_000 * MS, 1_000 * MS).0.is_empty());
 
     // Exited before the stall: said in it at once, once.
     let mut x = CrossRank::new();
