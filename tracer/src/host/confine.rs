@@ -435,14 +435,26 @@ mod tests {
     /// Processes (PIDs in our namespace) whose command line holds `tag`,
     /// killed (the test failed if there are any).
     fn left_with(tag: &str) -> Vec<u32> {
-        let left: Vec<u32> = crate::host::discover::all_pids()
-            .into_iter()
-            .filter(|p| {
-                crate::host::discover::stat(*p).is_some_and(|s| !s.exited())
-                    && std::fs::read(format!("/proc/{p}/cmdline"))
-                        .is_ok_and(|c| c.windows(tag.len()).any(|w| w == tag.as_bytes()))
-            })
-            .collect();
+        let find = || -> Vec<u32> {
+            crate::host::discover::all_pids()
+                .into_iter()
+                .filter(|p| {
+                    crate::host::discover::stat(*p).is_some_and(|s| !s.exited())
+                        && std::fs::read(format!("/proc/{p}/cmdline"))
+                            .is_ok_and(|c| c.windows(tag.len()).any(|w| w == tag.as_bytes()))
+                })
+                .collect()
+        };
+        // A process sent SIGKILL dies when it next runs: on a busy machine
+        // that can take a moment after the helper returned.
+        let mut left = find();
+        for _ in 0..40 {
+            if left.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            left = find();
+        }
         for p in &left {
             // SAFETY: cleaning up after a failed test.
             unsafe { libc::kill(*p as i32, libc::SIGKILL) };

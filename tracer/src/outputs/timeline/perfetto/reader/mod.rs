@@ -464,7 +464,6 @@ impl<R: Read> PerfettoReader<R> {
         }
         Ok(())
     }
-
 }
 
 /// A clock snapshot: where the sequence's delta clock stands against
