@@ -88,6 +88,8 @@ pub(crate) struct ProcessState {
     said_opaque: bool,
     said_mid_capture: bool,
     said_sampled_capture: bool,
+    /// Whether a call of it was decoded.
+    called: bool,
 }
 
 /// What the graph book asks of the rest of the tracer, for one process.
@@ -148,6 +150,7 @@ impl ProcessState {
             said_opaque: false,
             said_mid_capture: false,
             said_sampled_capture: false,
+            called: false,
         }
     }
 
@@ -299,6 +302,12 @@ impl Enricher {
             .or_insert_with(|| ProcessState::with_comm(comm));
     }
 
+    /// The name the calls of `pid` carry, and whether a call of it was
+    /// decoded, when its state is held.
+    pub(crate) fn comm(&self, pid: u32) -> Option<(Arc<str>, bool)> {
+        self.procs.get(&pid).map(|p| (p.comm.clone(), p.called))
+    }
+
     /// Forgets a process that exited.
     pub(crate) fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
@@ -312,6 +321,7 @@ impl Enricher {
             .procs
             .get_mut(&e.pid)
             .ok_or(DecodeError::Unseen(e.pid))?;
+        state.called = true;
         let mut args = decode_args(api, raw);
         let ret = ret_of(raw);
         let ok = ret.is_none_or(|r| r == 0);
