@@ -214,7 +214,7 @@ static const char *usage_text =
     "[--agent-ring N] [--agent-names N] [--agent-flush-ms N] [--agent-hello-ms N] [--agent-finalize-ms N] "
     "[--agent-buffers N] [--agent-buffer-size N] [--agent-join]] [--cupti-report] [--wait-stdin-end] [--fork-child] "
     "[--end-launches N] "
-    "[--bench launch|launch-ex|memcpy|nccl|alloc [--calls N]]";
+    "[--bench launch|launch-ex|memcpy|nccl|alloc [--calls N]] [--exec-then PROGRAM [ARG...]]";
 
 void usage_error(const char *fmt, const char *arg)
 {
@@ -857,7 +857,12 @@ static void parse_args(int argc, char **argv)
         else if (!strcmp(a, "--names-after-wait")) { NO_VALUE(); opt.names_after_wait = 1; }
         else if (!strcmp(a, "--pace-us")) { opt.pace_us = parse_u64(a, TAKE_VALUE()); }
         else if (!strcmp(a, "--exit-main")) { NO_VALUE(); opt.exit_main = 1; }
-
+        else if (!strcmp(a, "--exec-then")) {
+            NO_VALUE();
+            if (i + 1 >= argc) usage_error("%s needs a program", "--exec-then");
+            opt.exec_argv = &argv[i + 1];
+            break; /* the rest is the program's */
+        }
         else if (!strcmp(a, "--loop")) { NO_VALUE(); opt.loop = 1; counted_flags++; }
         else if (!strcmp(a, "--duration-ms")) { opt.duration_ms = parse_u64(a, TAKE_VALUE()); opt.have_duration = 1; counted_flags++; }
         else if (!strcmp(a, "--sync-us")) {
@@ -890,8 +895,8 @@ static void parse_args(int argc, char **argv)
         usage_error("%s cannot be combined with --names-after-wait (the graphs need the kernels)", "--graphs-before-wait");
     if (opt.bench && counted_flags)
         usage_error("%s cannot be combined with counted-phase flags, --loop or --duration-ms", "--bench");
-    if (opt.exit_main && opt.bench)
-        usage_error("%s cannot be combined with --bench", "--exit-main");
+    if (opt.exit_main && (opt.bench || opt.exec_argv))
+        usage_error("%s cannot be combined with --bench or --exec-then", "--exit-main");
 }
 
 /* ------------------------------------------------------------------ */
@@ -1047,5 +1052,10 @@ int main(int argc, char **argv)
     pthread_barrier_destroy(&g_started);
     pthread_barrier_destroy(&g_go);
     free(g_workers);
+    if (opt.exec_argv != NULL && !g_skip) {
+        execv(opt.exec_argv[0], opt.exec_argv);
+        perror("gputrace-workload: execv");
+        return 1;
+    }
     return 0;
 }

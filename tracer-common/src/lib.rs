@@ -56,6 +56,8 @@ pub enum EventKind {
     BlobCall = 3,
     /// A [`stack::StackRecord`]: the caller's stack, sent before its call.
     Stack = 4,
+    /// An [`ExecEvent`]: a process began a new program.
+    Exec = 5,
 }
 
 impl EventKind {
@@ -65,9 +67,32 @@ impl EventKind {
             2 => Some(Self::NamedCall),
             3 => Some(Self::BlobCall),
             4 => Some(Self::Stack),
+            5 => Some(Self::Exec),
             _ => None,
         }
     }
+}
+
+/// A process began a new program (`execve`), sent by the
+/// `sched_process_exec` tracepoint in order with the calls in the ring
+/// buffer: the calls before it are the old program's, the calls after it
+/// the new one's. Sent for every exec on the host; userspace keeps those of
+/// processes it traces.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExecEvent {
+    /// [`EventKind::Exec`] as u32.
+    pub kind: u32,
+    /// Process id (tgid).
+    pub pid: u32,
+    /// When, `CLOCK_MONOTONIC` nanoseconds (`bpf_ktime_get_ns`).
+    pub ts_ns: u64,
+    /// The new program's name (the kernel sets it from the file executed).
+    pub comm: [u8; 16],
+}
+
+impl ExecEvent {
+    pub const SIZE: usize = core::mem::size_of::<Self>();
 }
 
 /// One traced call: written at entry into the in-flight map, completed and
@@ -375,6 +400,7 @@ mod tests {
         assert_eq!(BlobCallEvent::SIZE, CallEvent::SIZE + 8 + BLOB_LEN);
         assert_eq!(core::mem::size_of::<Blob>(), 8 + BLOB_LEN);
         assert_eq!(CallEvent::SIZE % 8, 0);
+        assert_eq!(ExecEvent::SIZE, 32);
     }
 
     #[test]

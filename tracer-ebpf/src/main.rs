@@ -1,5 +1,6 @@
 //! The eBPF side of gputrace: one entry program and one return program,
-//! attached to every traced symbol. The attach cookie says which API a hit
+//! attached to every traced symbol, and a raw tracepoint that says when a
+//! process runs a new program (exec). The attach cookie says which API a hit
 //! belongs to and which extra reads it needs; the catalogue of APIs lives in
 //! userspace, so this file knows nothing of CUDA or NCCL.
 #![no_std]
@@ -15,17 +16,17 @@ use aya_ebpf::{
         bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
         bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes, generated,
     },
-    macros::{map, uprobe, uretprobe},
+    macros::{map, raw_tracepoint, uprobe, uretprobe},
     maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
-    programs::{ProbeContext, RetProbeContext},
+    programs::{ProbeContext, RawTracePointContext, RetProbeContext},
     EbpfContext,
 };
 use tracer_common::{
-    Blob, BlobCallEvent, CallEvent, CommLayout, EventKind, LostReason, NamedCallEvent, ProbeCookie,
-    BLOB_FROM_STACK, BLOB_LEN, COMM_DEV_READ, COMM_DEV_SLOT, COMM_HASH_READ, COMM_HASH_SLOT,
-    COMM_LAYOUT_SLOTS, COMM_NRANKS_READ, COMM_RANKS_SLOT, COMM_RANK_READ, COMM_SEQ_READ,
-    COMM_SEQ_SLOT, COMM_SLOT_SHIFT, COMM_VALID_SLOT, DEREF_BYTES, LOST_SLOTS, MAX_ARGS, NO_FIELD,
-    NO_FUNC, NO_RETURN, READABLE_SLOT, REG_ARGS, RUNTIME_SLOT, STACK_ARGS,
+    Blob, BlobCallEvent, CallEvent, CommLayout, EventKind, ExecEvent, LostReason, NamedCallEvent,
+    ProbeCookie, BLOB_FROM_STACK, BLOB_LEN, COMM_DEV_READ, COMM_DEV_SLOT, COMM_HASH_READ,
+    COMM_HASH_SLOT, COMM_LAYOUT_SLOTS, COMM_NRANKS_READ, COMM_RANKS_SLOT, COMM_RANK_READ,
+    COMM_SEQ_READ, COMM_SEQ_SLOT, COMM_SLOT_SHIFT, COMM_VALID_SLOT, DEREF_BYTES, LOST_SLOTS,
+    MAX_ARGS, NO_FIELD, NO_FUNC, NO_RETURN, READABLE_SLOT, REG_ARGS, RUNTIME_SLOT, STACK_ARGS,
 };
 
 /// Completed calls, drained by userspace. Its size is set at load time.
@@ -540,6 +541,31 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
     if cookie.runtime_set_arg() != 0 {
         let _ = RUNTIME_STUB.remove(&tid);
     }
+    0
+}
+
+/// A process began a new program: said in the ring, in order with the
+/// calls, so userspace names what follows by the new program. Every exec
+/// on the host comes here (rare next to calls); userspace keeps those of
+/// processes it traces. Not counted as lost when the ring is full: no call
+/// is lost, only the new name of those that follow.
+/// A raw tracepoint: attached by name, with no tracefs needed.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn process_exec(_ctx: RawTracePointContext) -> u32 {
+    let Some(mut entry) = EVENTS.reserve::<ExecEvent>(0) else {
+        return 0;
+    };
+    let out = entry.as_mut_ptr();
+    // SAFETY: `out` points to a reserved record of the right size; every
+    // field is written.
+    unsafe {
+        (*out).kind = EventKind::Exec as u32;
+        (*out).pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        (*out).ts_ns = bpf_ktime_get_ns();
+        (*out).comm = [0; 16];
+        generated::bpf_get_current_comm((*out).comm.as_mut_ptr().cast(), 16);
+    }
+    entry.submit(submit_flags());
     0
 }
 

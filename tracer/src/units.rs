@@ -41,6 +41,20 @@ pub fn fmt_count(n: u64) -> String {
     out
 }
 
+/// The time of day of a Unix time in ns, UTC: `HH:MM:SS.uuuuuu`.
+pub fn fmt_clock(ts_ns: u64) -> String {
+    let secs = ts_ns / 1_000_000_000;
+    let micros = (ts_ns % 1_000_000_000) / 1000;
+    let day = secs % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{:06}",
+        day / 3600,
+        (day / 60) % 60,
+        day % 60,
+        micros
+    )
+}
+
 /// `4.0 KiB`, `12 B`.
 pub fn fmt_bytes(b: f64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];

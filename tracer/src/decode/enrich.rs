@@ -95,6 +95,8 @@ pub(crate) struct ProcessState {
     said_sampled_capture: bool,
     /// Handles whose names were not kept (past [`MAX_NAMED_HANDLES`]).
     names_over: u64,
+    /// Whether a call of it was decoded.
+    called: bool,
 }
 
 /// What the graph book asks of the rest of the tracer, for one process.
@@ -160,6 +162,7 @@ impl ProcessState {
             said_mid_capture: false,
             said_sampled_capture: false,
             names_over: 0,
+            called: false,
         }
     }
 
@@ -322,6 +325,12 @@ impl Enricher {
             .or_insert_with(|| ProcessState::with_comm(comm));
     }
 
+    /// The name the calls of `pid` carry, and whether a call of it was
+    /// decoded, when its state is held.
+    pub(crate) fn comm(&self, pid: u32) -> Option<(Arc<str>, bool)> {
+        self.procs.get(&pid).map(|p| (p.comm.clone(), p.called))
+    }
+
     /// Forgets a process that exited.
     pub(crate) fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
@@ -335,6 +344,7 @@ impl Enricher {
             .procs
             .get_mut(&e.pid)
             .ok_or(DecodeError::Unseen(e.pid))?;
+        state.called = true;
         let mut args = decode_args(api, raw);
         let ret = ret_of(raw);
         let ok = ret.is_none_or(|r| r == 0);

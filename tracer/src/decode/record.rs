@@ -1,8 +1,8 @@
 //! Turning ring buffer records into [`Call`] arguments.
 
 use tracer_common::{
-    BlobCallEvent, CallEvent, EventKind, NamedCallEvent, BLOB_LEN, NAME_LEN, READABLE_SLOT,
-    RUNTIME_SLOT,
+    BlobCallEvent, CallEvent, EventKind, ExecEvent, NamedCallEvent, BLOB_LEN, NAME_LEN,
+    READABLE_SLOT, RUNTIME_SLOT,
 };
 
 use crate::catalogue::Api;
@@ -38,6 +38,17 @@ pub enum DecodeError {
     Unseen(u32),
 }
 
+/// An exec record of the ring buffer (`None` for any other record).
+pub fn parse_exec(bytes: &[u8]) -> Option<ExecEvent> {
+    let kind = u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?);
+    if kind != EventKind::Exec as u32 || bytes.len() != ExecEvent::SIZE {
+        return None;
+    }
+    // SAFETY: the length was checked; read_unaligned copes with any
+    // alignment, and ExecEvent is plain old data.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<ExecEvent>()) })
+}
+
 /// Checks a record's size and kind and copies it out of the ring buffer.
 pub fn parse_record(bytes: &[u8]) -> Result<RawCall<'_>, DecodeError> {
     if bytes.len() < 4 {
@@ -49,8 +60,8 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawCall<'_>, DecodeError> {
         EventKind::Call => CallEvent::SIZE,
         EventKind::NamedCall => NamedCallEvent::SIZE,
         EventKind::BlobCall => BlobCallEvent::SIZE,
-        // Read by `stacks::record`, never as a call.
-        EventKind::Stack => return Err(DecodeError::Kind(kind_raw)),
+        // Read by `stacks::record` and [`parse_exec`], never as a call.
+        EventKind::Stack | EventKind::Exec => return Err(DecodeError::Kind(kind_raw)),
     };
     // The ring buffer rounds records up to 8 bytes; every size is a multiple of 8.
     if bytes.len() != expected {
@@ -70,7 +81,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawCall<'_>, DecodeError> {
         &bytes[start..start + (len as usize).min(BLOB_LEN)]
     });
     let name = match kind {
-        EventKind::Call | EventKind::BlobCall | EventKind::Stack => None,
+        EventKind::Call | EventKind::BlobCall | EventKind::Stack | EventKind::Exec => None,
         EventKind::NamedCall => {
             let len_at = CallEvent::SIZE;
             let len = u32::from_ne_bytes(bytes[len_at..len_at + 4].try_into().expect("4 bytes"));

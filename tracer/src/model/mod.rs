@@ -67,6 +67,9 @@ pub enum Event {
     /// agent hands it over and its API record has settled: about a second
     /// after it ended).
     Gpu(gpu::GpuWork),
+    /// A traced process began a new program (`execve`): the calls before
+    /// are the old program's, the calls after the new one's, named by it.
+    Exec(Exec),
     /// `--gpu-time`: the agent in a process attached, was refused, detached,
     /// or could not record some work.
     GpuAgent(gpu::GpuAgentNote),
@@ -94,6 +97,39 @@ impl ProcessInfo {
             start_ticks: None,
             comm: Arc::from(crate::text::printable(comm)),
             container: Container::default(),
+        }
+    }
+}
+
+/// A traced process began a new program (`execve`). Its PID stays; what
+/// gputrace knew of the old program (kernel names, allocations, graphs,
+/// communicators) is dropped, and its calls from here on carry `comm`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exec {
+    pub pid: u32,
+    /// When (Unix ns).
+    pub ts_ns: u64,
+    /// The name its calls carried before.
+    pub old_comm: Arc<str>,
+    /// The new program's name (the kernel's, from the file executed;
+    /// printable).
+    pub comm: Arc<str>,
+}
+
+impl Exec {
+    /// Its timeline record: `{"type":"exec","ts_ns":…,"pid":…,"comm":…,"old_comm":…}`.
+    pub fn record(&self) -> record::Record {
+        let mut fields = serde_json::Map::new();
+        fields.insert("comm".into(), serde_json::Value::from(&*self.comm));
+        fields.insert("old_comm".into(), serde_json::Value::from(&*self.old_comm));
+        record::Record {
+            kind: "exec",
+            ts_ns: self.ts_ns,
+            dur_ns: None,
+            pid: Some(self.pid),
+            tid: None,
+            fields,
+            view: None,
         }
     }
 }

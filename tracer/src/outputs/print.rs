@@ -69,10 +69,22 @@ impl Sink for PrintSink {
                 format_gpu_line(&mut self.line, w);
                 self.write_line();
             }
-            // One line per call and per GPU work only: stalls and the GPU
-            // agents' news go to stderr (trace, daemon).
+            // A new program: the lines after it carry its name.
+            Event::Exec(x) if self.error.is_none() => {
+                self.line.clear();
+                clock_time(&mut self.line, x.ts_ns);
+                let _ = write!(
+                    self.line,
+                    "{}[{}] exec: runs {} from here",
+                    x.old_comm, x.pid, x.comm
+                );
+                self.write_line();
+            }
+            // One line per call, per GPU work and per exec only: stalls and
+            // the GPU agents' news go to stderr (trace, daemon).
             Event::Call { .. }
             | Event::Gpu(_)
+            | Event::Exec(_)
             | Event::GpuAgent(_)
             | Event::ProcessSeen(_)
             | Event::ProcessGone { .. }
@@ -133,17 +145,8 @@ pub(crate) fn result_name(api: &str, ret: i64) -> Option<&'static str> {
 
 /// Formats one call: `HH:MM:SS.uuuuuu comm[pid/tid] api dur ret {args}`.
 fn clock_time(out: &mut String, ts_ns: u64) {
-    let secs = ts_ns / 1_000_000_000;
-    let micros = (ts_ns % 1_000_000_000) / 1000;
-    let day = secs % 86_400;
-    let _ = write!(
-        out,
-        "{:02}:{:02}:{:02}.{:06} ",
-        day / 3600,
-        (day / 60) % 60,
-        day % 60,
-        micros
-    );
+    out.push_str(&crate::units::fmt_clock(ts_ns));
+    out.push(' ');
 }
 
 /// `--gpu-time`: one line per piece of GPU work, at its start on the GPU:

@@ -47,6 +47,7 @@ impl Sink for SummarySink {
             Event::Sampling(r) => self.summary.sampling(r),
             Event::Gpu(w) => self.summary.record_gpu(w),
             Event::GpuAgent(n) => self.summary.gpu_note(n),
+            Event::Exec(x) => self.summary.exec(x.pid, x.ts_ns, &x.comm),
             // The summary matches collectives across ranks from the calls
             // themselves (as `stats` does from a timeline).
             // The launch that follows carries what the graph runs.

@@ -9,6 +9,7 @@ use aya::maps::{Array, MapData, PerCpuArray, PerCpuHashMap, RingBuf};
 pub use crate::probes::lost::LostByPid;
 pub use crate::probes::lost::LostCounter;
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint};
+use aya::programs::RawTracePoint;
 use aya::programs::UProbe;
 use aya::{Ebpf, EbpfLoader};
 use tracer_common::{CommLayout as ProbeLayout, ProbeCookie};
@@ -164,6 +165,21 @@ impl Probes {
             per_task,
             nccl: NcclLibraries::default(),
         })
+    }
+
+    /// Attaches the exec tracepoint (`sched_process_exec`, raw: no tracefs
+    /// needed): from now on every exec is said in the ring buffer, in
+    /// order with the calls.
+    pub(crate) fn follow_execs(&mut self) -> anyhow::Result<()> {
+        let prog: &mut RawTracePoint = self
+            .ebpf
+            .program_mut("process_exec")
+            .ok_or_else(|| anyhow!("program process_exec missing from the eBPF object"))?
+            .try_into()?;
+        prog.load().context("verifying eBPF program process_exec")?;
+        prog.attach("sched_process_exec")
+            .context("attaching to the sched_process_exec tracepoint")?;
+        Ok(())
     }
 
     /// The multi-uprobe programs (`None` on kernels without such links).

@@ -74,6 +74,21 @@ impl RecordReader {
                 }
             }
             "gpu" => summary.record_gpu(&crate::gpu::record::parse_work(v)?),
+            // A new program: its graph handles are its own.
+            "exec" => {
+                let pid = v
+                    .get("pid")
+                    .and_then(Value::as_u64)
+                    .and_then(|p| u32::try_from(p).ok())
+                    .ok_or("exec record without a numeric `pid`")?;
+                let ts = v.get("ts_ns").and_then(Value::as_u64).unwrap_or(0);
+                let comm = v
+                    .get("comm")
+                    .and_then(Value::as_str)
+                    .ok_or("exec record without `comm`")?;
+                self.graphs.retain(|(p, _), _| *p != pid);
+                summary.exec(pid, ts, comm);
+            }
             "gpu_agent" => summary.gpu_note(&crate::gpu::record::parse_note(v)?),
             // Over MAX_STACKS the table starts again, where the writer's
             // said set did: a call naming a stack dropped is a problem.

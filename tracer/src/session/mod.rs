@@ -10,6 +10,7 @@
 //! [`Session::drain`] and [`Session::maintain`] itself.
 
 mod attacher;
+mod exec;
 mod nccl;
 mod node;
 mod processes;
@@ -28,6 +29,7 @@ pub(crate) use targets::{preflight, StackRequest, TargetSpec};
 
 use crate::config::Config;
 use crate::decode::enrich::Enricher;
+use crate::decode::record::parse_exec;
 use crate::decode::record::parse_record;
 use crate::decode::record::DecodeError;
 use crate::error::Failure;
@@ -103,6 +105,11 @@ impl Session {
         .open()?;
         let stack_settings = spec.stacks.as_ref().map(stacks::settings).transpose()?;
         let mut probes = Probes::load(selection.clone(), config, stack_settings)?;
+        if let Err(e) = probes.follow_execs() {
+            crate::say!(
+                "a traced process that runs a new program (exec) goes on under its old name: {e:#}"
+            );
+        }
         let stacks = match stack_settings {
             Some(_) => Some(SessionStacks::new(&mut probes)?),
             None => None,
@@ -319,6 +326,16 @@ impl Session {
                 .filter(|_| stacks::is_stack_record(&item))
             {
                 s.record(&item);
+                continue;
+            }
+            if let Some(x) = parse_exec(&item) {
+                exec::exec(
+                    &mut self.enricher,
+                    self.stacks.as_mut(),
+                    self.clock,
+                    &x,
+                    sink,
+                );
                 continue;
             }
             let Ok(raw) = parse_record(&item) else {

@@ -25,6 +25,9 @@ use crate::nccl::summary::NcclSummary;
 use crate::stacks::sites::CallSites;
 use crate::summary::histogram::Histogram;
 
+/// Programs a process ran kept for its summary, at most.
+const MAX_EXECS: usize = 64;
+
 /// Host-side latency statistics of one API.
 #[derive(Clone, Debug, Default)]
 pub struct ApiStats {
@@ -303,6 +306,9 @@ pub struct ProcessSummary {
     pub sites: CallSites,
     /// `--gpu-time`: what its GPU did (`None` without GPU records).
     pub gpu: Option<gpu::GpuProcess>,
+    /// The programs it ran after the first (`execve`), in order: (when,
+    /// Unix ns; the new program's name). `comm` is the first program's.
+    pub execs: Vec<(u64, String)>,
 }
 
 impl ProcessSummary {
@@ -549,6 +555,15 @@ impl Summary {
             .gpu
             .get_or_insert_with(Default::default)
             .note(n);
+    }
+
+    /// A process began a new program named `comm` at `ts_ns`.
+    pub fn exec(&mut self, pid: u32, ts_ns: u64, comm: &str) {
+        let p = self.process(pid);
+        // Bounded: a file read back may hold any number of them.
+        if p.execs.len() < MAX_EXECS {
+            p.execs.push((ts_ns, comm.to_string()));
+        }
     }
 
     /// The summary of `pid`, or of the other processes once

@@ -74,6 +74,13 @@ pub fn render_text(s: &Summary) -> String {
     }
     for p in s.processes.values() {
         let _ = writeln!(out, "\n== Process {} ({}) ==", p.pid, p.comm);
+        for (ts, comm) in &p.execs {
+            let _ = writeln!(
+                out,
+                "Ran a new program at {} UTC (exec): {comm}; the calls after are its",
+                crate::units::fmt_clock(*ts)
+            );
+        }
         render_process(&mut out, p);
     }
     if let Some(p) = &s.other_processes {
@@ -458,6 +465,7 @@ fn process_json(p: &ProcessSummary) -> Value {
         "nccl": nccl,
         "nccl_other": nccl_other,
         "call_sites": p.sites.to_json(SITES_PER_API),
+        "execs": p.execs.iter().map(|(ts, comm)| json!({"ts_ns": ts, "comm": comm})).collect::<Vec<_>>(),
         "gpu": p.gpu.as_ref().map(|g| crate::summary::gpu::render_json(g, if p.is_total { 0 } else { p.window_ns() })),
     })
 }

@@ -343,6 +343,9 @@ impl Sink for MetricsSink {
             Event::Gpu(w) => lock(&self.metrics).gpu(w),
             // The agents' news go to stderr; their losses to the summary.
             Event::GpuAgent(_) => {}
+            // The process's series keep the labels of the program they
+            // began with (new labels would start the counters again).
+            Event::Exec(_) => {}
         }
     }
 
