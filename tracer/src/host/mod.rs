@@ -9,6 +9,7 @@ pub(crate) mod clock;
 pub(crate) mod confine;
 pub mod discover;
 pub(crate) mod fd;
+pub mod mapwatch;
 pub(crate) mod memory;
 pub(crate) mod privileges;
 pub(crate) mod sandbox;

@@ -105,7 +105,7 @@ impl Session {
         .open()?;
         let stack_settings = spec.stacks.as_ref().map(stacks::settings).transpose()?;
         let mut probes = Probes::load(selection.clone(), config, stack_settings)?;
-        let stacks = match stack_settings {
+        let mut stacks = match stack_settings {
             Some(_) => Some(SessionStacks::new(&mut probes)?),
             None => None,
         };
@@ -152,6 +152,9 @@ impl Session {
             for f in &files {
                 attacher.attach(f, Scope::Process(pid), &mut enricher.namer)?;
             }
+            if let Some(s) = &mut stacks {
+                s.watch(pid);
+            }
             targets.add(pid);
             if !processes.found(pid, &mut pending) {
                 targets.exited(pid); // exited since the preflight
@@ -171,6 +174,10 @@ impl Session {
 
         if !spec.cmd.is_empty() {
             let c = GatedChild::spawn(&spec.cmd).map_err(|e| Failure::runtime(e.to_string()))?;
+            // Before it runs: every mapping it makes is recorded.
+            if let Some(s) = &mut stacks {
+                s.watch(c.pid);
+            }
             let files = attacher.libraries_for(&c.exe);
             for f in &files {
                 attacher.attach(f, Scope::Process(c.pid), &mut enricher.namer)?;
