@@ -394,6 +394,65 @@ fn stacks_of_python_calling_through_ctypes_name_the_lines() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A program that exits right after its calls (no `--linger`): its stacks
+/// are read from the ring buffer after it is gone, and resolve all the
+/// same, with its functions named (before: 0 of 5 resolved, or raw
+/// addresses only, in about half the runs). Several runs: it was a race.
+#[test]
+fn stacks_of_a_program_that_exits_right_after_its_calls_resolve() {
+    let dir = scratch("stacks-short-lived");
+    let app = sim_dir().join(APP);
+    let f = |s: &str| format!("{s} ({APP})");
+    for run in 0..6 {
+        let out = dir.join(format!("t{run}.jsonl"));
+        let done = trace(
+            &[
+                "--stacks",
+                "--output",
+                out.to_str().unwrap(),
+                "--summary",
+                "none",
+            ],
+            &[app.to_str().unwrap(), "5"],
+        );
+        let (events, _) = read_jsonl(&out);
+        let calls = stacks_of(&events);
+        let syncs = frames_of_api(&calls, "cuStreamSynchronize");
+        assert_eq!(syncs.len(), 5, "run {run}");
+        for s in &syncs {
+            let s = s.as_ref().unwrap_or_else(|| {
+                panic!("run {run}: a sync without a stack: {}", done.stderr_text())
+            });
+            assert_eq!(
+                s[..4],
+                [
+                    "cuStreamSynchronize (libcuda.so.1)".to_string(),
+                    f("app_sync"),
+                    f("app_step"),
+                    f("main")
+                ],
+                "run {run}: {s:#?}"
+            );
+            assert_eq!(s.last(), Some(&f("_start")), "run {run}: {s:#?}");
+        }
+        let launches = frames_of_api(&calls, "cuLaunchKernel");
+        assert_eq!(launches.len(), 10, "run {run}");
+        assert!(
+            launches.iter().all(|s| s
+                .as_ref()
+                .is_some_and(|s| s.iter().any(|x| *x == f("app_step")))),
+            "run {run}: {launches:#?}"
+        );
+        assert!(
+            done.stderr_text()
+                .contains("of processes gone before they could be read: 0;"),
+            "run {run}: {}",
+            done.stderr_text()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn stacks_every_samples_launches_and_keeps_every_sync() {
     let dir = scratch("stacks-every");

@@ -10,6 +10,7 @@ pub(crate) mod confine;
 pub(crate) mod dirs;
 pub mod discover;
 pub(crate) mod fd;
+pub mod mapwatch;
 pub(crate) mod memory;
 pub(crate) mod privileges;
 pub(crate) mod sandbox;

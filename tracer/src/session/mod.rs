@@ -110,7 +110,7 @@ impl Session {
                 "a traced process that runs a new program (exec) goes on under its old name: {e:#}"
             );
         }
-        let stacks = match stack_settings {
+        let mut stacks = match stack_settings {
             Some(_) => Some(SessionStacks::new(&mut probes)?),
             None => None,
         };
@@ -148,6 +148,7 @@ impl Session {
             &mut enricher,
             &mut processes,
             &mut pending,
+            &mut stacks,
         )?;
 
         let node = if spec.all {
@@ -161,7 +162,7 @@ impl Session {
             None
         };
 
-        start_command(spec, &mut attacher, &mut enricher, &mut targets)?;
+        start_command(spec, &mut attacher, &mut enricher, &mut targets, &mut stacks)?;
         // SAFETY: the ring buffer owns its map fd, which stays open and the same
         // for as long as the AsyncFd owns the ring buffer.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }

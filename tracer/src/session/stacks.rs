@@ -4,8 +4,12 @@
 //! The entry probe sends a call's stack record before the call's own
 //! record (which comes at the call's return), both stamped with the same
 //! thread and start time; the stack waits here until its call arrives.
-//! Stacks are resolved as they are drained, while the process is alive
-//! (Python code objects are read from its memory): repeated call sites cost
+//! Stacks are resolved as they are drained (Python code objects are read
+//! from the live process's memory); a process's modules are read when it
+//! is first seen and kept until it is gone, and those of the processes
+//! given by PID or started by gputrace are recorded as they are mapped
+//! (`stacks::modules`), so that a process that exits right after its calls
+//! still has its stacks resolved. Repeated call sites cost
 //! well under a microsecond (the resolver remembers unwinds), a new one
 //! tens of microseconds (`cargo xtask bench` prints the cost per call).
 
@@ -100,6 +104,17 @@ impl SessionStacks {
         })
     }
 
+    /// A process given by PID, or a command gputrace starts (before it is
+    /// let go): its mappings are recorded from now on, so that its stacks
+    /// resolve also once it has exited (`stacks::modules`).
+    pub(super) fn watch(&mut self, pid: u32) {
+        if let Err(e) = self.resolver.watch(pid) {
+            crate::say!(
+                "--stacks: cannot record the mappings of process {pid} ({e}): its stacks resolve only while it runs"
+            );
+        }
+    }
+
     /// A process to trace: look for CPython in it now, so that its first
     /// stacks already have Python frames.
     pub(super) fn seen(&mut self, pid: u32) {
@@ -114,8 +129,9 @@ impl SessionStacks {
         match self.resolver.prepare(pid, &mut self.py) {
             Ok(true) => {}
             Ok(false) if tries > 0 => {
-                // Not cached as "not Python": look again.
-                self.resolver.forget(pid, &mut self.py);
+                // Not cached as "not Python": look again (its modules, read
+                // now, are kept: it may be gone by then).
+                self.resolver.look_again(pid);
                 self.deferred.push((pid, tries - 1));
             }
             Ok(false) => {}

@@ -15,6 +15,7 @@ use crate::model::Event;
 use crate::probes::links::Scope;
 use crate::session::attacher::Attacher;
 use crate::session::processes::Processes;
+use crate::session::stacks::SessionStacks;
 
 /// What to trace.
 #[derive(Clone, Debug, Default)]
@@ -191,6 +192,7 @@ pub(super) fn attach_pids(
     enricher: &mut Enricher,
     processes: &mut Processes,
     pending: &mut Vec<Event>,
+    stacks: &mut Option<SessionStacks>,
 ) -> Result<Targets> {
     let mut targets = Targets::default();
     for &pid in &spec.pids {
@@ -207,6 +209,9 @@ pub(super) fn attach_pids(
         for f in &files {
             attacher.attach(f, Scope::Process(pid), &mut enricher.namer)?;
         }
+        if let Some(s) = stacks {
+            s.watch(pid);
+        }
         targets.add(pid);
         if !processes.found(pid, pending) {
             targets.exited(pid); // exited since the preflight
@@ -222,11 +227,16 @@ pub(super) fn start_command(
     attacher: &mut Attacher,
     enricher: &mut Enricher,
     targets: &mut Targets,
+    stacks: &mut Option<SessionStacks>,
 ) -> Result<()> {
     if spec.cmd.is_empty() {
         return Ok(());
     }
     let c = GatedChild::spawn(&spec.cmd).map_err(|e| Failure::runtime(e.to_string()))?;
+    // Before it runs: every mapping it makes is recorded.
+    if let Some(s) = stacks {
+        s.watch(c.pid);
+    }
     let files = attacher.libraries_for(&c.exe);
     for f in &files {
         attacher.attach(f, Scope::Process(c.pid), &mut enricher.namer)?;

@@ -12,6 +12,9 @@
 //!   state) and the uretprobe return instances (to put back the return
 //!   addresses nested probed calls replaced).
 //! - [`memory`]: reading a live process or a copied window.
+//! - [`modules`]: where a process's modules and their files come from: its
+//!   maps while it runs, or the mappings the kernel recorded
+//!   (`host::mapwatch`), so that its stacks resolve after it is gone.
 //! - [`settings`]: what `--stacks` asks of the probes.
 //! - [`record`]: the probe's stack record read back.
 //! - [`resolve`]: record to interned stack (unwind, symbolize, Python code
@@ -23,6 +26,7 @@ pub(crate) mod elf;
 pub mod kernel;
 pub mod memory;
 pub mod merge;
+pub mod modules;
 pub mod native;
 pub mod python;
 pub mod record;

@@ -146,6 +146,17 @@ impl ProcessUnwinder {
     /// Builds from a `/proc/PID/maps` text; files are opened under `root`
     /// (`/proc/PID/root` reaches a container's files).
     pub fn from_maps(maps: &str, root: &Path, cache: &mut ElfCache) -> Self {
+        Self::from_maps_with(maps, &mut |m| {
+            let host_path: PathBuf = root.join(m.path.trim_start_matches('/'));
+            cache.open(&host_path)
+        })
+    }
+
+    /// Builds from a maps text, each mapped file opened by `open`.
+    pub fn from_maps_with(
+        maps: &str,
+        open: &mut dyn FnMut(&Mapping<'_>) -> Result<Arc<ElfFile>, ElfError>,
+    ) -> Self {
         let mut modules: Vec<MappedModule> = Vec::new();
         let mut skipped = Vec::new();
         for m in Mapping::all(maps).filter(|m| m.perms.contains('x') && m.is_file()) {
@@ -156,8 +167,7 @@ impl ProcessUnwinder {
                 existing.end = existing.end.max(m.end);
                 continue;
             }
-            let host_path: PathBuf = root.join(m.path.trim_start_matches('/'));
-            let elf = match cache.open(&host_path) {
+            let elf = match open(&m) {
                 Ok(e) => e,
                 Err(e) => {
                     skipped.push((m.path.to_string(), e.to_string()));

@@ -21,6 +21,7 @@ use crate::stacks::memory::ProcessMemory;
 use crate::stacks::memory::Window;
 use crate::stacks::merge::merge_by;
 use crate::stacks::merge::EVAL_FUNCTION;
+use crate::stacks::modules::ModuleSource;
 use crate::stacks::native::ElfCache;
 use crate::stacks::native::ProcessUnwinder;
 use crate::stacks::native::StackEnd;
@@ -92,8 +93,11 @@ const MAX_CACHED_STACKS: usize = 65536;
 /// Stacks by their native part and their raw Python frames.
 type StackKey = (u64, bool, Vec<(u64, u64)>);
 
-/// What is kept per traced process.
+/// What is kept per traced process, from when it is first seen (or
+/// watched) until it is forgotten: also after it has exited, so that the
+/// stacks still in the ring buffer resolve.
 struct ProcStacks {
+    source: ModuleSource,
     unwinder: ProcessUnwinder,
     built: Instant,
     python: PythonState,
@@ -153,6 +157,7 @@ impl StackResolver {
         let Some(p) = process(&mut self.procs, &mut self.elf, pid) else {
             return Ok(false);
         };
+        refresh(p, &mut self.elf);
         if matches!(p.python, PythonState::Unknown) {
             p.python = detect_python(&p.unwinder, &p.mem, pid, configs);
         }
@@ -160,6 +165,35 @@ impl StackResolver {
             PythonState::Present(_) => Ok(true),
             PythonState::Absent(None) | PythonState::Unknown => Ok(false),
             PythonState::Absent(Some(why)) => Err(why.clone()),
+        }
+    }
+
+    /// Watches `pid`'s mappings from now on ([`ModuleSource::watched`]):
+    /// its stacks resolve after it is gone. For a command gputrace starts,
+    /// before it is let go.
+    pub fn watch(&mut self, pid: u32) -> std::io::Result<()> {
+        let watch = crate::host::mapwatch::MapWatch::open(pid)?;
+        let source = ModuleSource::watched(pid, watch);
+        let unwinder = source
+            .unwinder(&mut self.elf)
+            .expect("a watched process's modules are known");
+        self.procs
+            .insert(pid, ProcStacks::new(source, unwinder, pid));
+        Ok(())
+    }
+
+    /// A process not found to be Python (yet): looked for again at the
+    /// next [`Self::prepare`], its modules kept (read again while it runs).
+    pub fn look_again(&mut self, pid: u32) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            if matches!(p.python, PythonState::Absent(None)) {
+                p.python = PythonState::Unknown;
+            }
+            if !p.source.is_watched() {
+                if let Some(u) = p.source.unwinder(&mut self.elf) {
+                    p.set_unwinder(u);
+                }
+            }
         }
     }
 
@@ -180,6 +214,7 @@ impl StackResolver {
         configs: &mut dyn PyConfigs,
     ) -> Option<Arc<CallStack>> {
         let p = process(&mut self.procs, &mut self.elf, raw.pid)?;
+        refresh(p, &mut self.elf);
         if matches!(p.python, PythonState::Unknown) {
             p.python = detect_python(&p.unwinder, &p.mem, raw.pid, configs);
         }
@@ -277,13 +312,11 @@ fn native_part(p: &mut ProcStacks, raw: &RawStack<'_>, elf: &mut ElfCache) -> Ar
             .iter()
             .any(|a| p.unwinder.module_at(a.address_for_lookup()).is_none())
     };
-    if unknown(p, &addrs) && p.built.elapsed() >= REBUILD_EVERY {
-        // A library loaded after the module list was read.
-        if let Ok(u) = ProcessUnwinder::for_pid(raw.pid, elf) {
-            p.unwinder = u;
-            p.native.clear();
-            p.memo.clear();
-            p.stacks.clear();
+    // A library loaded after the module list was read (a watched process's
+    // list is up to date already).
+    if unknown(p, &addrs) && !p.source.is_watched() && p.built.elapsed() >= REBUILD_EVERY {
+        if let Some(u) = p.source.unwinder(elf) {
+            p.set_unwinder(u);
             reads.clear();
             (addrs, end) = p.unwinder.unwind_reading(raw.regs, &mut |a| {
                 let v = window.read_u64(a);
@@ -330,15 +363,10 @@ fn native_part(p: &mut ProcStacks, raw: &RawStack<'_>, elf: &mut ElfCache) -> Ar
     result
 }
 
-/// The process's state, made (its module list read) on first use.
-fn process<'a>(
-    procs: &'a mut FxHashMap<u32, ProcStacks>,
-    elf: &mut ElfCache,
-    pid: u32,
-) -> Option<&'a mut ProcStacks> {
-    if let std::collections::hash_map::Entry::Vacant(e) = procs.entry(pid) {
-        let unwinder = ProcessUnwinder::for_pid(pid, elf).ok()?;
-        e.insert(ProcStacks {
+impl ProcStacks {
+    fn new(source: ModuleSource, unwinder: ProcessUnwinder, pid: u32) -> Self {
+        Self {
+            source,
             unwinder,
             built: Instant::now(),
             python: PythonState::Unknown,
@@ -349,7 +377,39 @@ fn process<'a>(
             memo_entries: 0,
             next_native_id: 0,
             stacks: FxHashMap::default(),
-        });
+        }
+    }
+
+    /// A new module list: what was worked out with the old one goes.
+    fn set_unwinder(&mut self, u: ProcessUnwinder) {
+        self.unwinder = u;
+        self.built = Instant::now();
+        self.native.clear();
+        self.memo.clear();
+        self.memo_entries = 0;
+        self.stacks.clear();
+    }
+}
+
+/// A watched process's new mappings, taken in.
+fn refresh(p: &mut ProcStacks, elf: &mut ElfCache) {
+    if p.source.refresh() {
+        if let Some(u) = p.source.unwinder(elf) {
+            p.set_unwinder(u);
+        }
+    }
+}
+
+/// The process's state, made (its module list read) on first use.
+fn process<'a>(
+    procs: &'a mut FxHashMap<u32, ProcStacks>,
+    elf: &mut ElfCache,
+    pid: u32,
+) -> Option<&'a mut ProcStacks> {
+    if let std::collections::hash_map::Entry::Vacant(e) = procs.entry(pid) {
+        let source = ModuleSource::live(pid);
+        let unwinder = source.unwinder(elf)?;
+        e.insert(ProcStacks::new(source, unwinder, pid));
     }
     procs.get_mut(&pid)
 }
