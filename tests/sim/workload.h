@@ -36,6 +36,7 @@ struct options {
     int have_calls;
     uint64_t calls;
     int print_handles;
+    uint64_t distinct_kernels; /* --distinct-kernels N */
 };
 
 /* Kernels the graph section uses, in the order of its expected counts. */
