@@ -202,7 +202,7 @@ static struct timespec g_start;      /* written before g_go, read after */
 /* ------------------------------------------------------------------ */
 
 static const char *usage_text =
-    "usage: gputrace-workload [--threads T] [--launches N] [--distinct-kernels N] [--launch-ex N] [--coop N] [--graphs N] "
+    "usage: gputrace-workload [--threads T] [--launches N] [--distinct-kernels N] [--distinct-comms N] [--launch-ex N] [--coop N] [--graphs N] "
     "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--capture-checks N] [--fail N] [--nccl N] [--nccl-config] "
     "[--ranks N --rank R [--id-file PATH] [--nccl-init-early] [--nccl-allreduce-only] [--nccl-scalable] "
     "[--split-color C] [--late-ms D [--late-every K]] [--stop-after N] [--nccl-timeout-ms MS] [--cuda-dev N]] [--ptsz] "
@@ -866,6 +866,7 @@ static void parse_args(int argc, char **argv)
             opt.threads = (unsigned)t;
         } else if (!strcmp(a, "--launches")) { opt.launches = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--distinct-kernels")) { opt.distinct_kernels = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--distinct-comms")) { nopt.distinct_comms = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--launch-ex")) { opt.launch_ex = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--coop")) { opt.coop = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--graphs")) { opt.graphs = parse_u64(a, TAKE_VALUE()); counted_flags++; }
