@@ -9,7 +9,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
@@ -121,13 +121,20 @@ fn write_pftrace(out: &mut impl Write, seqs: u32, names: u32, len: usize) {
 
 /// `gputrace stats --format json FILE`: the summary and the peak RSS (KiB).
 fn stats(path: &Path) -> (Value, String, u64) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gputrace"))
+    let child = Command::new(env!("CARGO_BIN_EXE_gputrace"))
         .args(["stats", "--format", "json"])
         .arg(path)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let (out, err, peak) = wait_rusage(child);
+    let v = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"));
+    (v, err, peak)
+}
+
+/// Its stdout, stderr and peak RSS (KiB), waited for with wait4.
+fn wait_rusage(mut child: Child) -> (String, String, u64) {
     let pid = child.id() as i32;
     let mut so = child.stdout.take().unwrap();
     let mut se = child.stderr.take().unwrap();
@@ -145,8 +152,7 @@ fn stats(path: &Path) -> (Value, String, u64) {
     // SAFETY: waiting for our own child by its pid.
     let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
     assert_eq!(r, pid);
-    let v = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"));
-    (v, err, ru.ru_maxrss as u64)
+    (out, err, ru.ru_maxrss as u64)
 }
 
 fn near(got: &Value, want: u64) -> bool {
