@@ -202,7 +202,7 @@ static struct timespec g_start;      /* written before g_go, read after */
 /* ------------------------------------------------------------------ */
 
 static const char *usage_text =
-    "usage: gputrace-workload [--threads T] [--launches N] [--launch-ex N] [--coop N] [--graphs N] "
+    "usage: gputrace-workload [--threads T] [--launches N] [--distinct-kernels N] [--distinct-comms N] [--launch-ex N] [--coop N] [--graphs N] "
     "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--capture-checks N] [--fail N] [--nccl N] [--nccl-config] "
     "[--pace-us US] [--exit-main] "
     "[--ranks N --rank R [--id-file PATH] [--nccl-init-early] [--nccl-allreduce-only] [--nccl-scalable] "
@@ -378,6 +378,40 @@ static void register_runtime(void)
 /* Counted phase                                                       */
 /* ------------------------------------------------------------------ */
 
+/*
+ * --distinct-kernels N: N kernels of distinct names (unique over threads and
+ * passes), each got from a module of up to 1,000 and launched once: what
+ * grows a tracer's tables of kernel names.
+ */
+static void launch_distinct(struct worker *w)
+{
+    static uint64_t next;
+    const uint64_t chunk = 1000;
+    const size_t cap = chunk * 64 + 256;
+    char *ptx = malloc(cap);
+    if (ptx == NULL) die_msg((int)w->idx, "out of memory");
+    for (uint64_t done = 0; done < opt.distinct_kernels && !g_stop;) {
+        uint64_t left = opt.distinct_kernels - done;
+        uint64_t n = left < chunk ? left : chunk;
+        uint64_t base = __atomic_fetch_add(&next, n, __ATOMIC_RELAXED);
+        size_t len = (size_t)snprintf(ptx, cap, ".version 8.0\n.target sm_90\n.address_size 64\n");
+        for (uint64_t i = 0; i < n; i++)
+            len += (size_t)snprintf(ptx + len, cap - len, ".visible .entry _Z11kd%09" PRIu64 "v()\n{\n}\n",
+                                    (uint64_t)((base + i) % 1000000000ULL));
+        CUmodule m;
+        WSETUP(cuModuleLoadData(&m, ptx));
+        for (uint64_t i = 0; i < n; i++) {
+            char name[32];
+            CUfunction f;
+            snprintf(name, sizeof(name), "_Z11kd%09" PRIu64 "v", (uint64_t)((base + i) % 1000000000ULL));
+            WSETUP(cuModuleGetFunction(&f, m, name));
+            CC(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, w->stream, w->params, NULL));
+        }
+        done += n;
+    }
+    free(ptx);
+}
+
 static void run_pass(struct worker *w)
 {
     const int pt = opt.per_thread;
@@ -393,6 +427,7 @@ static void run_pass(struct worker *w)
         else CC(cuLaunchKernel(f, 64, 2, 1, 256, 1, 1, 4096, s, params, NULL));
         if (opt.pace_us) usleep((useconds_t)opt.pace_us);
     }
+    if (opt.distinct_kernels) launch_distinct(w);
 
     /* --launch-ex */
     if (opt.launch_ex) {
@@ -832,6 +867,8 @@ static void parse_args(int argc, char **argv)
             if (t < 1 || t > MAX_THREADS) usage_error("--threads must be 1..1024, got %s", argv[i]);
             opt.threads = (unsigned)t;
         } else if (!strcmp(a, "--launches")) { opt.launches = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--distinct-kernels")) { opt.distinct_kernels = parse_u64(a, TAKE_VALUE()); counted_flags++; }
+        else if (!strcmp(a, "--distinct-comms")) { nopt.distinct_comms = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--launch-ex")) { opt.launch_ex = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--coop")) { opt.coop = parse_u64(a, TAKE_VALUE()); counted_flags++; }
         else if (!strcmp(a, "--graphs")) { opt.graphs = parse_u64(a, TAKE_VALUE()); counted_flags++; }

@@ -39,6 +39,7 @@ struct options {
     uint64_t pace_us;    /* --pace-us: a pause after each --launches launch */
     int exit_main;       /* --exit-main: the main thread ends (pthread_exit) once the workers run */
     char **exec_argv;    /* --exec-then PROGRAM ARGS...: execv at the end */
+    uint64_t distinct_kernels; /* --distinct-kernels N */
 };
 
 /* Kernels the graph section uses, in the order of its expected counts. */

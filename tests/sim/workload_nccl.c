@@ -439,8 +439,27 @@ static int ranks_pass(int idx, CUstream s, uint64_t *calls)
     return 0;
 }
 
+/*
+ * --distinct-comms N: N one-rank communicators, each made and used by one
+ * ncclAllReduce, kept (4 KiB each) so that each has its own ncclComm_t: what
+ * grows a tracer's per-communicator state.
+ */
+static void distinct_comms_pass(int idx, CUstream s, uint64_t *calls)
+{
+    CUdeviceptr buf = 0;
+    CU_CALL(idx, calls, cuMemAlloc_v2(&buf, 4096));
+    void *b = (void *)(uintptr_t)buf;
+    for (uint64_t i = 0; i < nopt.distinct_comms && !g_stop; i++) {
+        ncclComm_t comm = NULL;
+        legacy_init(idx, &comm, calls);
+        NC_CALL(idx, calls, comm, ncclAllReduce(b, b, 256, ncclFloat32, ncclSum, comm, s));
+    }
+    CU_CALL(idx, calls, cuMemFree_v2(buf));
+}
+
 int wnccl_pass(int idx, CUstream s, uint64_t *calls)
 {
+    if (nopt.distinct_comms && nopt.ranks == 0) distinct_comms_pass(idx, s, calls);
     if (nopt.iters == 0) return 0;
     if (nopt.ranks == 0) {
         legacy_pass(idx, s, calls);

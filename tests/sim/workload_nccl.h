@@ -30,6 +30,7 @@ struct nccl_opts {
     int have_stop;           /* --stop-after N */
     uint64_t stop_after;
     uint64_t ahead;          /* --nccl-ahead K */
+    uint64_t distinct_comms; /* --distinct-comms N */
 };
 
 extern struct nccl_opts nopt;
