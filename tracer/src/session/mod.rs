@@ -153,7 +153,7 @@ impl Session {
                 attacher.attach(f, Scope::Process(pid), &mut enricher.namer)?;
             }
             if let Some(s) = &mut stacks {
-                s.watch(pid);
+                s.watch(pid, false);
             }
             targets.add(pid);
             if !processes.found(pid, &mut pending) {
@@ -176,7 +176,7 @@ impl Session {
             let c = GatedChild::spawn(&spec.cmd).map_err(|e| Failure::runtime(e.to_string()))?;
             // Before it runs: every mapping it makes is recorded.
             if let Some(s) = &mut stacks {
-                s.watch(c.pid);
+                s.watch(c.pid, true);
             }
             let files = attacher.libraries_for(&c.exe);
             for f in &files {
