@@ -186,7 +186,10 @@ struct Running {
     pid: libc::pid_t,
     namespace: bool,
     out: OwnedFd,
-    reaped: Option<i32>,
+    /// How it ended, once it has (not reaped yet: its PID, and its process
+    /// group's id, stay ours until [`Running::kill`]).
+    exited: Option<i32>,
+    reaped: bool,
 }
 
 /// Starts `cmd`: in a PID namespace of its own where the kernel lets us
@@ -233,22 +236,50 @@ fn start(cmd: &HelperCommand<'_>, namespace: bool) -> std::io::Result<Running> {
         pid,
         namespace,
         out: read,
-        reaped: None,
+        exited: None,
+        reaped: false,
     })
 }
 
 impl Running {
-    /// Reaps the helper if it has exited.
+    /// Whether the helper has exited (its exit code, or 128 + the signal
+    /// that killed it); it is left to be reaped.
     fn try_wait(&mut self) -> Option<i32> {
-        if self.reaped.is_none() {
+        if self.exited.is_none() {
+            // SAFETY: zeroed siginfo is a valid out-buffer for waitid.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: waitid on our own child, not reaped (WNOWAIT).
+            let r = unsafe {
+                libc::waitid(
+                    libc::P_PID,
+                    self.pid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                )
+            };
+            // SAFETY: si_pid and si_status are set by a waitid that found
+            // a child (si_pid 0 else).
+            let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+            if r < 0 {
+                self.exited = Some(-1);
+            } else if pid == self.pid {
+                self.exited = Some(if info.si_code == libc::CLD_EXITED {
+                    status
+                } else {
+                    128 + status
+                });
+            }
+        }
+        self.exited
+    }
+
+    /// Reaps the helper once it has exited; false if it has not.
+    fn reap(&mut self) -> bool {
+        if !self.reaped {
             let mut status = 0;
             // SAFETY: our own child, not reaped yet.
             let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
-            if r == self.pid {
-                self.reaped = Some(status);
-            } else if r < 0 {
-                self.reaped = Some(-1);
-            }
+            self.reaped = r == self.pid || r < 0;
         }
         self.reaped
     }
@@ -287,22 +318,20 @@ impl Running {
 
     /// Kills the helper and everything it started, and reaps it.
     fn kill(&mut self, pipe_open: bool) {
-        // SAFETY: signals to our own child (not reaped: its PID is still
-        // its own) or to its process group (a PID in use as a group id is
-        // not reused while the group has members).
+        // SAFETY: signals to our own child and its process group, before it
+        // is reaped: its PID, which is the group's id, is not reused until
+        // then.
         unsafe {
-            if self.reaped.is_none() {
-                libc::kill(self.pid, libc::SIGKILL);
-            }
             if !self.namespace {
                 libc::kill(-self.pid, libc::SIGKILL);
             }
+            libc::kill(self.pid, libc::SIGKILL);
         }
         let until = Instant::now() + Duration::from_secs(1);
-        while self.try_wait().is_none() && Instant::now() < until {
+        while !self.reap() && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(5));
         }
-        if self.reaped.is_none() {
+        if !self.reaped {
             // Stuck in the kernel (a driver call): reaped when it returns.
             let pid = self.pid;
             std::thread::spawn(move || {
@@ -375,7 +404,7 @@ fn run_in(
 /// Kills every process that holds `pipe` (our read end's pipe) open: what
 /// is left of a helper that ran without a PID namespace, once its group is
 /// killed. Each is signalled through a pidfd taken before its descriptors
-/// are looked at, so a PID reused meanwhile is not hit.
+/// are looked at, so a PID reused meanwhile is not hit, and waited for.
 fn kill_holders(pipe: &OwnedFd) {
     let Ok(meta) = std::fs::metadata(format!("/proc/self/fd/{}", pipe.as_raw_fd())) else {
         return;
@@ -383,6 +412,7 @@ fn kill_holders(pipe: &OwnedFd) {
     use std::os::unix::fs::MetadataExt;
     let link = format!("pipe:[{}]", meta.ino());
     let me = std::process::id();
+    let mut killed = Vec::new();
     for pid in crate::host::discover::all_pids() {
         if pid == me {
             continue;
@@ -405,7 +435,21 @@ fn kill_holders(pipe: &OwnedFd) {
                     0,
                 )
             };
+            killed.push(pidfd);
         }
+    }
+    // Gone when this returns (a pidfd is readable once its process has
+    // exited), within a second.
+    let until = Instant::now() + Duration::from_secs(1);
+    for pidfd in killed {
+        let left = until.saturating_duration_since(Instant::now());
+        let mut fds = libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on a pidfd we hold.
+        unsafe { libc::poll(&mut fds, 1, left.as_millis() as libc::c_int) };
     }
 }
 
@@ -478,6 +522,19 @@ mod tests {
             assert_eq!(out.ended, Ended::Exited(0));
             assert_eq!(left_with(&tag), Vec::<u32>::new(), "namespace {namespace}");
         }
+    }
+
+    /// As root (gputrace's case) the helper is the init of a PID namespace.
+    #[test]
+    fn as_root_the_helper_is_the_init_of_its_own_pid_namespace() {
+        if crate::host::fd::euid() != 0 {
+            return;
+        }
+        let cancel = AtomicBool::new(false);
+        let out = run(&sh("echo $$"), Duration::from_secs(20), 100, &cancel).unwrap();
+        assert_eq!(out.stdout, b"1\n");
+        let out = run_in(&sh("echo $$"), Duration::from_secs(20), 100, &cancel, false).unwrap();
+        assert_ne!(out.stdout, b"1\n");
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! The event is opened on the process (all its threads; not its children)
 //! before it is read (`/proc/PID/maps` then gives what it mapped before),
 //! or, for a command gputrace starts, while it waits at its gate, so that
-//! nothing it maps is missed.
+//! nothing it maps is missed. Records the ring could not take (a burst of
+//! mappings between two reads) make the list read again from
+//! `/proc/PID/maps` while the process runs.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -79,6 +81,7 @@ impl MappedFile {
 
 /// A process's executable mappings, kept up to date from its perf event.
 pub struct MapWatch {
+    pid: u32,
     /// The event (the ring stays valid while it is open).
     _fd: OwnedFd,
     ring: NonNull<u8>,
@@ -95,10 +98,10 @@ pub struct MapWatch {
 unsafe impl Send for MapWatch {}
 
 impl MapWatch {
-    /// Starts watching `pid`; then takes what it maps now from
-    /// `/proc/PID/maps` (a process still at gputrace's gate maps a copy of
-    /// gputrace: its exec clears that).
-    pub fn open(pid: u32) -> std::io::Result<Self> {
+    /// Starts watching `pid`; then, with `current`, takes what it maps now
+    /// from `/proc/PID/maps` (not for a process still at gputrace's gate:
+    /// it maps a copy of gputrace).
+    pub fn open(pid: u32, current: bool) -> std::io::Result<Self> {
         let attr = PerfEventAttr {
             kind: PERF_TYPE_SOFTWARE,
             size: std::mem::size_of::<PerfEventAttr>() as u32,
@@ -147,6 +150,7 @@ impl MapWatch {
             return Err(std::io::Error::last_os_error());
         }
         let mut w = Self {
+            pid,
             _fd: fd,
             ring: NonNull::new(ring.cast()).expect("mmap gave a mapping"),
             len,
@@ -154,18 +158,29 @@ impl MapWatch {
             maps: BTreeMap::new(),
             lost: 0,
         };
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-            for m in Mapping::all(&text).filter(|m| m.perms.contains('x') && m.is_file()) {
-                w.add(MappedFile {
-                    start: m.start,
-                    end: m.end,
-                    offset: m.offset,
-                    inode: m.inode.parse().unwrap_or(0),
-                    path: m.path.to_string(),
-                });
-            }
+        if current {
+            w.read_maps();
         }
         Ok(w)
+    }
+
+    /// Takes the executable mappings `/proc/PID/maps` shows now (all of
+    /// them, when it can be read); false when it cannot.
+    fn read_maps(&mut self) -> bool {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) else {
+            return false;
+        };
+        self.maps.clear();
+        for m in Mapping::all(&text).filter(|m| m.perms.contains('x') && m.is_file()) {
+            self.add(MappedFile {
+                start: m.start,
+                end: m.end,
+                offset: m.offset,
+                inode: m.inode.parse().unwrap_or(0),
+                path: m.path.to_string(),
+            });
+        }
+        true
     }
 
     /// A mapping replaces whatever it overlaps.
@@ -203,6 +218,7 @@ impl MapWatch {
     pub fn refresh(&mut self) -> bool {
         let head = self.word(DATA_HEAD).load(Ordering::Acquire);
         let mut tail = self.word(DATA_TAIL).load(Ordering::Relaxed);
+        let lost_before = self.lost;
         let mut changed = false;
         while tail < head {
             let mut header = [0u8; 8];
@@ -219,6 +235,10 @@ impl MapWatch {
             tail += size;
         }
         self.word(DATA_TAIL).store(head, Ordering::Release);
+        if self.lost > lost_before {
+            // Some mappings were not recorded: what the process maps now.
+            changed |= self.read_maps();
+        }
         changed
     }
 
@@ -309,7 +329,7 @@ mod tests {
                 libc::_exit(127);
             }
         }
-        let mut w = MapWatch::open(pid as u32).expect("perf_event_open (root)");
+        let mut w = MapWatch::open(pid as u32, false).expect("perf_event_open (root)");
         // SAFETY: releasing and reaping our own child.
         unsafe {
             libc::close(gate[0]);
@@ -325,9 +345,43 @@ mod tests {
             "{exe:?} not in\n{text}"
         );
         assert!(text.contains("libc.so"), "no libc in\n{text}");
-        // gputrace's own mappings (the child before its exec) are gone.
+        // Nothing of the child before its exec (a copy of this process).
         let me = std::fs::canonicalize("/proc/self/exe").unwrap();
         assert!(!text.contains(me.to_str().unwrap()), "{text}");
         assert_eq!(w.lost, 0);
+    }
+
+    #[test]
+    fn an_exec_starts_the_list_afresh() {
+        let mut w = MapWatch::open(std::process::id(), true).unwrap();
+        let me = std::fs::canonicalize("/proc/self/exe").unwrap();
+        assert!(w.maps_text().contains(me.to_str().unwrap()));
+        let exec = |misc: u16| {
+            let mut rec = vec![0u8; 24];
+            rec[..4].copy_from_slice(&PERF_RECORD_COMM.to_ne_bytes());
+            rec[4..6].copy_from_slice(&misc.to_ne_bytes());
+            rec
+        };
+        // A plain rename of the thread changes nothing; an exec clears.
+        assert!(!w.record(PERF_RECORD_COMM, 0, &exec(0)));
+        assert!(w.maps_text().contains(me.to_str().unwrap()));
+        assert!(w.record(
+            PERF_RECORD_COMM,
+            PERF_RECORD_MISC_COMM_EXEC,
+            &exec(PERF_RECORD_MISC_COMM_EXEC)
+        ));
+        assert_eq!(w.maps_text(), "");
+        // A mapping replaces those it overlaps.
+        let m = |start: u64, end: u64, path: &str| MappedFile {
+            start,
+            end,
+            offset: 0,
+            inode: 1,
+            path: path.into(),
+        };
+        w.add(m(0x1000, 0x3000, "/a"));
+        w.add(m(0x5000, 0x6000, "/b"));
+        w.add(m(0x2000, 0x5800, "/c"));
+        assert_eq!(w.maps_text(), "2000-5800 r-xp 00000000 00:00 1 /c\n");
     }
 }

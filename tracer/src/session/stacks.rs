@@ -107,8 +107,8 @@ impl SessionStacks {
     /// A process given by PID, or a command gputrace starts (before it is
     /// let go): its mappings are recorded from now on, so that its stacks
     /// resolve also once it has exited (`stacks::modules`).
-    pub(super) fn watch(&mut self, pid: u32) {
-        if let Err(e) = self.resolver.watch(pid) {
+    pub(super) fn watch(&mut self, pid: u32, at_gate: bool) {
+        if let Err(e) = self.resolver.watch(pid, at_gate) {
             crate::say!(
                 "--stacks: cannot record the mappings of process {pid} ({e}): its stacks resolve only while it runs"
             );

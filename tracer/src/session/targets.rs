@@ -210,7 +210,7 @@ pub(super) fn attach_pids(
             attacher.attach(f, Scope::Process(pid), &mut enricher.namer)?;
         }
         if let Some(s) = stacks {
-            s.watch(pid);
+            s.watch(pid, false);
         }
         targets.add(pid);
         if !processes.found(pid, pending) {
@@ -235,7 +235,7 @@ pub(super) fn start_command(
     let c = GatedChild::spawn(&spec.cmd).map_err(|e| Failure::runtime(e.to_string()))?;
     // Before it runs: every mapping it makes is recorded.
     if let Some(s) = stacks {
-        s.watch(c.pid);
+        s.watch(c.pid, true);
     }
     let files = attacher.libraries_for(&c.exe);
     for f in &files {

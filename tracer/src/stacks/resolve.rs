@@ -170,9 +170,9 @@ impl StackResolver {
 
     /// Watches `pid`'s mappings from now on ([`ModuleSource::watched`]):
     /// its stacks resolve after it is gone. For a command gputrace starts,
-    /// before it is let go.
-    pub fn watch(&mut self, pid: u32) -> std::io::Result<()> {
-        let watch = crate::host::mapwatch::MapWatch::open(pid)?;
+    /// before it is let go (`at_gate`: what it maps now is not its own).
+    pub fn watch(&mut self, pid: u32, at_gate: bool) -> std::io::Result<()> {
+        let watch = crate::host::mapwatch::MapWatch::open(pid, !at_gate)?;
         let source = ModuleSource::watched(pid, watch);
         let unwinder = source
             .unwinder(&mut self.elf)
