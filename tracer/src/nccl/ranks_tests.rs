@@ -244,3 +244,21 @@ fn communicators_seen_at_init_are_bounded_and_counted() {
     (b.comm_id, b.nranks) = (last, 2);
     assert!(x.arrive(b).is_some());
 }
+
+/// Ranks of one communicator past the bound (or not below its size) are
+/// not tracked, and counted.
+#[test]
+fn ranks_per_communicator_are_bounded_and_counted() {
+    let mut x = CrossRank::new();
+    let nranks = MAX_RANKS as u32 + 10;
+    for rank in 0..nranks + 3 {
+        x.rank_seen(0xabc, nranks, rank, 1);
+    }
+    assert_eq!(x.comms()[&0xabc].ranks.len(), MAX_RANKS);
+    assert_eq!(x.ranks_over, 10);
+    let mut a = arrival(MAX_RANKS as u32 + 1, 0, 5);
+    a.nranks = nranks;
+    assert!(x.arrive(a).is_none());
+    assert_eq!(x.ranks_over, 11);
+    assert_eq!(x.pending.len(), 0);
+}
