@@ -8,6 +8,12 @@ use serde_json::{json, Value};
 
 use crate::model::sampling::SamplingReport;
 
+/// (process, API) estimates read back, at most.
+const MAX_ESTIMATES: usize = 1 << 15;
+/// Periods remembered to count each once while reading (their records
+/// come together); past it the set starts again.
+const MAX_PERIODS_READ: usize = 4096;
+
 #[derive(Clone, Debug, Default)]
 pub struct SamplingSummary {
     pub budget_percent: f64,
@@ -48,7 +54,11 @@ impl SamplingSummary {
         }
     }
 
-    /// A timeline's `sampling` record (one process, one sampled period).
+    /// A timeline's `sampling` record (one process, one sampled period),
+    /// read back (`gputrace stats`). Estimates are kept
+    /// for [`MAX_ESTIMATES`] (process, API) pairs at most (the summary
+    /// shows at most 1,024 processes, each a few sampled APIs; a file that
+    /// names more gets its calls shown as seen).
     pub fn add_record(&mut self, v: &Value) {
         let f = |k: &str| v.get(k).and_then(Value::as_f64);
         self.budget_percent = f("budget_percent").unwrap_or(self.budget_percent);
@@ -64,6 +74,11 @@ impl SamplingSummary {
         self.sampled |= on < 0.9999 || !returns;
         self.entry_only |= !returns;
         let ts = v.get("ts_ns").and_then(Value::as_u64).unwrap_or(0);
+        // A period's records (one per process) come together: the set
+        // needs only the recent ones.
+        if self.periods_read.len() >= MAX_PERIODS_READ && !self.periods_read.contains(&ts) {
+            self.periods_read.clear();
+        }
         if self.periods_read.insert(ts) {
             let len = f("dur_ns").unwrap_or(0.0);
             self.period_ns += len;
@@ -77,8 +92,13 @@ impl SamplingSummary {
                 let Some(api) = crate::catalogue::api_by_name(name) else {
                     continue;
                 };
-                if let (Some(o), Some(e)) = (a["observed"].as_u64(), a["estimated"].as_f64()) {
-                    self.estimates.insert((pid as u32, api.name), (o, e));
+                let key = (pid as u32, api.name);
+                let room =
+                    self.estimates.len() < MAX_ESTIMATES || self.estimates.contains_key(&key);
+                if let (Some(o), Some(e), true) =
+                    (a["observed"].as_u64(), a["estimated"].as_f64(), room)
+                {
+                    self.estimates.insert(key, (o, e));
                 }
             }
         }
@@ -127,5 +147,27 @@ impl SamplingSummary {
             "probe_hit_cost_ns": {"entry": self.hit_cost_ns.0, "entry_return": self.hit_cost_ns.1},
             "probe_cost_ratio": self.cost_ratio,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_read_back_are_bounded() {
+        let mut s = SamplingSummary::default();
+        let n = MAX_ESTIMATES as u64 + 5;
+        for pid in 0..n {
+            s.add_record(
+                &json!({"type": "sampling", "ts_ns": pid, "dur_ns": 10, "pid": pid,
+                "on_fraction": 0.5, "apis": {"cuLaunchKernel": {"observed": 1, "estimated": 2.0}}}),
+            );
+        }
+        assert_eq!(s.estimates.len(), MAX_ESTIMATES);
+        assert!(s.periods_read.len() <= MAX_PERIODS_READ);
+        // Every period counted once.
+        assert_eq!(s.period_ns, 10.0 * n as f64);
+        assert!((s.traced_share() - 0.5).abs() < 1e-9);
     }
 }

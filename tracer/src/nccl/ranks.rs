@@ -22,6 +22,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 pub(crate) const MAX_PENDING: usize = 4096;
 /// Communicators tracked at once; the least recently active is dropped.
 pub(crate) const MAX_COMMS: usize = 256;
+/// Ranks tracked per communicator (those of one host: a few); entries of
+/// others are counted, not compared.
+pub(crate) const MAX_RANKS: usize = 4096;
 
 #[derive(Clone, Debug)]
 struct Pending {
@@ -69,6 +72,8 @@ pub struct CrossRank {
     /// Communicators dropped past [`MAX_COMMS`] (distinct ids), and the
     /// collectives complete on them when they were.
     pub dropped: Overflow,
+    /// Entries of ranks past [`MAX_RANKS`] of their communicator.
+    pub ranks_over: u64,
 }
 
 impl CrossRank {
@@ -79,8 +84,27 @@ impl CrossRank {
     /// A rank's process is known (from an init or a first call) before it
     /// enters anything: a stall can then name it.
     pub fn rank_seen(&mut self, comm_id: u64, nranks: u32, rank: u32, pid: u32) {
-        let c = self.comm(comm_id, nranks);
-        c.ranks.entry(rank).or_default().pid = pid;
+        if rank >= nranks {
+            return;
+        }
+        self.comm(comm_id, nranks);
+        if !self.rank_room(comm_id, rank) {
+            return;
+        }
+        if let Some(c) = self.comms.get_mut(&comm_id) {
+            c.ranks.entry(rank).or_default().pid = pid;
+        }
+    }
+
+    /// Whether `rank` of the communicator is (or may be) tracked; counted
+    /// when not.
+    fn rank_room(&mut self, comm_id: u64, rank: u32) -> bool {
+        let room = self
+            .comms
+            .get(&comm_id)
+            .is_none_or(|c| c.ranks.len() < MAX_RANKS || c.ranks.contains_key(&rank));
+        self.ranks_over += u64::from(!room);
+        room
     }
 
     /// A communicator's stats, made (within the bound) when new.
@@ -102,6 +126,9 @@ impl CrossRank {
         self.last_ns = self.last_ns.max(a.entry_ns);
         self.comm(a.comm_id, a.nranks);
         self.active_ns.insert(a.comm_id, a.entry_ns);
+        if !self.rank_room(a.comm_id, a.rank) {
+            return None;
+        }
         let c = self.comms.get_mut(&a.comm_id)?;
         let r = c.ranks.entry(a.rank).or_default();
         r.pid = a.pid;

@@ -421,4 +421,21 @@ fn a_stall_says_once_that_the_missing_rank_exited() {
     let (new, _) = x.check_stalls(5_000 * MS, 1_000 * MS);
     assert_eq!((new.len(), new[0].exited), (1, Some(exit)));
     assert!(x.check_stalls(6_000 * MS, 1_000 * MS).0.is_empty());
+
+/// Ranks of one communicator past the bound (or not below its size) are
+/// not tracked, and counted.
+#[test]
+fn ranks_per_communicator_are_bounded_and_counted() {
+    let mut x = CrossRank::new();
+    let nranks = MAX_RANKS as u32 + 10;
+    for rank in 0..nranks + 3 {
+        x.rank_seen(0xabc, nranks, rank, 1);
+    }
+    assert_eq!(x.comms()[&0xabc].ranks.len(), MAX_RANKS);
+    assert_eq!(x.ranks_over, 10);
+    let mut a = arrival(MAX_RANKS as u32 + 1, 0, 5);
+    a.nranks = nranks;
+    assert!(x.arrive(a).is_none());
+    assert_eq!(x.ranks_over, 11);
+    assert_eq!(x.pending.len(), 0);
 }

@@ -20,6 +20,7 @@ use crate::nccl::enrich::arrival;
 use crate::nccl::hash::format_comm_id;
 use crate::nccl::ranks::CrossRank;
 use crate::nccl::ranks::MAX_COMMS;
+use crate::nccl::ranks::MAX_RANKS;
 use crate::units::fmt_count;
 use crate::units::fmt_ns;
 
@@ -123,6 +124,7 @@ impl NcclSummary {
             && self.stalls.is_empty()
             && self.unaligned.is_empty()
             && self.cross.dropped.is_empty()
+            && self.cross.ranks_over == 0
             && self.unaligned_over.is_empty()
     }
 
@@ -135,6 +137,7 @@ impl NcclSummary {
                 "comms": d.keys(), "comms_exact": d.exact(), "collectives_complete": d.entries,
             })),
             "stalls_not_kept": self.stalls_over,
+            "rank_entries_not_tracked": self.cross.ranks_over,
             "unaligned_other": (!u.is_empty()).then(|| json!({
                 "rows": u.keys(), "rows_exact": u.exact(), "collectives": u.entries,
             })),
@@ -151,6 +154,13 @@ impl NcclSummary {
                 d.keys_text(),
                 MAX_COMMS,
                 fmt_count(d.entries)
+            );
+        }
+        if self.cross.ranks_over > 0 {
+            let _ = writeln!(
+                out,
+                "NCCL: {} entries of ranks past the first {MAX_RANKS} of their communicator were not compared",
+                fmt_count(self.cross.ranks_over)
             );
         }
         if self.stalls_over > 0 {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use crate::model::capped::Overflow;
 use crate::stacks::table::call_site;
 
 /// Distinct call sites kept per API; calls from sites beyond are counted
@@ -32,6 +33,8 @@ pub struct SiteStats {
 #[derive(Clone, Debug, Default)]
 pub struct CallSites {
     by_api: HashMap<Arc<str>, HashMap<Arc<str>, SiteStats>>,
+    /// Per API, the distinct sites counted under [`OTHER_SITES`].
+    over: HashMap<Arc<str>, Overflow>,
 }
 
 impl CallSites {
@@ -50,14 +53,30 @@ impl CallSites {
     }
 
     fn add_site(&mut self, api: &str, site: &str, calls: u64, host_ns: u64) {
-        let sites = match self.by_api.get_mut(api) {
-            Some(s) => s,
-            None => self.by_api.entry(Arc::from(api)).or_default(),
-        };
-        let site = if sites.contains_key(site) || sites.len() < MAX_SITES_PER_API {
+        if !self.by_api.contains_key(api) {
+            self.by_api.insert(Arc::from(api), HashMap::new());
+        }
+        let room = self.by_api.get(api).is_some_and(|s| {
+            let kept = s.len() - usize::from(s.contains_key(OTHER_SITES));
+            s.contains_key(site) || kept < MAX_SITES_PER_API
+        });
+        // The row of sites past the bound is always there to add to (a
+        // process's, merged into the total).
+        let site = if room || site == OTHER_SITES {
             site
         } else {
+            match self.over.get_mut(api) {
+                Some(o) => o.add_n(site, calls),
+                None => self
+                    .over
+                    .entry(Arc::from(api))
+                    .or_default()
+                    .add_n(site, calls),
+            }
             OTHER_SITES
+        };
+        let Some(sites) = self.by_api.get_mut(api) else {
+            return;
         };
         let s = match sites.get_mut(site) {
             Some(s) => s,
@@ -73,6 +92,17 @@ impl CallSites {
             for (site, s) in sites {
                 self.add_site(api, site, s.calls, s.host_ns);
             }
+        }
+        for (api, o) in &other.over {
+            self.over.entry(api.clone()).or_default().merge(o);
+        }
+    }
+
+    /// How a site is shown: the row of sites past the bound says how many.
+    fn shown(&self, api: &str, site: &str) -> String {
+        match self.over.get(api) {
+            Some(o) if site == OTHER_SITES => format!("({} other call sites)", o.keys_text()),
+            _ => site.to_string(),
         }
     }
 
@@ -135,6 +165,7 @@ impl CallSites {
                 ""
             );
             for (site, s) in self.top(api, per_api) {
+                let site = self.shown(api, site);
                 let pct = if total.host_ns > 0 {
                     format!("{:.1}", s.host_ns as f64 * 100.0 / total.host_ns as f64)
                 } else {
@@ -159,7 +190,14 @@ impl CallSites {
             let sites: Vec<Value> = self
                 .top(api, per_api)
                 .into_iter()
-                .map(|(site, s)| json!({"site": site, "calls": s.calls, "host_ns": s.host_ns}))
+                .map(|(site, s)| {
+                    let mut v = json!({"site": site, "calls": s.calls, "host_ns": s.host_ns});
+                    match self.over.get(api) {
+                        Some(o) if site == OTHER_SITES => v["sites"] = Value::from(o.keys()),
+                        _ => {}
+                    }
+                    v
+                })
                 .collect();
             m.insert(api.to_string(), Value::Array(sites));
         }
@@ -252,9 +290,22 @@ mod tests {
                 host_ns: 10
             }
         )));
+        assert_eq!(c.over["cuLaunchKernel"].keys(), 10);
+        let mut text = String::new();
+        c.render_text(&mut text, 1, MAX_SITES_PER_API + 1, |v| format!("{v}"));
+        assert!(text.contains("(10 other call sites)"), "not said");
+        let j = c.to_json(MAX_SITES_PER_API + 1);
+        let other = j["cuLaunchKernel"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["site"] == OTHER_SITES)
+            .unwrap();
+        assert_eq!(other["sites"], 10);
         let mut total = CallSites::new();
         total.merge(&c);
         total.merge(&c);
+        assert_eq!(total.over["cuLaunchKernel"].keys(), 10);
         assert_eq!(
             total.apis()[0].1,
             SiteStats {

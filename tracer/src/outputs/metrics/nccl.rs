@@ -28,6 +28,9 @@ use crate::outputs::metrics::BUCKETS_NS;
 
 /// Communicators with series at once.
 pub(super) const MAX_COMMS: usize = 64;
+/// Ranks with series per communicator (ranks past it, or not below the
+/// communicator's size, as a process's memory may say, get none).
+pub(super) const MAX_RANKS: usize = 1024;
 
 #[derive(Clone, Debug, Default)]
 struct RankSeries {
@@ -97,7 +100,11 @@ impl NcclMetrics {
         let Some(func) = n.op.func().and_then(|f| Func::ALL.get(f as usize).copied()) else {
             return;
         };
-        let r = self.comm(id, nranks).ranks.entry(rank).or_default();
+        let c = self.comm(id, nranks);
+        if rank >= nranks || (c.ranks.len() >= MAX_RANKS && !c.ranks.contains_key(&rank)) {
+            return;
+        }
+        let r = c.ranks.entry(rank).or_default();
         r.pid = call.pid;
         r.collectives[func.index()] += 1;
         if let Some(seq) = n.ident.seq {

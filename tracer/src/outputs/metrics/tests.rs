@@ -355,3 +355,45 @@ impl Metrics {
         self.record(c, None);
     }
 }
+
+/// A communicator's ranks (read from the process's memory) get series up
+/// to a bound, and only below its size.
+#[test]
+fn nccl_rank_series_are_bounded() {
+    use crate::model::nccl::Identity;
+    use crate::outputs::metrics::nccl::MAX_RANKS;
+    let mut m = metrics();
+    let nranks = MAX_RANKS as u32 + 10;
+    for rank in 0..nranks + 5 {
+        m.record_call(&call(
+            3,
+            "ncclAllReduce",
+            1_000,
+            Args::Nccl(Nccl {
+                op: NcclOp::AllReduce,
+                count: 1,
+                datatype: 7,
+                redop: Some(0),
+                root: None,
+                peer: None,
+                comm: 0x10,
+                stream: 2,
+                ident: Identity {
+                    comm_id: Some(0xab),
+                    rank: Some(rank),
+                    nranks: Some(nranks),
+                    cuda_dev: None,
+                    seq: Some(1),
+                    source: None,
+                },
+                unaligned: None,
+            }),
+        ));
+    }
+    let text = m.render();
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with("gputrace_nccl_collectives_total{"))
+        .count();
+    assert_eq!(series, MAX_RANKS, "one series per rank kept");
+}
