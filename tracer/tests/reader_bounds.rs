@@ -225,3 +225,40 @@ fn stats_on_many_distinct_names_is_bounded_and_says_the_rest() {
         assert!(p < 200 * 1024, "peak RSS {p} KiB");
     }
 }
+
+/// A Chrome trace that names more processes than the reader keeps: the
+/// names past the bound are problems said, the calls are still read.
+#[test]
+fn chrome_process_names_are_bounded() {
+    let dir = scratch("reader-bounds-chrome");
+    let path = dir.join("names.json");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    writeln!(
+        f,
+        r#"{{"displayTimeUnit":"ns","otherData":{{"tool":"gputrace","version":"0","origin_unix_ns":{T0}}},"#
+    )
+    .unwrap();
+    writeln!(f, r#""traceEvents":["#).unwrap();
+    let n = (1u32 << 16) + 3;
+    for pid in 1..=n {
+        writeln!(
+            f,
+            r#"{{"ph":"M","name":"process_name","pid":{pid},"tid":{pid},"args":{{"name":"p{pid}"}}}},"#
+        )
+        .unwrap();
+    }
+    writeln!(
+        f,
+        r#"{{"ph":"X","name":"cuCtxSynchronize","pid":1,"tid":1,"ts":1.0,"dur":2.0,"args":{{}}}}"#
+    )
+    .unwrap();
+    writeln!(f, "]").unwrap();
+    f.flush().unwrap();
+    drop(f);
+    let (j, err, _) = stats(&path);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(j["events"], 1, "{err}");
+    assert_eq!(j["processes"][0]["comm"], "p1");
+    assert_eq!(j["unreadable_lines"], 3, "{err}");
+    assert!(err.contains("over 65536 processes named"), "{err}");
+}

@@ -29,6 +29,10 @@ pub(crate) mod records;
 
 /// Longest line accepted; longer ones are reported as corrupt, not buffered.
 const MAX_LINE: usize = 16 << 20;
+/// Process names a Chrome trace may give (its metadata events), at most,
+/// and the characters kept of each (a command name is 15).
+const MAX_PROCESS_NAMES: usize = 1 << 16;
+const MAX_NAME_CHARS: usize = 256;
 
 /// The first problems found, and how many lines had one.
 #[derive(Debug, Default)]
@@ -363,7 +367,12 @@ fn chrome_event(
         "M" => {
             if v.get("name").and_then(Value::as_str) == Some("process_name") {
                 if let Some(n) = v.pointer("/args/name").and_then(Value::as_str) {
-                    comms.insert(pid, n.to_string());
+                    if comms.len() >= MAX_PROCESS_NAMES && !comms.contains_key(&pid) {
+                        return Err(format!(
+                            "over {MAX_PROCESS_NAMES} processes named (this name is not kept)"
+                        ));
+                    }
+                    comms.insert(pid, n.chars().take(MAX_NAME_CHARS).collect());
                 }
             }
             return Ok(None);
