@@ -165,8 +165,10 @@ fn a_late_rank_is_named_with_the_delay_it_caused() {
                 (Some(2), Some(u64::from(p[2]))),
                 "{c}"
             );
+            // Most of the sleep: the others enter a little after the late
+            // rank began sleeping (a few ms on a busy machine).
             assert!(
-                (LATE_MS * ms..(LATE_MS + 100) * ms).contains(&delay),
+                (LATE_MS * 3 / 4 * ms..(LATE_MS + 100) * ms).contains(&delay),
                 "seq {seq}: delay {delay} ns for a {LATE_MS} ms sleep"
             );
             assert!(c["skew_ns"].as_u64().unwrap() >= delay);

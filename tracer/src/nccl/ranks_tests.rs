@@ -421,6 +421,7 @@ fn a_stall_says_once_that_the_missing_rank_exited() {
     let (new, _) = x.check_stalls(5_000 * MS, 1_000 * MS);
     assert_eq!((new.len(), new[0].exited), (1, Some(exit)));
     assert!(x.check_stalls(6_000 * MS, 1_000 * MS).0.is_empty());
+}
 
 /// Ranks of one communicator past the bound (or not below its size) are
 /// not tracked, and counted.

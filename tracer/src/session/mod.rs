@@ -162,7 +162,13 @@ impl Session {
             None
         };
 
-        start_command(spec, &mut attacher, &mut enricher, &mut targets, &mut stacks)?;
+        start_command(
+            spec,
+            &mut attacher,
+            &mut enricher,
+            &mut targets,
+            &mut stacks,
+        )?;
         // SAFETY: the ring buffer owns its map fd, which stays open and the same
         // for as long as the AsyncFd owns the ring buffer.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
