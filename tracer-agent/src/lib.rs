@@ -19,6 +19,7 @@ mod convert;
 mod cupti_abi;
 mod cupti_lib;
 mod detach;
+mod names;
 mod pool;
 mod start;
 mod state;

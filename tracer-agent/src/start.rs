@@ -9,12 +9,12 @@ use core::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 
 use tracer_common::gpu::*;
 
-use crate::convert::Names;
 use crate::cupti_abi::{
     self as abi, CuptiResult, SubscriberHandle, ACTIVITY_FLAG_FLUSH_FORCED, CB_DOMAIN_DRIVER_API,
     CB_DOMAIN_RUNTIME_API, CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, CUPTI_SUCCESS,
 };
 use crate::cupti_lib::Cupti;
+use crate::names::Names;
 use crate::pool::{self, Pool};
 use crate::state::{self, Agent, Producer, AGENT, WAITING};
 use crate::sys::{self, SpinLock};

@@ -9,9 +9,9 @@ use core::sync::atomic::{
 
 use tracer_common::gpu::{AgentState, Header, RingWriter};
 
-use crate::convert::Names;
 use crate::cupti_abi::SubscriberHandle;
 use crate::cupti_lib::Cupti;
+use crate::names::Names;
 use crate::pool::Pool;
 use crate::sys::{self, SpinLock};
 

@@ -7,20 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::ptrace::{self, Resume, Stop};
 use crate::regs::{self, Regs};
-use crate::thread::{RemoteThread, State};
+use crate::thread::{RemoteThread, State, Want};
 use crate::Error;
-
-/// The stop a wait is for; every other stop is handled and waited past.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Want {
-    /// PTRACE_EVENT_STOP (after PTRACE_INTERRUPT, or a group-stop).
-    EventStop,
-    SyscallEntry,
-    SyscallExit,
-    /// A kernel-made SIGTRAP with rip at this address (single-step done, or
-    /// int3 hit).
-    Trap(u64),
-}
 
 /// Synchronous fault signals: when the kernel raises one while our code
 /// runs, our code is at fault.

@@ -155,7 +155,7 @@ impl RemoteThread {
             };
             ptrace::interrupt(tid).map_err(|e| t.os_err("PTRACE_INTERRUPT", e))?;
             let deadline = Instant::now() + opts.stop_timeout;
-            let Some(r) = t.wait_for(Resume::Cont, deadline, crate::exec::Want::EventStop)? else {
+            let Some(r) = t.wait_for(Resume::Cont, deadline, Want::EventStop)? else {
                 return Err(t.timeout("the thread to stop"));
             };
             t.state = State::Stopped;
@@ -201,13 +201,11 @@ impl RemoteThread {
         ptrace::resume(self.tid, Resume::Syscall, 0)
             .map_err(|e| self.os_err("PTRACE_SYSCALL", e))?;
         self.state = State::Lost;
-        let Some(mut r) =
-            self.wait_for(Resume::Syscall, deadline, crate::exec::Want::SyscallEntry)?
-        else {
+        let Some(mut r) = self.wait_for(Resume::Syscall, deadline, Want::SyscallEntry)? else {
             // It ran user code only: stop it again where it is and give up.
             ptrace::interrupt(self.tid).map_err(|e| self.os_err("PTRACE_INTERRUPT", e))?;
             let again = Instant::now() + self.stop_timeout;
-            if let Some(r) = self.wait_for(Resume::Cont, again, crate::exec::Want::EventStop)? {
+            if let Some(r) = self.wait_for(Resume::Cont, again, Want::EventStop)? {
                 self.resume = r;
                 self.state = State::Stopped;
             }
@@ -229,7 +227,7 @@ impl RemoteThread {
             .map_err(|e| self.os_err("PTRACE_SYSCALL", e))?;
         self.state = State::Lost;
         if self
-            .wait_for(Resume::Syscall, deadline, crate::exec::Want::SyscallExit)?
+            .wait_for(Resume::Syscall, deadline, Want::SyscallExit)?
             .is_none()
         {
             return Err(self.timeout("the cancelled system call to return"));
@@ -306,9 +304,7 @@ impl RemoteThread {
             // Ask once more for a stop; without one we cannot restore anything.
             let deadline = Instant::now() + self.stop_timeout;
             if ptrace::interrupt(self.tid).is_ok() {
-                if let Ok(Some(_)) =
-                    self.wait_for(Resume::Cont, deadline, crate::exec::Want::EventStop)
-                {
+                if let Ok(Some(_)) = self.wait_for(Resume::Cont, deadline, Want::EventStop) {
                     self.state = State::Stopped;
                 }
             }
@@ -355,6 +351,18 @@ impl Drop for RemoteThread {
     fn drop(&mut self) {
         let _ = self.release();
     }
+}
+
+/// The stop a wait is for; every other stop is handled and waited past.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// PTRACE_EVENT_STOP (after PTRACE_INTERRUPT, or a group-stop).
+    EventStop,
+    SyscallEntry,
+    SyscallExit,
+    /// A kernel-made SIGTRAP with rip at this address (single-step done, or
+    /// int3 hit).
+    Trap(u64),
 }
 
 #[cfg(test)]
