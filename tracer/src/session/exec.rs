@@ -36,9 +36,8 @@ pub(super) fn exec<S: Sink + ?Sized>(
     enricher.forget(x.pid);
     enricher.add(x.pid, comm.clone());
     if let Some(s) = stacks {
-        // Its mappings are new: read them again.
-        s.gone(x.pid);
-        s.seen(x.pid);
+        // Its mappings are new.
+        s.execed(x.pid);
     }
     if called {
         sink.take(Event::Exec(Exec {

@@ -115,6 +115,17 @@ impl SessionStacks {
         }
     }
 
+    /// A process ran a new program (exec): its mappings are new. A watched
+    /// process's record of them starts again by itself (forgetting it
+    /// would lose the modules of a command run with `-- CMD`, which execs
+    /// it at its gate); any other's are read again.
+    pub(super) fn execed(&mut self, pid: u32) {
+        if !self.resolver.is_watched(pid) {
+            self.gone(pid);
+        }
+        self.seen(pid);
+    }
+
     /// A process to trace: look for CPython in it now, so that its first
     /// stacks already have Python frames.
     pub(super) fn seen(&mut self, pid: u32) {

@@ -182,6 +182,12 @@ impl StackResolver {
         Ok(())
     }
 
+    /// Whether `pid`'s mappings are recorded as it makes them (an exec
+    /// starts that record again by itself).
+    pub fn is_watched(&self, pid: u32) -> bool {
+        self.procs.get(&pid).is_some_and(|p| p.source.is_watched())
+    }
+
     /// A process not found to be Python (yet): looked for again at the
     /// next [`Self::prepare`], its modules kept (read again while it runs).
     pub fn look_again(&mut self, pid: u32) {
