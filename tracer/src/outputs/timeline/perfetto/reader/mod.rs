@@ -17,7 +17,6 @@ use crate::model::call::Call;
 use crate::model::stack::CallStack;
 use crate::outputs::timeline::perfetto::args::parse_launch_text;
 use crate::outputs::timeline::perfetto::proto::*;
-use crate::outputs::timeline::perfetto::sequences::SequenceState;
 use crate::outputs::timeline::perfetto::sequences::Sequences;
 use crate::outputs::timeline::perfetto::writer::FORMAT_KEY;
 use crate::outputs::timeline::perfetto::writer::FORMAT_VERSION;
@@ -26,7 +25,9 @@ use crate::outputs::timeline::perfetto::writer::SUMMARY_KEY;
 use crate::schema::parse::parse_call;
 
 mod calls;
+mod clock;
 use crate::stacks::table::MAX_STACKS;
+use clock::{clock_snapshot, timestamp};
 
 /// The problem of a packet the file ends inside of.
 pub(crate) const TRUNCATED: &str = "truncated packet (the file was cut short)";
@@ -464,49 +465,6 @@ impl<R: Read> PerfettoReader<R> {
         }
         Ok(())
     }
-}
-
-/// A clock snapshot: where the sequence's delta clock stands against
-/// REALTIME.
-fn clock_snapshot(seq: &mut SequenceState, cs: &ClockSnapshot) -> Result<(), String> {
-    let real = cs
-        .clocks
-        .iter()
-        .find(|c| c.clock_id == Some(CLOCK_REALTIME))
-        .and_then(|c| c.timestamp);
-    if let Some(delta) = cs
-        .clocks
-        .iter()
-        .find(|c| c.clock_id == Some(CLOCK_INCREMENTAL) && c.is_incremental == Some(true))
-    {
-        let v = delta.timestamp.unwrap_or(0);
-        let real = real.ok_or("a clock snapshot without REALTIME")?;
-        seq.clock = Some((v, real.wrapping_sub(v)));
-    }
-    Ok(())
-}
-
-/// A track event's timestamp, Unix ns.
-fn timestamp(seq: &mut SequenceState, p: &TracePacket) -> Result<u64, String> {
-    let ts = match (p.timestamp, p.timestamp_clock_id) {
-        (None, _) => return Err("a track event without a timestamp".into()),
-        (Some(t), Some(CLOCK_REALTIME)) => t,
-        (Some(t), None) if !seq.delta_default => t,
-        (Some(d), None | Some(CLOCK_INCREMENTAL)) => {
-            let (v, off) = seq
-                .clock
-                .as_mut()
-                .ok_or("a delta timestamp before its clock snapshot")?;
-            *v = v.wrapping_add(d);
-            v.wrapping_add(*off)
-        }
-        (Some(_), Some(c)) => {
-            return Err(format!(
-                "timestamp on clock {c}, which gputrace does not write"
-            ))
-        }
-    };
-    Ok(ts)
 }
 
 /// Records waiting before [`PerfettoReader::next_step`] hands control
