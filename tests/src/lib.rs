@@ -501,3 +501,36 @@ pub fn kernels(events: &[Value], api: &str) -> Vec<Value> {
         .map(|e| e["args"]["kernel"].clone())
         .collect()
 }
+
+/// `n` simulated NCCL ranks of one communicator (its id shared through
+/// `id_file`), one thread each, all-reduces only; `extra[r]`: rank r's
+/// own options.
+pub fn nccl_ranks(n: usize, id_file: &Path, extra: &[&[&str]]) -> Vec<Workload> {
+    let n_s = n.to_string();
+    (0..n)
+        .map(|r| {
+            let rank = r.to_string();
+            let mut args = vec![
+                "--ranks",
+                &n_s,
+                "--rank",
+                &rank,
+                "--id-file",
+                id_file.to_str().unwrap(),
+                "--threads",
+                "1",
+                "--nccl-allreduce-only",
+            ];
+            args.extend_from_slice(extra[r]);
+            Workload::start(&args)
+        })
+        .collect()
+}
+
+/// The PIDs of `ws`, as `--pid` takes them.
+pub fn pids_of(ws: &[Workload]) -> String {
+    ws.iter()
+        .map(|w| w.pid.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}

@@ -13,35 +13,6 @@ use serde_json::Value;
 
 const LATE_MS: u64 = 200;
 
-fn ranks(n: usize, id_file: &Path, extra: &[&[&str]]) -> Vec<Workload> {
-    let n_s = n.to_string();
-    (0..n)
-        .map(|r| {
-            let rank = r.to_string();
-            let mut args = vec![
-                "--ranks",
-                &n_s,
-                "--rank",
-                &rank,
-                "--id-file",
-                id_file.to_str().unwrap(),
-                "--threads",
-                "1",
-                "--nccl-allreduce-only",
-            ];
-            args.extend_from_slice(extra[r]);
-            Workload::start(&args)
-        })
-        .collect()
-}
-
-fn pids(ws: &[Workload]) -> String {
-    ws.iter()
-        .map(|w| w.pid.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// Lets the ranks run, waits for each to succeed, then for gputrace
 /// (which stops when they have exited); their pids and gputrace's end.
 fn run_to_the_end(mut ws: Vec<Workload>, t: Tracer) -> (Vec<u32>, Finished) {
@@ -83,12 +54,12 @@ fn a_late_rank_is_named_with_the_delay_it_caused() {
     let late = LATE_MS.to_string();
     let common = ["--nccl", "12"];
     let r2 = [&common[..], &["--late-ms", &late, "--late-every", "3"]].concat();
-    let ws = ranks(3, &dir.join("id"), &[&common, &common, &r2]);
+    let ws = nccl_ranks(3, &dir.join("id"), &[&common, &common, &r2]);
     let out = dir.join("t.jsonl");
     let sum = dir.join("s.json");
     let t = Tracer::attach(&[
         "--pid",
-        &pids(&ws),
+        &pids_of(&ws),
         "--output",
         out.to_str().unwrap(),
         "--summary",
@@ -225,7 +196,7 @@ fn a_late_rank_is_named_with_the_delay_it_caused() {
 #[test]
 fn a_stopping_rank_is_named_in_the_stall_line() {
     let dir = scratch("nccl-stop");
-    let mut ws = ranks(
+    let mut ws = nccl_ranks(
         2,
         &dir.join("id"),
         &[&["--nccl", "10"], &["--nccl", "10", "--stop-after", "3"]],
@@ -233,7 +204,7 @@ fn a_stopping_rank_is_named_in_the_stall_line() {
     let out = dir.join("t.jsonl");
     let mut t = Tracer::attach(&[
         "--pid",
-        &pids(&ws),
+        &pids_of(&ws),
         "--output",
         out.to_str().unwrap(),
         "--summary",
@@ -316,7 +287,7 @@ fn the_daemon_serves_per_rank_series_and_the_stall() {
     use gputrace_tests::node::{sample, Daemon};
     let dir = scratch("nccl-daemon");
     let late = LATE_MS.to_string();
-    let mut ws = ranks(
+    let mut ws = nccl_ranks(
         2,
         &dir.join("id"),
         &[
@@ -479,7 +450,7 @@ fn collectives_a_rank_entered_before_attach_are_not_stalls() {
     let (out, sum) = (dir.join("t.jsonl"), dir.join("s.json"));
     let t = Tracer::attach(&[
         "--pid",
-        &pids(&ws),
+        &pids_of(&ws),
         "--output",
         out.to_str().unwrap(),
         "--summary",
@@ -573,7 +544,7 @@ fn communicators_created_before_attach_are_read_from_memory() {
         .unwrap_or_else(|| panic!("no Init COMPLETE line: {:?}", ws[0].stdout.seen))
         .to_string();
     let out = dir.join("t.jsonl");
-    let pids = pids(&ws);
+    let pids = pids_of(&ws);
     let t = Tracer::attach(&[
         "--pid",
         &pids,

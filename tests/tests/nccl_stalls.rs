@@ -8,35 +8,6 @@ use std::time::Duration;
 
 use gputrace_tests::*;
 
-fn ranks(n: usize, id_file: &Path, extra: &[&[&str]]) -> Vec<Workload> {
-    let n_s = n.to_string();
-    (0..n)
-        .map(|r| {
-            let rank = r.to_string();
-            let mut args = vec![
-                "--ranks",
-                &n_s,
-                "--rank",
-                &rank,
-                "--id-file",
-                id_file.to_str().unwrap(),
-                "--threads",
-                "1",
-                "--nccl-allreduce-only",
-            ];
-            args.extend_from_slice(extra[r]);
-            Workload::start(&args)
-        })
-        .collect()
-}
-
-fn pids(ws: &[Workload]) -> String {
-    ws.iter()
-        .map(|w| w.pid.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .unwrap()
@@ -54,10 +25,10 @@ const COLLECTIVE_STALL: &str = "gputrace: NCCL stall: communicator ";
 fn slow_pair(dir: &Path) -> (Vec<Workload>, Tracer) {
     let r0: &[&str] = &["--nccl", "100000"];
     let r1: &[&str] = &["--nccl", "100000", "--late-ms", "10"];
-    let mut ws = ranks(2, &dir.join("id"), &[r0, r1]);
+    let mut ws = nccl_ranks(2, &dir.join("id"), &[r0, r1]);
     let t = Tracer::attach(&[
         "--pid",
-        &pids(&ws),
+        &pids_of(&ws),
         "--nccl-stall",
         "1s",
         "--summary",
