@@ -7,9 +7,10 @@
 //! most, in this order: idle without a byte received (a held-open socket),
 //! idle with a partial request (a slow sender), then a response in flight
 //! for longer than [`SLOW_RESPONSE`] (a client that does not read); oldest
-//! first in each. A scraper's connection gets its request in at once and
-//! is then served: a flood of held or reopened sockets only ever pushes out
-//! its own. A sweep closes connections idle for [`IDLE_TIMEOUT`] and
+//! first in each. A scraper's connection gets its request in at once (its
+//! bytes waiting at accept, or read by its task before a flood's backlog
+//! is accepted) and is then served: a flood of held or reopened sockets
+//! only ever pushes out its own. A sweep closes connections idle for [`IDLE_TIMEOUT`] and
 //! responses not sent within [`RESPONSE_LIMIT`].
 
 use std::collections::HashMap;
@@ -114,8 +115,9 @@ impl Admission {
     }
 
     /// Lets a new connection from `peer` in, closing another to make room
-    /// if a limit is reached; `None` if there is no room to make.
-    pub(super) fn admit(&self, peer: IpAddr) -> Option<Admitted> {
+    /// if a limit is reached; `None` if there is no room to make. `heard`:
+    /// its first bytes are already waiting.
+    pub(super) fn admit(&self, peer: IpAddr, heard: bool) -> Option<Admitted> {
         let now = Instant::now();
         let mut t = self.lock();
         if t.per_peer.get(&peer).copied().unwrap_or(0) >= MAX_PER_PEER {
@@ -133,7 +135,7 @@ impl Admission {
         let id = t.next_id;
         t.next_id += 1;
         let close = Arc::new(Notify::new());
-        let heard = Arc::new(AtomicBool::new(false));
+        let heard = Arc::new(AtomicBool::new(heard));
         t.conns.insert(
             id,
             Conn {
@@ -210,12 +212,12 @@ mod tests {
     fn a_flood_from_one_address_only_pushes_out_its_own() {
         let a = Admission::default();
         // A scraper elsewhere, in the middle of a request.
-        let scraper = a.admit(ip(2)).unwrap();
+        let scraper = a.admit(ip(2), false).unwrap();
         a.begin(scraper.id);
         // One address fills its share, then keeps reopening.
         let mut flood = Vec::new();
         for _ in 0..MAX_PER_PEER + 500 {
-            flood.push(a.admit(ip(1)).expect("room is made"));
+            flood.push(a.admit(ip(1), false).expect("room is made"));
         }
         let (open, evicted) = a.counts();
         assert_eq!(open, MAX_PER_PEER + 1);
@@ -229,24 +231,40 @@ mod tests {
     #[test]
     fn sockets_that_said_nothing_go_before_slow_senders_and_busy_ones_stay() {
         let a = Admission::default();
-        let slow = a.admit(ip(1)).unwrap();
+        let slow = a.admit(ip(1), false).unwrap();
         slow.heard.store(true, Ordering::Relaxed);
-        let busy = a.admit(ip(1)).unwrap();
+        let busy = a.admit(ip(1), false).unwrap();
         a.begin(busy.id);
         let mut silent = Vec::new();
         for _ in 0..MAX_PER_PEER - 2 {
-            silent.push(a.admit(ip(1)).unwrap());
+            silent.push(a.admit(ip(1), false).unwrap());
         }
         // Newcomers push out the silent ones, oldest first...
         for s in &silent {
             let before = a.lock().conns.contains_key(&s.id);
             assert!(before);
-            a.admit(ip(1)).unwrap();
+            a.admit(ip(1), false).unwrap();
             assert!(!a.lock().conns.contains_key(&s.id));
         }
         // ... until only newer silent ones remain: those go before the slow sender.
         assert!(a.lock().conns.contains_key(&slow.id));
         assert!(a.lock().conns.contains_key(&busy.id));
+    }
+
+    #[test]
+    fn a_request_waiting_at_accept_outlasts_a_flood_of_silent_sockets() {
+        let a = Admission::default();
+        let scraper = a.admit(ip(1), true).unwrap();
+        for _ in 0..10 * MAX_PER_PEER {
+            a.admit(ip(1), false).expect("room is made");
+        }
+        assert!(a.lock().conns.contains_key(&scraper.id));
+        // Without its bytes it would have gone with the first of them.
+        let silent = a.admit(ip(1), false).unwrap();
+        for _ in 0..MAX_PER_PEER {
+            a.admit(ip(1), false).unwrap();
+        }
+        assert!(!a.lock().conns.contains_key(&silent.id));
     }
 
     #[test]
@@ -257,12 +275,12 @@ mod tests {
         while a.counts().0 < MAX_CONNECTIONS {
             for _ in 0..MAX_PER_PEER - 1 {
                 if a.counts().0 < MAX_CONNECTIONS {
-                    a.admit(ip(n)).unwrap();
+                    a.admit(ip(n), false).unwrap();
                 }
             }
             n += 1;
         }
-        let newcomer = a.admit(ip(200)).unwrap();
+        let newcomer = a.admit(ip(200), false).unwrap();
         assert_eq!(a.counts().0, MAX_CONNECTIONS);
         // One of the two largest addresses gave one up.
         let t = a.lock();
@@ -277,17 +295,17 @@ mod tests {
         for id in ids {
             a.begin(id);
         }
-        assert!(a.admit(ip(201)).is_none());
+        assert!(a.admit(ip(201), false).is_none());
         assert_eq!(a.counts().0, MAX_CONNECTIONS);
     }
 
     #[test]
     fn idle_connections_are_swept() {
         let a = Admission::default();
-        let c = a.admit(ip(1)).unwrap();
+        let c = a.admit(ip(1), false).unwrap();
         a.lock().conns.get_mut(&c.id).unwrap().idle_since =
             Some(Instant::now() - IDLE_TIMEOUT - Duration::from_millis(1));
-        let busy = a.admit(ip(1)).unwrap();
+        let busy = a.admit(ip(1), false).unwrap();
         a.begin(busy.id);
         a.sweep();
         assert_eq!(a.counts().0, 1);

@@ -81,7 +81,7 @@ pub(super) async fn serve(listener: TcpListener, metrics: Arc<Mutex<Metrics>>) {
                 continue;
             }
         };
-        let Some(admitted) = admission.admit(peer.ip().to_canonical()) else {
+        let Some(admitted) = admission.admit(peer.ip().to_canonical(), waiting(&stream)) else {
             drop(stream);
             continue;
         };
@@ -91,7 +91,28 @@ pub(super) async fn serve(listener: TcpListener, metrics: Arc<Mutex<Metrics>>) {
             admission.clone(),
             metrics.clone(),
         ));
+        // Its task reads the request before the next of a backlog is let
+        // in (a scraper's request, once read, is not pushed out).
+        tokio::task::yield_now().await;
     }
+}
+
+/// Whether a request's first bytes already wait in `stream` (a scraper's
+/// arrive with its connection; a held-open socket's never do).
+fn waiting(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut b = [0u8; 1];
+    // SAFETY: a one-byte buffer we own, on the stream's open descriptor;
+    // MSG_PEEK leaves the byte for hyper, MSG_DONTWAIT never blocks.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n > 0
 }
 
 /// Aborts a task when dropped (the sweep ends with the server).
