@@ -31,7 +31,12 @@
 
 /* Real NCCL carries this literal (its VERSION_STRING) in .rodata: a reader of
  * the library file can learn the version, hence the commHash function, from it. */
+#ifndef SIM_FOREIGN_NCCL
 __attribute__((used)) static const char k_version_string[] = "NCCL version 2.28.3+cuda13.0";
+#endif
+/* SIM_FOREIGN_NCCL: a build gputrace does not know (a fork, a new release):
+ * no version string, and the collectives' NVTX payload does not read
+ * commHash, so neither the commHash function nor its offset can be found. */
 
 /*
  * The NVTX range every NCCL collective opens first
@@ -56,9 +61,14 @@ __attribute__((noinline)) static void nvtx_range(const char *func, uint64_t comm
     __asm__ volatile("" ::: "memory");
 }
 
+#ifdef SIM_FOREIGN_NCCL
+#define NVTX_PAYLOAD(name, comm, count, datatype, op)                                                     \
+    nvtx_range(name, 0, type_ok(datatype) ? (count) * type_size(datatype) : 0, (op))
+#else
 #define NVTX_PAYLOAD(name, comm, count, datatype, op)                                                     \
     nvtx_range(name, (comm) != NULL ? (comm)->commHash : 0,                                               \
                type_ok(datatype) ? (count) * type_size(datatype) : 0, (op))
+#endif
 
 static __thread int t_group_depth;
 static __thread char t_last_error[SIM_LAST_ERROR_BYTES];

@@ -506,6 +506,12 @@ pub fn kernels(events: &[Value], api: &str) -> Vec<Value> {
 /// `id_file`), one thread each, all-reduces only; `extra[r]`: rank r's
 /// own options.
 pub fn nccl_ranks(n: usize, id_file: &Path, extra: &[&[&str]]) -> Vec<Workload> {
+    nccl_ranks_bin(&workload_bin(), n, id_file, extra)
+}
+
+/// [`nccl_ranks`] of the workload `bin` (a copy of the simulator beside
+/// other libraries).
+pub fn nccl_ranks_bin(bin: &Path, n: usize, id_file: &Path, extra: &[&[&str]]) -> Vec<Workload> {
     let n_s = n.to_string();
     (0..n)
         .map(|r| {
@@ -522,7 +528,7 @@ pub fn nccl_ranks(n: usize, id_file: &Path, extra: &[&[&str]]) -> Vec<Workload> 
                 "--nccl-allreduce-only",
             ];
             args.extend_from_slice(extra[r]);
-            Workload::start(&args)
+            Workload::start_bin(bin, &args)
         })
         .collect()
 }

@@ -309,6 +309,7 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             rank: Some(int_of(a(2))),
             unique_id: unique_id(raw),
             comm_id: None,
+            own_id: false,
         },
         Shape::CommInitScalable => Args::CommInit {
             comm: out(0),
@@ -316,6 +317,7 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             rank: Some(int_of(a(2))),
             unique_id: unique_id(raw),
             comm_id: None,
+            own_id: false,
         },
         Shape::CommInitAll => Args::CommInit {
             comm: out(0),
@@ -323,6 +325,7 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             rank: None,
             unique_id: None,
             comm_id: None,
+            own_id: false,
         },
         Shape::CommSplit => Args::CommSplit {
             comm: a(0),
@@ -330,6 +333,7 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             key: int_of(a(2)),
             newcomm: out(0).filter(|&c| c != 0),
             comm_id: None,
+            own_id: false,
         },
         Shape::CommEnd => Args::CommEnd { comm: a(0) },
         Shape::RuntimeLaunch => Args::RuntimeLaunch {
@@ -471,6 +475,7 @@ mod tests {
                 rank: Some(3),
                 unique_id: Some(id.into()),
                 comm_id: None,
+                own_id: false,
             }
         );
         // A failed read leaves an empty blob: no id rather than a wrong one.

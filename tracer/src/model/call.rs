@@ -104,6 +104,9 @@ pub enum Args {
         /// The communicator's id (its `commHash`, as NCCL prints it), when
         /// known: from `unique_id` and the library's release.
         comm_id: Option<u64>,
+        /// `comm_id` is gputrace's own (the release is unknown): see
+        /// [`crate::model::nccl::Identity::own_id`].
+        own_id: bool,
     },
     /// ncclCommSplit(comm, color, key, &newcomm, config).
     CommSplit {
@@ -116,6 +119,8 @@ pub enum Args {
         /// Its id, when the parent's init was traced (NCCL 2.26+ derive it
         /// from the parent's id, its split count and the color).
         comm_id: Option<u64>,
+        /// `comm_id` is gputrace's own (so was the parent's).
+        own_id: bool,
     },
     CommEnd {
         comm: u64,

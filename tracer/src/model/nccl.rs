@@ -375,6 +375,9 @@ pub struct Identity {
     /// Collectives only (not p2p).
     pub seq: Option<u64>,
     pub source: Option<SeqSource>,
+    /// `comm_id` is gputrace's own (a hash of the `ncclUniqueId` the init
+    /// was given: the release of libnccl is unknown), not NCCL's `commHash`.
+    pub own_id: bool,
 }
 
 /// Ranks that entered a collective while others have not, or a thread

@@ -22,6 +22,11 @@ use crate::nccl::tracker::ProcessComms;
 /// is complete (its pointer is written all the same).
 const NCCL_IN_PROGRESS: i64 = 7;
 
+/// (id, whether it is gputrace's own) as the two fields of a record.
+fn split_id(id: Option<(u64, bool)>) -> (Option<u64>, bool) {
+    (id.map(|(i, _)| i), id.is_some_and(|(_, own)| own))
+}
+
 fn func_of(n: &Nccl) -> Option<Func> {
     n.op.func().and_then(|f| Func::ALL.get(f as usize).copied())
 }
@@ -83,6 +88,7 @@ impl NcclState {
                 rank,
                 unique_id,
                 comm_id,
+                own_id,
             } if ok || ret == Some(NCCL_IN_PROGRESS) => {
                 let comms = self.comms(libs, e);
                 let nranks = u32::try_from(*nranks).unwrap_or(0);
@@ -91,7 +97,7 @@ impl NcclState {
                     // ncclCommInitAll: the first communicator is rank 0.
                     None => comms.init_all_first(*c, nranks),
                 }
-                *comm_id = comms.comm_id_of(*c);
+                (*comm_id, *own_id) = split_id(comms.comm_id_of(*c));
             }
             // Traced `:args` only: no communicator handle, but the id is
             // the hash of the ncclUniqueId passed.
@@ -99,18 +105,22 @@ impl NcclState {
                 comm: None,
                 unique_id: Some(id),
                 comm_id,
+                own_id,
                 ..
-            } if ok => *comm_id = self.comms(libs, e).id_of_unique_id(id),
+            } if ok => {
+                (*comm_id, *own_id) = split_id(Some(self.comms(libs, e).id_of_unique_id(id)));
+            }
             Args::CommSplit {
                 comm,
                 color,
                 newcomm,
                 comm_id,
+                own_id,
                 ..
             } if ok => {
                 let comms = self.comms(libs, e);
                 comms.split(*comm, *color as i32, newcomm.unwrap_or(0));
-                *comm_id = newcomm.and_then(|c| comms.comm_id_of(c));
+                (*comm_id, *own_id) = split_id(newcomm.and_then(|c| comms.comm_id_of(c)));
             }
             Args::CommEnd { comm } => self.comms(libs, e).destroy(*comm),
             Args::NcclGroup if ok => {

@@ -116,6 +116,27 @@ pub fn split_hash(version: NcclVersion, parent: u64, split_count: i32, color: i3
     Some(digest(acc))
 }
 
+/// gputrace's own id of a communicator made from `id`, for a libnccl whose
+/// release is unknown (NCCL's `commHash` function cannot be chosen): the
+/// same bytes give the same id on every rank, so ranks still match. Not
+/// NCCL's id (it never equals what NCCL logs); records mark it
+/// (`comm_id_from: "unique_id"`).
+pub fn own_comm_id(id: &[u8]) -> u64 {
+    let mut acc = [0x6770_7574_7261_6365, 1]; // "gputrace"
+    eat(&mut acc, id);
+    digest(acc)
+}
+
+/// gputrace's own id of the `split_count`-th split of a communicator whose
+/// id is gputrace's own (`parent`) with `color`: the same on every rank.
+pub fn own_split_id(parent: u64, split_count: i32, color: i32) -> u64 {
+    let mut acc = [0x6770_7574_7261_6365, 2];
+    eat(&mut acc, &parent.to_le_bytes());
+    eat(&mut acc, &split_count.to_le_bytes());
+    eat(&mut acc, &color.to_le_bytes());
+    digest(acc)
+}
+
 /// The id as NCCL prints it: `0x%llx`, lower case, no leading zeros.
 pub fn format_comm_id(hash: u64) -> String {
     format!("{hash:#x}")

@@ -91,7 +91,8 @@ pub(crate) fn stall_json(s: &NcclStall) -> Value {
             "first_ts_ns": s.first_ns,
             "waited_ns": s.waited_ns,
         }),
-        NcclStall::Stuck(c) => json!({
+        NcclStall::Stuck(c) => {
+            let mut v = json!({
             "type": "nccl_stall",
             "kind": "inside_call",
             "pid": c.pid,
@@ -107,7 +108,12 @@ pub(crate) fn stall_json(s: &NcclStall) -> Value {
             "host": c.host.as_ref(),
             "entered_ts_ns": c.entered_ns,
             "waited_ns": c.waited_ns,
-        }),
+            });
+            if c.ident.own_id {
+                v["comm_id_from"] = Value::from("unique_id");
+            }
+            v
+        }
     }
 }
 
@@ -289,6 +295,7 @@ fn parse_stall(v: &Value) -> Result<NcclStall, String> {
                 cuda_dev: None,
                 seq,
                 source: None,
+                own_id: v.get("comm_id_from").and_then(Value::as_str) == Some("unique_id"),
             },
             unaligned,
             entered_ns: u(v, "entered_ts_ns")?,
@@ -369,6 +376,7 @@ mod tests {
                 cuda_dev: None,
                 seq: Some(3),
                 source: None,
+                own_id: false,
             },
             unaligned: None,
             entered_ns: 1,

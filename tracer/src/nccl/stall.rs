@@ -237,6 +237,7 @@ mod tests {
                 cuda_dev: None,
                 seq: Some(3),
                 source: None,
+                own_id: false,
             },
             unaligned: None,
             ..stuck

@@ -18,6 +18,8 @@ use crate::model::nccl::Identity;
 use crate::model::nccl::SeqSource;
 use crate::model::nccl::Unaligned;
 use crate::nccl::hash::comm_hash;
+use crate::nccl::hash::own_comm_id;
+use crate::nccl::hash::own_split_id;
 use crate::nccl::hash::split_hash;
 use crate::nccl::hash::NcclVersion;
 
@@ -44,6 +46,7 @@ impl CommMemory {
             cuda_dev: self.cuda_dev,
             seq: self.seq,
             source: self.seq.map(|_| SeqSource::Counter),
+            own_id: false,
         }
     }
 }
@@ -51,6 +54,8 @@ impl CommMemory {
 #[derive(Debug, Default)]
 struct CommView {
     id: Option<u64>,
+    /// `id` is gputrace's own (see [`own_comm_id`]).
+    own_id: bool,
     rank: Option<u32>,
     nranks: Option<u32>,
     cuda_dev: Option<u32>,
@@ -109,9 +114,11 @@ impl ProcessComms {
         }
     }
 
-    /// A communicator's id, when known.
-    pub(crate) fn comm_id_of(&self, comm: u64) -> Option<u64> {
-        self.comms.get(&comm).and_then(|v| v.id)
+    /// A communicator's id, when known, and whether it is gputrace's own.
+    pub(crate) fn comm_id_of(&self, comm: u64) -> Option<(u64, bool)> {
+        self.comms
+            .get(&comm)
+            .and_then(|v| v.id.map(|id| (id, v.own_id)))
     }
 
     fn view(&mut self, comm: u64) -> &mut CommView {
@@ -123,16 +130,21 @@ impl ProcessComms {
 
     /// `ncclCommInitRank(Config)`/`InitRankScalable` returned: `id` is the
     /// (first) `ncclUniqueId` the call was given, when the probe copied it.
-    /// The id of a communicator made from `id` (its hash as this
-    /// process's NCCL release computes it), when the release is known.
-    pub(crate) fn id_of_unique_id(&self, id: &[u8]) -> Option<u64> {
-        Some(comm_hash(self.version?, id))
+    /// The id of a communicator made from `id`: its hash as this process's
+    /// NCCL release computes it, or, the release unknown, gputrace's own
+    /// (`true`).
+    pub(crate) fn id_of_unique_id(&self, id: &[u8]) -> (u64, bool) {
+        match self.version {
+            Some(v) => (comm_hash(v, id), false),
+            None => (own_comm_id(id), true),
+        }
     }
 
     pub(crate) fn init(&mut self, comm: u64, nranks: u32, rank: u32, id: Option<&[u8]>) {
-        let id = id.and_then(|bytes| self.id_of_unique_id(bytes));
+        let id = id.map(|bytes| self.id_of_unique_id(bytes));
         *self.view(comm) = CommView {
-            id,
+            id: id.map(|(id, _)| id),
+            own_id: id.is_some_and(|(_, own)| own),
             rank: Some(rank),
             nranks: Some(nranks),
             init_seen: true,
@@ -158,16 +170,18 @@ impl ProcessComms {
         let p = self.view(parent);
         let counted = p.init_seen;
         p.splits += 1;
-        let (parent_id, n) = (p.id, p.splits);
+        let (parent_id, parent_own, n) = (p.id, p.own_id, p.splits);
         if child == 0 {
             return;
         }
         let id = match (counted, parent_id, self.version) {
+            (true, Some(pid), _) if parent_own => Some(own_split_id(pid, n, color)),
             (true, Some(pid), Some(v)) => split_hash(v, pid, n, color),
             _ => None,
         };
         *self.view(child) = CommView {
             id,
+            own_id: parent_own && id.is_some(),
             init_seen: true,
             ..CommView::default()
         };
@@ -244,7 +258,7 @@ impl ProcessComms {
         // What a traced init gave was checked against memory above; other
         // fields take memory's value when there is one (it is read now).
         let mem_id = mem.hash.filter(|&h| h != 0);
-        let id = if v.from_args {
+        let id = if v.from_args || v.own_id {
             v.id.or(mem_id)
         } else {
             mem_id.or(v.id)
@@ -260,6 +274,7 @@ impl ProcessComms {
             cuda_dev,
             seq: None,
             source: None,
+            own_id: v.own_id,
         };
         let Some(f) = func else { return Ok(ident) };
         let why = |w| {
@@ -295,7 +310,7 @@ impl ProcessComms {
         };
         let differs =
             |a: Option<u64>, b: Option<u64>| matches!((a, b), (Some(x), Some(y)) if x != y);
-        let what = if differs(v.id, mem.hash.filter(|&h| h != 0)) {
+        let what = if !v.own_id && differs(v.id, mem.hash.filter(|&h| h != 0)) {
             "commHash"
         } else if differs(v.rank.map(u64::from), mem.rank.map(u64::from)) {
             "rank"
@@ -325,6 +340,39 @@ mod tests {
             0x02, 0x02,
         ]);
         v
+    }
+
+    /// Issue 26 item 10: a libnccl of unknown release (no commHash
+    /// function) still names its communicators the same on every rank,
+    /// with gputrace's own ids, marked; their splits too.
+    #[test]
+    fn an_unknown_release_gets_own_ids_the_same_on_every_rank() {
+        let none = CommMemory::default();
+        let ident = |rank| {
+            let mut p = ProcessComms::new(None);
+            p.init(0x10 + u64::from(rank), 2, rank, Some(&id()));
+            let a = p.call(7, 0x10 + u64::from(rank), Some(Func::AllReduce), none);
+            p.split(0x10 + u64::from(rank), 5, 0x99);
+            // (Its rank is read from memory, none here: the id is known.)
+            let child = p.call(7, 0x99, Some(Func::AllReduce), none);
+            (a.unwrap(), child.unwrap_or_else(|(partial, _)| partial))
+        };
+        let (a0, c0) = ident(0);
+        let (a1, c1) = ident(1);
+        assert_eq!(a0.comm_id, Some(own_comm_id(&id())));
+        assert_eq!(a0.comm_id, a1.comm_id);
+        assert!(a0.own_id && a1.own_id);
+        assert_eq!((a0.rank, a1.rank, a0.seq), (Some(0), Some(1), Some(0)));
+        // Never NCCL's own hash of the same bytes.
+        assert_ne!(a0.comm_id, Some(comm_hash(V, &id())));
+        assert_eq!(c0.comm_id, Some(own_split_id(own_comm_id(&id()), 1, 5)));
+        assert_eq!(c0.comm_id, c1.comm_id);
+        assert!(c0.own_id);
+        // A known release: NCCL's id, not marked.
+        let mut p = ProcessComms::new(Some(V));
+        p.init(0x10, 2, 0, Some(&id()));
+        let k = p.call(7, 0x10, Some(Func::AllReduce), none).unwrap();
+        assert_eq!((k.comm_id, k.own_id), (Some(comm_hash(V, &id())), false));
     }
 
     #[test]
@@ -369,7 +417,8 @@ mod tests {
                 nranks: Some(4),
                 cuda_dev: Some(1),
                 seq: Some(41),
-                source: Some(SeqSource::Counter)
+                source: Some(SeqSource::Counter),
+                own_id: false,
             }
         );
         // A group of AR, AR, B: the counters move at the group's end.

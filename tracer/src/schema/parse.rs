@@ -219,6 +219,7 @@ fn parse_args(shape: crate::catalogue::Shape, a: &Map<String, Value>) -> Result<
                                 .ok_or(ParseError::Field("seq_from"))?,
                         ),
                     },
+                    own_id: own_id(a),
                 },
                 unaligned: match a.get("unaligned") {
                     None | Some(Value::Null) => None,
@@ -244,6 +245,7 @@ fn parse_args(shape: crate::catalogue::Shape, a: &Map<String, Value>) -> Result<
                 ),
             },
             comm_id: get_opt_hex(a, "comm_id")?,
+            own_id: own_id(a),
         },
         Shape::CommSplit => Args::CommSplit {
             comm: get_hex(a, "comm")?,
@@ -251,6 +253,7 @@ fn parse_args(shape: crate::catalogue::Shape, a: &Map<String, Value>) -> Result<
             key: get_opt_i64(a, "key")?.ok_or(ParseError::Field("key"))?,
             newcomm: get_opt_hex(a, "newcomm")?,
             comm_id: get_opt_hex(a, "comm_id")?,
+            own_id: own_id(a),
         },
         Shape::CommEnd => Args::CommEnd {
             comm: get_hex(a, "comm")?,
@@ -285,6 +288,11 @@ fn parse_nccl_op(s: &str) -> Option<NcclOp> {
     ]
     .into_iter()
     .find(|o| o.name() == s)
+}
+
+/// `comm_id_from: "unique_id"`: the id is gputrace's own, not NCCL's.
+fn own_id(a: &serde_json::Map<String, Value>) -> bool {
+    a.get("comm_id_from").and_then(Value::as_str) == Some("unique_id")
 }
 
 #[cfg(test)]

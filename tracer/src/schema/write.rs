@@ -194,6 +194,7 @@ pub(crate) fn write_feature(out: &mut String, args: &Args) {
             rank,
             unique_id,
             comm_id,
+            own_id,
         } => {
             out.push_str("{\"comm\":");
             opt_hex(out, *comm);
@@ -206,8 +207,7 @@ pub(crate) fn write_feature(out: &mut String, args: &Args) {
                 }
                 out.push('"');
             }
-            out.push_str(",\"comm_id\":");
-            opt_hex(out, *comm_id);
+            write_comm_id(out, *comm_id, *own_id);
             out.push('}');
         }
         Args::CommSplit {
@@ -216,16 +216,26 @@ pub(crate) fn write_feature(out: &mut String, args: &Args) {
             key,
             newcomm,
             comm_id,
+            own_id,
         } => {
             out.push_str("{\"comm\":");
             hex(out, *comm);
             let _ = write!(out, ",\"color\":{color},\"key\":{key},\"newcomm\":");
             opt_hex(out, *newcomm);
-            out.push_str(",\"comm_id\":");
-            opt_hex(out, *comm_id);
+            write_comm_id(out, *comm_id, *own_id);
             out.push('}');
         }
         _ => out.push_str("{}"),
+    }
+}
+
+/// `comm_id`, and `comm_id_from: "unique_id"` when the id is gputrace's
+/// own (a hash of the `ncclUniqueId`: the library's release is unknown).
+fn write_comm_id(out: &mut String, comm_id: Option<u64>, own: bool) {
+    out.push_str(",\"comm_id\":");
+    opt_hex(out, comm_id);
+    if own && comm_id.is_some() {
+        out.push_str(",\"comm_id_from\":\"unique_id\"");
     }
 }
 
@@ -233,8 +243,7 @@ pub(crate) fn write_feature(out: &mut String, args: &Args) {
 /// `rank`, `nranks`, `cuda_dev`, `seq`, where `seq` came from
 /// (`seq_from`), and why a collective has none (`unaligned`).
 fn write_identity(out: &mut String, id: &Identity, unaligned: Option<Unaligned>) {
-    out.push_str(",\"comm_id\":");
-    opt_hex(out, id.comm_id);
+    write_comm_id(out, id.comm_id, id.own_id);
     for (k, v) in [
         ("rank", id.rank),
         ("nranks", id.nranks),

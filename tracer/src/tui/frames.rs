@@ -151,6 +151,7 @@ fn busy_app() -> App {
         rank: Some(3),
         unique_id: None,
         comm_id: None,
+        own_id: false,
     };
     m.feed(
         &call(4242, "train", "ncclCommInitRank", T0, 1_000, init),
