@@ -121,3 +121,38 @@ fn every_format_carries_the_exec() {
         assert_eq!(p["execs"].as_array().unwrap().len(), 1, ".{ext}");
     }
 }
+
+/// The daemon's series follow the exec: the old program's calls under its
+/// name, the new program's under the new name (issue 26 item 6).
+#[test]
+fn the_daemons_series_take_the_new_programs_name() {
+    use gputrace_tests::node::*;
+    use std::time::Duration;
+    let dir = scratch("exec-daemon");
+    let second = dir.join("wl-renamed");
+    std::os::unix::fs::symlink(workload_bin(), &second).unwrap();
+    let d = Daemon::start(&[], &[]);
+    let mut w = Workload::start(&[
+        "--launches",
+        "3",
+        "--exec-then",
+        second.to_str().unwrap(),
+        "--launches",
+        "5",
+    ]);
+    d.wait_probed(&sim_dir());
+    let pid = w.pid.to_string();
+    w.go();
+    let launches = |m: &str, comm: &str| {
+        sample(
+            m,
+            "gputrace_api_calls_total",
+            &[("pid", &pid), ("api", "cuLaunchKernel"), ("comm", comm)],
+        )
+    };
+    let m = d.wait_metrics(Duration::from_secs(30), |m| {
+        launches(m, "wl-renamed") == Some(5.0)
+    });
+    assert_eq!(launches(&m, "gputrace-worklo"), Some(3.0), "{m}");
+    let _ = w.finish();
+}

@@ -202,7 +202,11 @@ fn a_daemon_beside_such_a_library_serves_at_once_and_loses_no_count() {
     })
     .sum();
     let lost = sample(&m, "gputrace_events_lost_total", &[("reason", "ring_full")]);
-    assert_eq!(lost, Some(0.0), "calls lost: the count below cannot be exact");
+    assert_eq!(
+        lost,
+        Some(0.0),
+        "calls lost: the count below cannot be exact"
+    );
     assert_eq!(api_calls(&m, sp) - teardown, done as f64, "{m}");
     assert!(hostile.finish().0.success());
     assert!(late.finish().0.success());

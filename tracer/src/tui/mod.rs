@@ -57,8 +57,7 @@ impl Sink for ModelSink<'_> {
             Event::Sampling(r) => self.model.sampling = Some(r.ratio()),
             Event::Gpu(w) => self.model.gpu(w, self.now_ns),
             Event::GpuAgent(_) => {}
-            // The process table keeps the name the process was seen with.
-            Event::Exec(_) => {}
+            Event::Exec(x) => self.model.exec(x.pid, &x.comm),
         }
     }
 

@@ -101,7 +101,7 @@ const FAMILIES: &[Family] = &[
 pub(crate) struct Cursor {
     family: Option<&'static str>,
     header_done: bool,
-    after_pid: Option<u32>,
+    after_pid: Option<(u32, u32)>,
     /// The tracer's own series are written (the end).
     done: bool,
 }

@@ -84,6 +84,8 @@ struct ProcessSeries {
     estimated_until_ns: Option<u64>,
     /// `--gpu-time`: what its GPU did (`None`: no GPU records).
     gpu: Option<gpu::GpuSeries>,
+    /// Its container, for the series of a program it execs.
+    container: Container,
 }
 
 impl ProcessSeries {
@@ -113,6 +115,7 @@ impl ProcessSeries {
             ratios: BTreeMap::new(),
             estimated_until_ns: None,
             gpu: None,
+            container: container.clone(),
         }
     }
 }
@@ -140,7 +143,11 @@ pub(crate) struct TracerGauges {
 
 /// Every metric the daemon serves.
 pub(crate) struct Metrics {
-    procs: BTreeMap<u32, ProcessSeries>,
+    /// Per (pid, program): a process that execs a new program starts new
+    /// series under its new name (the old ones end like a gone process's).
+    procs: BTreeMap<(u32, u32), ProcessSeries>,
+    /// Each process's program now (0 until it execs), for those that did.
+    programs: HashMap<u32, u32>,
     /// Processes seen, by PID, that have no series yet (or whose series
     /// are an earlier process's, gone since): their first call starts them.
     seen: HashMap<u32, ProcessInfo>,
@@ -160,6 +167,7 @@ impl Metrics {
     pub(crate) fn new(keep_exited: Duration) -> Self {
         Self {
             procs: BTreeMap::new(),
+            programs: HashMap::new(),
             seen: HashMap::new(),
             lost: LostCounts::default(),
             gauges: TracerGauges::default(),
@@ -177,7 +185,8 @@ impl Metrics {
         self.hit_cost = Some(r.hit_cost);
         self.cost_ratio = Some(r.cost_ratio);
         for p in &r.processes {
-            let Some(series) = self.procs.get_mut(&p.pid) else {
+            let key = self.key(p.pid);
+            let Some(series) = self.procs.get_mut(&key) else {
                 continue;
             };
             for a in &p.apis {
@@ -204,7 +213,8 @@ impl Metrics {
             Some(i) => ProcessSeries::new(c.pid, &i.comm, &i.container),
             None => ProcessSeries::new(c.pid, &c.comm, &Container::default()),
         };
-        let p = match self.procs.entry(c.pid) {
+        let key = self.key(c.pid);
+        let p = match self.procs.entry(key) {
             std::collections::btree_map::Entry::Vacant(v) => v.insert(fresh()),
             std::collections::btree_map::Entry::Occupied(o) => {
                 let p = o.into_mut();
@@ -250,7 +260,8 @@ impl Metrics {
     /// `now`.
     pub(crate) fn gone(&mut self, pid: u32, now: Instant) {
         self.seen.remove(&pid);
-        if let Some(p) = self.procs.get_mut(&pid) {
+        let key = self.key(pid);
+        if let Some(p) = self.procs.get_mut(&key) {
             p.gone_at.get_or_insert(now);
         }
     }
@@ -267,7 +278,8 @@ impl Metrics {
     /// `--gpu-time`: a piece of GPU work of a process (one with series:
     /// work comes after the calls that queued it).
     pub(crate) fn gpu(&mut self, w: &crate::model::gpu::GpuWork) {
-        if let Some(p) = self.procs.get_mut(&w.pid) {
+        let key = self.key(w.pid);
+        if let Some(p) = self.procs.get_mut(&key) {
             p.gpu.get_or_insert_with(Default::default).record(w);
         }
     }
@@ -283,6 +295,34 @@ impl Metrics {
             p.gone_at
                 .is_none_or(|t| now.saturating_duration_since(t) < keep)
         });
+        let procs = &self.procs;
+        self.programs
+            .retain(|pid, n| procs.contains_key(&(*pid, *n)));
+    }
+
+    /// The key of `pid`'s series now.
+    fn key(&self, pid: u32) -> (u32, u32) {
+        (pid, self.programs.get(&pid).copied().unwrap_or(0))
+    }
+
+    /// `pid` began a new program named `comm`: its series so far end (kept
+    /// `keep_exited` like a gone process's) and its calls from here on
+    /// count in new series labelled `comm`.
+    pub(crate) fn exec(&mut self, pid: u32, comm: &str, now: Instant) {
+        let key = self.key(pid);
+        let Some(old) = self.procs.get_mut(&key) else {
+            if let Some(i) = self.seen.get_mut(&pid) {
+                i.comm = comm.into();
+            }
+            return;
+        };
+        old.gone_at.get_or_insert(now);
+        let container = old.container.clone();
+        let next = (pid, key.1.wrapping_add(1));
+        self.procs.remove(&next);
+        self.procs
+            .insert(next, ProcessSeries::new(pid, comm, &container));
+        self.programs.insert(pid, next.1);
     }
 
     #[cfg(test)]
@@ -343,9 +383,7 @@ impl Sink for MetricsSink {
             Event::Gpu(w) => lock(&self.metrics).gpu(w),
             // The agents' news go to stderr; their losses to the summary.
             Event::GpuAgent(_) => {}
-            // The process's series keep the labels of the program they
-            // began with (new labels would start the counters again).
-            Event::Exec(_) => {}
+            Event::Exec(x) => lock(&self.metrics).exec(x.pid, &x.comm, Instant::now()),
         }
     }
 

@@ -173,6 +173,33 @@ fn what_was_read_when_seen_labels_later_calls() {
     assert!(!m.seen.contains_key(&42));
 }
 
+/// Issue 26 item 6: after an exec, what the process calls counts in series
+/// labelled with its new program; the old program's end like a gone
+/// process's (kept `keep_exited`, then dropped).
+#[test]
+fn an_exec_starts_series_under_the_new_name() {
+    let mut m = metrics();
+    m.keep_exited = Duration::from_secs(5);
+    m.record_call(&call(2, "cuLaunchKernel", 1, other()));
+    m.record_call(&call(2, "cuLaunchKernel", 1, other()));
+    let t0 = Instant::now();
+    m.exec(2, "next-program", t0);
+    m.record_call(&call(2, "cuLaunchKernel", 1, other()));
+    let text = m.render();
+    let old = r#"gputrace_api_calls_total{api="cuLaunchKernel",pid="2",comm="py\"thon",container_id="abc123def456",pod_uid="8a6b1f2e-3c4d-4e5f-9a0b-1c2d3e4f5a6b"} 2"#;
+    let new = r#"gputrace_api_calls_total{api="cuLaunchKernel",pid="2",comm="next-program",container_id="abc123def456",pod_uid="8a6b1f2e-3c4d-4e5f-9a0b-1c2d3e4f5a6b"} 1"#;
+    assert!(text.lines().any(|l| l == old), "{text}");
+    assert!(text.lines().any(|l| l == new), "{text}");
+    m.sweep(t0 + Duration::from_secs(6));
+    let text = m.render();
+    assert!(!text.contains(r#"comm="py\"thon",container_id"#), "{text}");
+    assert!(text.lines().any(|l| l == new), "{text}");
+    // An exec before any call: the first calls carry the new name.
+    m.exec(5, "late", t0);
+    m.record_call(&call(5, "cuLaunchKernel", 1, other()));
+    assert!(m.render().contains(r#"pid="5",comm="late""#));
+}
+
 #[test]
 fn a_reused_pid_starts_afresh() {
     let mut m = metrics();

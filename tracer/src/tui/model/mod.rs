@@ -370,6 +370,14 @@ impl Model {
         }
     }
 
+    /// `pid` began a new program: its row shows the new name (top shows
+    /// what a process runs now, as `top` does).
+    pub(crate) fn exec(&mut self, pid: u32, comm: &str) {
+        if let Some(p) = self.processes.get_mut(&pid) {
+            p.comm = comm.to_string();
+        }
+    }
+
     /// A stall said by the session.
     pub(crate) fn nccl_stall(&mut self, s: &crate::model::nccl::NcclStall) {
         use crate::model::nccl::NcclStall;

@@ -184,3 +184,19 @@ fn nccl_stalls_shown_until_over_or_gone() {
     });
     assert!(m.nccl_stalls.is_empty());
 }
+
+/// Issue 26 item 6: a process that execs shows its new program's name.
+#[test]
+fn an_exec_renames_the_row() {
+    let mut m = Model::default();
+    m.seen(7, "launcher", T0);
+    m.feed(
+        &call(7, "cuLaunchKernel", T0, 1_000, launch(Some("k"), 64)),
+        T0,
+    );
+    m.exec(7, "trainer");
+    assert_eq!(m.processes[&7].comm, "trainer");
+    // A process it never saw: nothing to rename.
+    m.exec(8, "other");
+    assert!(!m.processes.contains_key(&8));
+}
