@@ -7,8 +7,9 @@
 # others start); then, one after the other, processes launching in a
 # tight loop (`--bench launch --calls N`), each for a second or a few.
 # Prints, per process, the launches made, its run time and what the daemon
-# exported once its figure stopped moving (gputrace_api_calls_total and
-# gputrace_sampling_ratio); "none" is a missing series.
+# exported once the period it ended in was settled
+# (gputrace_api_calls_total and gputrace_sampling_ratio); "none" is a
+# missing series.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -39,13 +40,15 @@ for calls in 300000000 1000000000; do
     cat <&"${W[0]}" >/dev/null
     wait "$wpid" 2>/dev/null || true
     secs=$(echo "$(date +%s.%N) - $t0" | bc)
-    last=x
-    for _ in $(seq 30); do
+    end=$(date +%s)
+    # The estimate settles when the period the process ended in does: wait
+    # until its estimates run past its end (or 35 s, the longest period).
+    for _ in $(seq 35); do
         sleep 1
-        now=$(metric gputrace_api_calls_total "$pid" 'api="cuLaunchKernel"')
-        [ -n "$now" ] && [ "$now" = "$last" ] && break
-        last=$now
+        until_s=$(metric gputrace_sampling_estimated_until_seconds "$pid" '')
+        [ -n "$until_s" ] && [ "${until_s%.*}" -ge "$end" ] && break
     done
+    now=$(metric gputrace_api_calls_total "$pid" 'api="cuLaunchKernel"')
     printf '%14d %8.1f %14s %8s\n' "$calls" "$secs" "${now:-none}" \
         "$(metric gputrace_sampling_ratio "$pid" 'family="launch"' || true)"
 done

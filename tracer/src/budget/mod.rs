@@ -73,6 +73,25 @@ use crate::model::sampling::SamplingReport;
 use crate::probes::symbols::Prologue;
 use crate::probes::symbols::Prologues;
 
+/// The counts a report carries: every live process's, and those of the
+/// processes gone since the last report (but where a new process was given
+/// a gone one's PID since: the new one's).
+fn reported(
+    counts: &HashMap<(u32, u16), Count>,
+    departed: &HashMap<u32, Vec<(u16, Count)>>,
+) -> Vec<((u32, u16), Count)> {
+    let mut out: Vec<((u32, u16), Count)> = counts.iter().map(|(k, c)| (*k, *c)).collect();
+    for (pid, v) in departed {
+        if !counts.keys().any(|k| k.0 == *pid) {
+            out.extend(v.iter().map(|(id, c)| ((*pid, *id), *c)));
+        }
+    }
+    out
+}
+
+/// Gone processes whose counts wait for the next report, at most.
+const MAX_DEPARTED: usize = 4096;
+
 pub(super) struct Budget {
     /// The budget as a fraction (1% = 0.01).
     fraction: f64,
@@ -105,6 +124,11 @@ pub(super) struct Budget {
     in_place: InPlace,
     /// Where the ratio read in place is kept for the next budget.
     store: InPlaceStore,
+    /// Processes gone since the last period settled, with their counts:
+    /// the next report carries them once, with that period's share traced
+    /// (a process that lived into a period the probes were mostly off for
+    /// must not be reported as traced in full).
+    departed: HashMap<u32, Vec<(u16, Count)>>,
 }
 
 impl Budget {
@@ -139,6 +163,7 @@ impl Budget {
                 ..InPlace::default()
             },
             store,
+            departed: HashMap::new(),
         }
     }
 
@@ -188,6 +213,7 @@ impl Budget {
             if self.sampled {
                 out.push(self.report(&p));
             }
+            self.departed.clear();
             self.last = Some(p);
             if self.periods.is_multiple_of(KEEP_EVERY) {
                 self.keep_ratio();
@@ -249,7 +275,7 @@ impl Budget {
 
     fn report(&self, p: &Period) -> SamplingReport {
         let mut by_pid: BTreeMap<u32, Vec<ApiEstimate>> = BTreeMap::new();
-        for (&(pid, id), c) in &self.counts {
+        for ((pid, id), c) in reported(&self.counts, &self.departed) {
             let Some(api) = crate::catalogue::api(u32::from(id)) else {
                 continue;
             };
@@ -257,7 +283,7 @@ impl Budget {
                 api: api.name,
                 family: api.family,
                 observed: c.exact + c.sampled,
-                estimated: Self::estimate(c),
+                estimated: Self::estimate(&c),
             });
         }
         SamplingReport {
@@ -279,8 +305,21 @@ impl Budget {
         }
     }
 
-    /// A process gone: its counts are dropped (its last report is sent).
+    /// A process gone: its counts are dropped; the next report carries
+    /// them once more, with the share of that period traced (the process
+    /// may have called while the probes were off).
     pub(super) fn forget(&mut self, pid: u32) {
+        if self.departed.len() < MAX_DEPARTED {
+            let mine: Vec<(u16, Count)> = self
+                .counts
+                .iter()
+                .filter(|(k, _)| k.0 == pid)
+                .map(|(k, c)| (k.1, *c))
+                .collect();
+            if !mine.is_empty() {
+                self.departed.insert(pid, mine);
+            }
+        }
         self.counts.retain(|k, _| k.0 != pid);
         self.rates.retain(|k, _| k.0 != pid);
         self.last_rare.retain(|k, _| k.0 != pid);

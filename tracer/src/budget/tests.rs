@@ -275,3 +275,21 @@ fn a_rate_at_an_edge_does_not_flip_the_mode() {
         }
     }
 }
+
+/// A process gone before its period ended is in that period's report once
+/// more (with the share of it traced); a new process given its PID since
+/// is reported alone.
+#[test]
+fn gone_processes_are_reported_once_more() {
+    let c = |exact| Count {
+        exact,
+        ..Count::default()
+    };
+    let live: HashMap<(u32, u16), Count> = [((1, 0), c(5))].into();
+    let departed: HashMap<u32, Vec<(u16, Count)>> =
+        [(2, vec![(0, c(7)), (3, c(1))]), (1, vec![(0, c(99))])].into();
+    let mut r = reported(&live, &departed);
+    r.sort_by_key(|(k, _)| *k);
+    let got: Vec<((u32, u16), u64)> = r.iter().map(|(k, c)| (*k, c.exact)).collect();
+    assert_eq!(got, [((1, 0), 5), ((2, 0), 7), ((2, 3), 1)]);
+}
