@@ -533,6 +533,22 @@ pub fn nccl_ranks_bin(bin: &Path, n: usize, id_file: &Path, extra: &[&[&str]]) -
         .collect()
 }
 
+/// Lets NCCL ranks run, waits for each to succeed, then for gputrace
+/// (which stops when they have exited); their pids and gputrace's end.
+pub fn ranks_to_the_end(mut ws: Vec<Workload>, t: Tracer) -> (Vec<u32>, Finished) {
+    for w in ws.iter_mut() {
+        w.go();
+    }
+    let p: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    for w in ws {
+        let (status, _) = w.finish();
+        assert!(status.success(), "a rank failed: {status}");
+    }
+    let f = t.finish(Duration::from_secs(60));
+    assert!(f.status.success(), "{}", f.stderr_text());
+    (p, f)
+}
+
 /// The PIDs of `ws`, as `--pid` takes them.
 pub fn pids_of(ws: &[Workload]) -> String {
     ws.iter()

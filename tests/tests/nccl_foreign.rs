@@ -21,7 +21,7 @@ fn ranks_of_an_unknown_build_are_matched_by_their_unique_id() {
     // 5, 8 and 11.
     let common: &[&str] = &["--nccl", "12"];
     let late: &[&str] = &["--nccl", "12", "--late-ms", "100", "--late-every", "3"];
-    let mut ws = nccl_ranks_bin(&foreign(), 3, &dir.join("id"), &[common, common, late]);
+    let ws = nccl_ranks_bin(&foreign(), 3, &dir.join("id"), &[common, common, late]);
     let out = dir.join("t.jsonl");
     let sum = dir.join("s.json");
     let t = Tracer::attach(&[
@@ -34,16 +34,7 @@ fn ranks_of_an_unknown_build_are_matched_by_their_unique_id() {
         "--summary-file",
         sum.to_str().unwrap(),
     ]);
-    for w in ws.iter_mut() {
-        w.go();
-    }
-    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
-    for w in ws {
-        let (status, _) = w.finish();
-        assert!(status.success(), "a rank failed: {status}");
-    }
-    let f = t.finish(Duration::from_secs(60));
-    assert!(f.status.success(), "{}", f.stderr_text());
+    let (pids, _) = ranks_to_the_end(ws, t);
 
     let (events, _) = read_jsonl(&out);
     // Every init and every AllReduce carries the same id, marked as ours.

@@ -13,22 +13,6 @@ use serde_json::Value;
 
 const LATE_MS: u64 = 200;
 
-/// Lets the ranks run, waits for each to succeed, then for gputrace
-/// (which stops when they have exited); their pids and gputrace's end.
-fn run_to_the_end(mut ws: Vec<Workload>, t: Tracer) -> (Vec<u32>, Finished) {
-    for w in ws.iter_mut() {
-        w.go();
-    }
-    let p: Vec<u32> = ws.iter().map(|w| w.pid).collect();
-    for w in ws {
-        let (status, _) = w.finish();
-        assert!(status.success(), "a rank failed: {status}");
-    }
-    let f = t.finish(Duration::from_secs(60));
-    assert!(f.status.success(), "{}", f.stderr_text());
-    (p, f)
-}
-
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .unwrap()
@@ -67,7 +51,7 @@ fn a_late_rank_is_named_with_the_delay_it_caused() {
         "--summary-file",
         sum.to_str().unwrap(),
     ]);
-    let (p, f) = run_to_the_end(ws, t);
+    let (p, f) = ranks_to_the_end(ws, t);
     assert!(
         !f.stderr_text().contains("NCCL stall"),
         "{}",
@@ -553,7 +537,7 @@ fn communicators_created_before_attach_are_read_from_memory() {
         "--summary",
         "none",
     ]);
-    let (p, _) = run_to_the_end(ws, t);
+    let (p, _) = ranks_to_the_end(ws, t);
     let (events, summary) = read_jsonl(&out);
     assert!(
         of_api(&events, "ncclCommInitRank").is_empty(),
