@@ -9,6 +9,7 @@
 #include "cudart_sim.h"
 #include "workload_nccl.h"
 #include "workload_cupti.h"
+#include "workload_blas.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -204,7 +205,7 @@ static struct timespec g_start;      /* written before g_go, read after */
 static const char *usage_text =
     "usage: gputrace-workload [--threads T] [--launches N] [--distinct-kernels N] [--distinct-comms N] [--launch-ex N] [--coop N] [--graphs N] "
     "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--capture-checks N] [--fail N] [--nccl N] [--nccl-config] "
-    "[--pace-us US] [--exit-main] "
+    "[--pace-us US] [--exit-main] [--gemms N] "
     "[--ranks N --rank R [--id-file PATH] [--nccl-init-early] [--nccl-allreduce-only] [--nccl-scalable] "
     "[--split-color C] [--late-ms D [--late-every K]] [--stop-after N] [--nccl-timeout-ms MS] [--cuda-dev N]] [--ptsz] "
     "[--graph-replays R] [--graph-update] [--graphs-before-wait] [--graph-linger-ms N] [--capture-sleep-ms N] "
@@ -622,6 +623,9 @@ static void run_pass(struct worker *w)
 
     /* --varied (workload_cupti.c) */
     if (copt.varied) wcupti_pass(w);
+
+    /* --gemms (workload_blas.c) */
+    wblas_pass(w);
 }
 
 static int keep_going(void)
@@ -887,6 +891,7 @@ static void parse_args(int argc, char **argv)
         else if (!strcmp(a, "--nccl-config")) { NO_VALUE(); nopt.config = 1; }
         else if (parse_nccl_flag(a, val, argc, argv, &i)) { ranks_flags++; }
         else if (parse_cupti_flag(a, val, argc, argv, &i, &cupti_counted)) { counted_flags += cupti_counted; }
+        else if (parse_blas_flag(a, val, argc, argv, &i)) { counted_flags++; }
         else if (!strcmp(a, "--ptsz")) { NO_VALUE(); opt.ptsz = 1; }
         else if (!strcmp(a, "--per-thread-stream")) { NO_VALUE(); opt.per_thread = 1; }
         else if (!strcmp(a, "--wait-stdin")) { NO_VALUE(); opt.wait_stdin = 1; }
@@ -950,6 +955,7 @@ int main(int argc, char **argv)
     }
 
     wcupti_setup(); /* --map-cupti, --subscribe-cupti */
+    wblas_setup();  /* --gemms */
 
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
