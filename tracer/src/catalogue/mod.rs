@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 use tracer_common::ProbeCookie;
 
 use crate::catalogue::graph_apis::GraphRow;
+use crate::model::gemm::GemmForm;
 use crate::model::graph::GraphOp;
 use crate::model::types::AllocKind;
 use crate::model::types::Direction;
@@ -24,10 +25,18 @@ pub enum Lib {
     Cuda,
     Nccl,
     Cudart,
+    Cublas,
+    CublasLt,
 }
 
 impl Lib {
-    pub const ALL: [Lib; 3] = [Lib::Cuda, Lib::Nccl, Lib::Cudart];
+    pub const ALL: [Lib; 5] = [
+        Lib::Cuda,
+        Lib::Nccl,
+        Lib::Cudart,
+        Lib::Cublas,
+        Lib::CublasLt,
+    ];
 
     /// Basename prefixes that identify the library in `/proc/PID/maps`.
     pub fn file_prefix(self) -> &'static str {
@@ -35,6 +44,8 @@ impl Lib {
             Lib::Cuda => "libcuda.so",
             Lib::Nccl => "libnccl.so",
             Lib::Cudart => "libcudart.so",
+            Lib::Cublas => "libcublas.so",
+            Lib::CublasLt => "libcublasLt.so",
         }
     }
 
@@ -44,6 +55,8 @@ impl Lib {
             Lib::Cuda => "libcuda.so.1",
             Lib::Nccl => "libnccl.so.2",
             Lib::Cudart => "libcudart.so",
+            Lib::Cublas => "libcublas.so",
+            Lib::CublasLt => "libcublasLt.so",
         }
     }
 
@@ -52,6 +65,8 @@ impl Lib {
             Lib::Cuda => "libcuda",
             Lib::Nccl => "libnccl",
             Lib::Cudart => "libcudart",
+            Lib::Cublas => "libcublas",
+            Lib::CublasLt => "libcublasLt",
         }
     }
 }
@@ -134,6 +149,8 @@ pub enum Shape {
     RuntimeLaunchEx,
     /// Stream capture, graph construction and executable graphs (`graph_apis`).
     Graph(GraphOp),
+    /// A cuBLAS GEMM; `wide`: the `_64` form (int64 sizes).
+    Gemm { form: GemmForm, wide: bool },
 }
 
 impl Shape {
@@ -160,6 +177,10 @@ impl Shape {
                 c.with_comm(u32::from(comm), op.func())
             }
             Shape::Graph(op) => op.cookie(c),
+            Shape::Gemm { form, .. } => match form.stack_bytes() {
+                0 => c,
+                n => c.with_blob_stack(n),
+            },
             Shape::CommInitScalable => c.with_out(0, 0).with_blob_arg(4, 128),
             Shape::CommSplit => c.with_out(0, 3),
             Shape::Memcpy { dir: None, .. } => c.with_readable(),
@@ -258,8 +279,8 @@ struct Row(&'static str, &'static [&'static str], Lib, Family, Shape);
 fn rows() -> Vec<Row> {
     use AllocKind::{Device, Host, Managed};
     use Direction::{DtoD, DtoH, HtoD, PtoP};
-    use Family::{Launch, Memcpy, Memory, Names, Runtime, Sync};
-    use Lib::{Cuda, Cudart};
+    use Family::{Blas, Launch, Memcpy, Memory, Names, Runtime, Sync};
+    use Lib::{Cublas, Cuda, Cudart};
     use NcclOp::*;
     use Shape as S;
     let alloc = |kind, stream| S::Alloc { kind, stream };
@@ -272,6 +293,8 @@ fn rows() -> Vec<Row> {
         S::Nccl { op, count, dtype, redop, root, peer, comm, stream }
     };
     let (libnccl, collective) = (Lib::Nccl, Family::Nccl);
+    use GemmForm::{BatchedEx, Ex, StridedEx, Typed, TypedStrided};
+    let gemm = |form, wide| S::Gemm { form, wide };
     vec![
         Row("cuLaunchKernel",            PTSZ,  Cuda, Launch, S::Launch),
         Row("cuLaunchKernelEx",          PTSZ,  Cuda, Launch, S::LaunchEx),
@@ -344,6 +367,21 @@ fn rows() -> Vec<Row> {
         Row("ncclCommSplit",          PLAIN, libnccl, collective, S::CommSplit),
         Row("ncclCommDestroy",        PLAIN, libnccl, collective, S::CommEnd),
         Row("ncclCommAbort",          PLAIN, libnccl, collective, S::CommEnd),
+
+        Row("cublasSgemm_v2",               PLAIN, Cublas, Blas, gemm(Typed(0), false)),
+        Row("cublasSgemm_v2_64",            PLAIN, Cublas, Blas, gemm(Typed(0), true)),
+        Row("cublasDgemm_v2",               PLAIN, Cublas, Blas, gemm(Typed(1), false)),
+        Row("cublasDgemm_v2_64",            PLAIN, Cublas, Blas, gemm(Typed(1), true)),
+        Row("cublasHgemm",                  PLAIN, Cublas, Blas, gemm(Typed(2), false)),
+        Row("cublasHgemm_64",               PLAIN, Cublas, Blas, gemm(Typed(2), true)),
+        Row("cublasSgemmStridedBatched",    PLAIN, Cublas, Blas, gemm(TypedStrided(0), false)),
+        Row("cublasSgemmStridedBatched_64", PLAIN, Cublas, Blas, gemm(TypedStrided(0), true)),
+        Row("cublasGemmEx",                 PLAIN, Cublas, Blas, gemm(Ex, false)),
+        Row("cublasGemmEx_64",              PLAIN, Cublas, Blas, gemm(Ex, true)),
+        Row("cublasGemmStridedBatchedEx",   PLAIN, Cublas, Blas, gemm(StridedEx, false)),
+        Row("cublasGemmStridedBatchedEx_64", PLAIN, Cublas, Blas, gemm(StridedEx, true)),
+        Row("cublasGemmBatchedEx",          PLAIN, Cublas, Blas, gemm(BatchedEx, false)),
+        Row("cublasGemmBatchedEx_64",       PLAIN, Cublas, Blas, gemm(BatchedEx, true)),
     ]
 }
 

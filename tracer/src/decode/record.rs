@@ -191,6 +191,12 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             captured: None,
         }),
         Shape::Graph(op) => Args::GraphApi(crate::graphs::decode::decode(op, raw, out)),
+        Shape::Gemm { form, wide } => Args::Gemm(crate::model::gemm::Gemm::decode(
+            form,
+            &[a(0), a(1), a(2), a(3), a(4), a(5)],
+            raw.blob.unwrap_or(&[]),
+            wide,
+        )),
         Shape::Alloc { kind, stream } => Args::Alloc(Alloc {
             dptr: out(0),
             bytes: a(1),

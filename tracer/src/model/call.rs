@@ -94,6 +94,8 @@ pub enum Args {
     },
     Nccl(Nccl),
     NcclGroup,
+    /// A cuBLAS GEMM: its problem, operations and types.
+    Gemm(crate::model::gemm::Gemm),
     CommInit {
         comm: Option<u64>,
         nranks: i64,

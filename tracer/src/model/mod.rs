@@ -4,6 +4,7 @@
 
 pub mod call;
 pub mod capped;
+pub mod gemm;
 pub mod gpu;
 pub mod graph;
 pub(crate) mod nccl;

@@ -16,10 +16,12 @@ pub enum Family {
     Runtime,
     Nccl,
     Graphs,
+    /// cuBLAS and cuBLASLt GEMMs.
+    Blas,
 }
 
 impl Family {
-    pub const ALL: [Family; 8] = [
+    pub const ALL: [Family; 9] = [
         Family::Launch,
         Family::Memory,
         Family::Memcpy,
@@ -28,6 +30,7 @@ impl Family {
         Family::Runtime,
         Family::Nccl,
         Family::Graphs,
+        Family::Blas,
     ];
 
     pub fn name(self) -> &'static str {
@@ -40,6 +43,7 @@ impl Family {
             Family::Runtime => "runtime",
             Family::Nccl => "nccl",
             Family::Graphs => "graphs",
+            Family::Blas => "blas",
         }
     }
 

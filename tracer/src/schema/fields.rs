@@ -17,6 +17,10 @@ pub(crate) trait ArgFields {
     fn opt_hex(&mut self, key: &'static str, v: Option<u64>);
     /// A count or size.
     fn uint(&mut self, key: &'static str, v: u64);
+    /// A signed number as the caller passed it (a GEMM's sizes).
+    fn int(&mut self, key: &'static str, v: i64);
+    /// A signed number that may be unknown (JSON: `null`).
+    fn opt_int(&mut self, key: &'static str, v: Option<i64>);
     /// A name from a fixed set (a copy direction, an allocation kind).
     fn name(&mut self, key: &'static str, v: &str);
     /// Text that may be unknown (a function's name; JSON: `null`).
@@ -112,6 +116,26 @@ pub(crate) fn visit(args: &Args, f: &mut impl ArgFields) {
             f.hex("kernel", *kernel);
         }
         Args::NcclGroup => {}
+        Args::Gemm(g) => {
+            use crate::model::gemm::{compute_name, dtype_name, op_name};
+            f.name("transa", op_name(g.transa).unwrap_or("?"));
+            f.name("transb", op_name(g.transb).unwrap_or("?"));
+            f.int("m", g.m);
+            f.int("n", g.n);
+            f.int("k", g.k);
+            f.opt_int("batch", g.batch);
+            for (key, t) in [
+                ("a_type", g.a_type),
+                ("b_type", g.b_type),
+                ("c_type", g.c_type),
+            ] {
+                f.opt_text(key, t.map(|t| dtype_name(t).unwrap_or("unknown")));
+            }
+            f.opt_text(
+                "compute",
+                g.compute.map(|c| compute_name(c).unwrap_or("unknown")),
+            );
+        }
         Args::CommEnd { comm } => f.hex("comm", *comm),
         Args::RuntimeLaunch { func, stream } => {
             f.hex("func", *func);

@@ -111,6 +111,7 @@ fn parse_args(shape: crate::catalogue::Shape, a: &Map<String, Value>) -> Result<
         }),
         Shape::GraphLaunch => Args::Graph(crate::graphs::json::parse_launch(a)?),
         Shape::Graph(op) => Args::GraphApi(crate::graphs::json::parse_call(op, a)?),
+        Shape::Gemm { .. } => Args::Gemm(parse_gemm(a)?),
         Shape::Alloc { .. } | Shape::AllocPitch => Args::Alloc(Alloc {
             dptr: get_opt_hex(a, "dptr")?,
             bytes: get_u64(a, "bytes")?,
@@ -288,6 +289,33 @@ fn parse_nccl_op(s: &str) -> Option<NcclOp> {
     ]
     .into_iter()
     .find(|o| o.name() == s)
+}
+
+/// A GEMM's fields (`docs/events.md`); a type or compute type this build
+/// does not name stays unknown.
+fn parse_gemm(a: &serde_json::Map<String, Value>) -> Result<crate::model::gemm::Gemm, ParseError> {
+    use crate::model::gemm::{compute_from_name, dtype_from_name, op_from_name, Gemm};
+    let op = |k: &'static str| {
+        a.get(k)
+            .and_then(Value::as_str)
+            .and_then(op_from_name)
+            .ok_or(ParseError::Field(k))
+    };
+    let size = |k: &'static str| get_opt_i64(a, k)?.ok_or(ParseError::Field(k));
+    let named =
+        |k: &str, from: fn(&str) -> Option<u32>| a.get(k).and_then(Value::as_str).and_then(from);
+    Ok(Gemm {
+        transa: op("transa")?,
+        transb: op("transb")?,
+        m: size("m")?,
+        n: size("n")?,
+        k: size("k")?,
+        batch: get_opt_i64(a, "batch")?,
+        a_type: named("a_type", dtype_from_name),
+        b_type: named("b_type", dtype_from_name),
+        c_type: named("c_type", dtype_from_name),
+        compute: named("compute", compute_from_name),
+    })
 }
 
 /// `comm_id_from: "unique_id"`: the id is gputrace's own, not NCCL's.

@@ -109,6 +109,14 @@ impl ArgFields for JsonFields<'_> {
         self.key(key);
         num(self.out, v);
     }
+    fn int(&mut self, key: &'static str, v: i64) {
+        self.key(key);
+        let _ = write!(self.out, "{v}");
+    }
+    fn opt_int(&mut self, key: &'static str, v: Option<i64>) {
+        self.key(key);
+        opt_int(self.out, v);
+    }
     fn name(&mut self, key: &'static str, v: &str) {
         self.key(key);
         string(self.out, v);

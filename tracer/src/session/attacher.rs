@@ -38,7 +38,7 @@ impl Overrides {
         match lib {
             Lib::Cuda => self.libcuda.as_ref(),
             Lib::Nccl => self.libnccl.as_ref(),
-            Lib::Cudart => None,
+            Lib::Cudart | Lib::Cublas | Lib::CublasLt => None,
         }
     }
 

@@ -106,6 +106,14 @@ impl<S: AnnotationSink> ArgFields for Annotations<'_, S> {
     fn uint(&mut self, key: &'static str, v: u64) {
         self.0.uint(key, v);
     }
+    fn int(&mut self, key: &'static str, v: i64) {
+        self.0.json(key, &Value::from(v));
+    }
+    fn opt_int(&mut self, key: &'static str, v: Option<i64>) {
+        if let Some(v) = v {
+            self.0.json(key, &Value::from(v));
+        }
+    }
     fn name(&mut self, key: &'static str, v: &str) {
         self.0.string(key, v);
     }
