@@ -117,18 +117,21 @@ pub fn compute_from_name(s: &str) -> Option<u32> {
 /// One GEMM: C = op(A) op(B), `batch` times, A m × k, B k × n.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gemm {
-    pub transa: u32,
-    pub transb: u32,
+    /// `cublasOperation_t` of A and B (`None`: a value cuBLAS does not define).
+    pub transa: Option<u32>,
+    pub transb: Option<u32>,
     pub m: i64,
     pub n: i64,
     pub k: i64,
     /// 1 for a single GEMM; `None` where the count could not be read.
     pub batch: Option<i64>,
-    /// `cudaDataType_t` codes of A, B and C (`None`: not read).
+    /// `cudaDataType_t` codes of A, B and C (`None`: not read, or a type
+    /// this build does not name).
     pub a_type: Option<u32>,
     pub b_type: Option<u32>,
     pub c_type: Option<u32>,
-    /// `cublasComputeType_t` (`None` for the typed forms, which have none).
+    /// `cublasComputeType_t` (`None` for the typed forms, which have none,
+    /// and for a value this build does not name).
     pub compute: Option<u32>,
 }
 
@@ -157,12 +160,15 @@ impl Gemm {
             _ => None,
         };
         let ty = |i: usize| match types {
-            Some(p) => slot(p[i]).map(|v| v as u32),
+            Some(p) => slot(p[i])
+                .map(|v| v as u32)
+                .filter(|t| dtype_name(*t).is_some()),
             None => fixed,
         };
+        let op = |v: u64| Some(v as u32).filter(|o| op_name(*o).is_some());
         Self {
-            transa: regs[1] as u32,
-            transb: regs[2] as u32,
+            transa: op(regs[1]),
+            transb: op(regs[2]),
             m: int(regs[3]),
             n: int(regs[4]),
             k: int(regs[5]),
@@ -173,7 +179,10 @@ impl Gemm {
             a_type: ty(0),
             b_type: ty(1),
             c_type: ty(2),
-            compute: compute.and_then(slot).map(|v| v as u32),
+            compute: compute
+                .and_then(slot)
+                .map(|v| v as u32)
+                .filter(|c| compute_name(*c).is_some()),
         }
     }
 
@@ -202,7 +211,10 @@ mod tests {
         let regs = [0xabc, 1, 0, 64, 64, 128];
         let s = stack(&[(8, 2), (12, 2), (17, 2), (20, 8), (21, 68)], 128);
         let g = Gemm::decode(GemmForm::StridedEx, &regs, &s, false);
-        assert_eq!((g.transa, g.transb, g.m, g.n, g.k), (1, 0, 64, 64, 128));
+        assert_eq!(
+            (g.transa, g.transb, g.m, g.n, g.k),
+            (Some(1), Some(0), 64, 64, 128)
+        );
         assert_eq!(g.batch, Some(8));
         assert_eq!((g.a_type, g.b_type, g.c_type), (Some(2), Some(2), Some(2)));
         assert_eq!(g.compute.and_then(compute_name), Some("32F"));

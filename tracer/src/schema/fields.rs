@@ -118,8 +118,8 @@ pub(crate) fn visit(args: &Args, f: &mut impl ArgFields) {
         Args::NcclGroup => {}
         Args::Gemm(g) => {
             use crate::model::gemm::{compute_name, dtype_name, op_name};
-            f.name("transa", op_name(g.transa).unwrap_or("?"));
-            f.name("transb", op_name(g.transb).unwrap_or("?"));
+            f.opt_text("transa", g.transa.and_then(op_name));
+            f.opt_text("transb", g.transb.and_then(op_name));
             f.int("m", g.m);
             f.int("n", g.n);
             f.int("k", g.k);
@@ -129,12 +129,9 @@ pub(crate) fn visit(args: &Args, f: &mut impl ArgFields) {
                 ("b_type", g.b_type),
                 ("c_type", g.c_type),
             ] {
-                f.opt_text(key, t.map(|t| dtype_name(t).unwrap_or("unknown")));
+                f.opt_text(key, t.and_then(dtype_name));
             }
-            f.opt_text(
-                "compute",
-                g.compute.map(|c| compute_name(c).unwrap_or("unknown")),
-            );
+            f.opt_text("compute", g.compute.and_then(compute_name));
         }
         Args::CommEnd { comm } => f.hex("comm", *comm),
         Args::RuntimeLaunch { func, stream } => {

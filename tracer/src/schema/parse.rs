@@ -295,18 +295,12 @@ fn parse_nccl_op(s: &str) -> Option<NcclOp> {
 /// does not name stays unknown.
 fn parse_gemm(a: &serde_json::Map<String, Value>) -> Result<crate::model::gemm::Gemm, ParseError> {
     use crate::model::gemm::{compute_from_name, dtype_from_name, op_from_name, Gemm};
-    let op = |k: &'static str| {
-        a.get(k)
-            .and_then(Value::as_str)
-            .and_then(op_from_name)
-            .ok_or(ParseError::Field(k))
-    };
     let size = |k: &'static str| get_opt_i64(a, k)?.ok_or(ParseError::Field(k));
     let named =
         |k: &str, from: fn(&str) -> Option<u32>| a.get(k).and_then(Value::as_str).and_then(from);
     Ok(Gemm {
-        transa: op("transa")?,
-        transb: op("transb")?,
+        transa: named("transa", op_from_name),
+        transb: named("transb", op_from_name),
         m: size("m")?,
         n: size("n")?,
         k: size("k")?,
