@@ -533,6 +533,24 @@ pub fn nccl_ranks_bin(bin: &Path, n: usize, id_file: &Path, extra: &[&[&str]]) -
         .collect()
 }
 
+/// gputrace attached by PID to the ranks `ws`, writing the JSONL timeline
+/// to `out` and the JSON summary to `sum`; `extra`: more options.
+pub fn attach_ranks(ws: &[Workload], out: &Path, sum: &Path, extra: &[&str]) -> Tracer {
+    let pids = pids_of(ws);
+    let mut args = vec![
+        "--pid",
+        &pids,
+        "--output",
+        out.to_str().unwrap(),
+        "--summary",
+        "json",
+        "--summary-file",
+        sum.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    Tracer::attach(&args)
+}
+
 /// Lets NCCL ranks run, waits for each to succeed, then for gputrace
 /// (which stops when they have exited); their pids and gputrace's end.
 pub fn ranks_to_the_end(mut ws: Vec<Workload>, t: Tracer) -> (Vec<u32>, Finished) {

@@ -24,16 +24,7 @@ fn ranks_of_an_unknown_build_are_matched_by_their_unique_id() {
     let ws = nccl_ranks_bin(&foreign(), 3, &dir.join("id"), &[common, common, late]);
     let out = dir.join("t.jsonl");
     let sum = dir.join("s.json");
-    let t = Tracer::attach(&[
-        "--pid",
-        &pids_of(&ws),
-        "--output",
-        out.to_str().unwrap(),
-        "--summary",
-        "json",
-        "--summary-file",
-        sum.to_str().unwrap(),
-    ]);
+    let t = attach_ranks(&ws, &out, &sum, &[]);
     let (pids, _) = ranks_to_the_end(ws, t);
 
     let (events, _) = read_jsonl(&out);

@@ -41,16 +41,7 @@ fn a_late_rank_is_named_with_the_delay_it_caused() {
     let ws = nccl_ranks(3, &dir.join("id"), &[&common, &common, &r2]);
     let out = dir.join("t.jsonl");
     let sum = dir.join("s.json");
-    let t = Tracer::attach(&[
-        "--pid",
-        &pids_of(&ws),
-        "--output",
-        out.to_str().unwrap(),
-        "--summary",
-        "json",
-        "--summary-file",
-        sum.to_str().unwrap(),
-    ]);
+    let t = attach_ranks(&ws, &out, &sum, &[]);
     let (p, f) = ranks_to_the_end(ws, t);
     assert!(
         !f.stderr_text().contains("NCCL stall"),
@@ -432,18 +423,7 @@ fn collectives_a_rank_entered_before_attach_are_not_stalls() {
         .iter()
         .any(|l| l.starts_with("nccl ahead=5 ")));
     let (out, sum) = (dir.join("t.jsonl"), dir.join("s.json"));
-    let t = Tracer::attach(&[
-        "--pid",
-        &pids_of(&ws),
-        "--output",
-        out.to_str().unwrap(),
-        "--summary",
-        "json",
-        "--summary-file",
-        sum.to_str().unwrap(),
-        "--nccl-stall",
-        "1s",
-    ]);
+    let t = attach_ranks(&ws, &out, &sum, &["--nccl-stall", "1s"]);
     for w in ws.iter_mut() {
         w.go();
     }

@@ -81,8 +81,9 @@ fn reported(
     departed: &HashMap<u32, Vec<(u16, Count)>>,
 ) -> Vec<((u32, u16), Count)> {
     let mut out: Vec<((u32, u16), Count)> = counts.iter().map(|(k, c)| (*k, *c)).collect();
+    let live: std::collections::HashSet<u32> = counts.keys().map(|k| k.0).collect();
     for (pid, v) in departed {
-        if !counts.keys().any(|k| k.0 == *pid) {
+        if !live.contains(pid) {
             out.extend(v.iter().map(|(id, c)| ((*pid, *id), *c)));
         }
     }
