@@ -180,6 +180,26 @@ impl ProcessActivity {
         }
     }
 
+    /// The summary of second `sec`, made if need be; `None` when it is
+    /// far too late for any window.
+    fn second(&mut self, sec: u64) -> Option<&mut ProcessSummary> {
+        // Calls arrive about in order: the second is the last one or close to it.
+        let i = self.seconds.partition_point(|(s, _)| *s < sec);
+        if self.seconds.get(i).is_none_or(|(s, _)| *s != sec) {
+            if self
+                .seconds
+                .front()
+                .is_some_and(|(s, _)| sec + DETAIL_SECS < *s)
+            {
+                return None;
+            }
+            let mut summary = ProcessSummary::default();
+            summary.pid = self.pid;
+            self.seconds.insert(i, (sec, summary));
+        }
+        Some(&mut self.seconds[i].1)
+    }
+
     fn record(&mut self, c: &Call, device_bytes: Option<u64>) {
         self.first_sec = self.first_sec.min(c.ts_ns / NS);
         if let Some(b) = device_bytes {
@@ -187,8 +207,6 @@ impl ProcessActivity {
             self.peak_bytes = self.peak_bytes.max(b);
         }
         let sec = (c.ts_ns + c.dur_ns.unwrap_or(0)) / NS;
-        // Calls arrive about in order: the second is the last one or close to it.
-        let i = self.seconds.partition_point(|(s, _)| *s < sec);
         if matches!(c.args, Args::CommInit { .. }) {
             let mut one = ProcessSummary::default();
             one.record(c);
@@ -198,43 +216,15 @@ impl ProcessActivity {
                 }
             }
         }
-        match self.seconds.get_mut(i) {
-            Some((s, summary)) if *s == sec => summary.record(c),
-            _ => {
-                if self
-                    .seconds
-                    .front()
-                    .is_some_and(|(s, _)| sec + DETAIL_SECS < *s)
-                {
-                    return; // far too late for any window
-                }
-                let mut summary = ProcessSummary::default();
-                summary.pid = self.pid;
-                summary.record(c);
-                self.seconds.insert(i, (sec, summary));
-            }
+        if let Some(summary) = self.second(sec) {
+            summary.record(c);
         }
     }
 
     /// `--gpu-time`: a piece of work its GPU ran, in the second it ended.
     fn gpu(&mut self, w: &crate::model::gpu::GpuWork) {
-        let sec = w.end_ns / NS;
-        let i = self.seconds.partition_point(|(s, _)| *s < sec);
-        let summary = match self.seconds.get_mut(i) {
-            Some((s, summary)) if *s == sec => summary,
-            _ => {
-                if self
-                    .seconds
-                    .front()
-                    .is_some_and(|(s, _)| sec + DETAIL_SECS < *s)
-                {
-                    return; // far too late for any window
-                }
-                let mut summary = ProcessSummary::default();
-                summary.pid = self.pid;
-                self.seconds.insert(i, (sec, summary));
-                &mut self.seconds[i].1
-            }
+        let Some(summary) = self.second(w.end_ns / NS) else {
+            return;
         };
         summary.gpu.get_or_insert_with(Default::default).record(w);
     }
