@@ -131,7 +131,9 @@ fn the_daemons_series_take_the_new_programs_name() {
     let dir = scratch("exec-daemon");
     let second = dir.join("wl-renamed");
     std::os::unix::fs::symlink(workload_bin(), &second).unwrap();
-    let d = Daemon::start(&[], &[]);
+    // Started before the daemon: a daemon attaches at its start to the
+    // processes already there (one started after is found by a later scan
+    // of /proc, which may come after its calls).
     let mut w = Workload::start(&[
         "--launches",
         "3",
@@ -140,7 +142,7 @@ fn the_daemons_series_take_the_new_programs_name() {
         "--launches",
         "5",
     ]);
-    d.wait_probed(&sim_dir());
+    let d = Daemon::start(&[], &[]);
     let pid = w.pid.to_string();
     w.go();
     let launches = |m: &str, comm: &str| {
