@@ -4,6 +4,8 @@
 
 pub mod call;
 pub mod capped;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod gemm;
 pub mod gpu;
 pub mod graph;

@@ -4,6 +4,7 @@
 //! `gputrace stats FILE` feed the same [`Summary`] with the same calls.
 
 mod api;
+pub mod gemm;
 pub mod gpu;
 pub(crate) mod histogram;
 pub mod render;
@@ -179,6 +180,8 @@ pub struct ProcessSummary {
     pub sites: CallSites,
     /// `--gpu-time`: what its GPU did (`None` without GPU records).
     pub gpu: Option<gpu::GpuProcess>,
+    /// cuBLAS GEMMs by shape, with the kernels they launched.
+    pub gemms: gemm::GemmBook,
     /// The programs it ran after the first (`execve`), in order: (when,
     /// Unix ns; the new program's name). `comm` is the first program's.
     pub execs: Vec<(u64, String)>,
@@ -226,6 +229,7 @@ impl ProcessSummary {
             self.sites.add(c.api, &stack.frames, c.dur_ns);
         }
         let ok = !c.failed();
+        self.gemms.record(c);
         match &c.args {
             Args::Launch(l) if ok && l.captured.is_some() => self.graphs.captured += 1,
             Args::Memcpy(m) if ok && m.captured.is_some() => self.graphs.captured += 1,
@@ -326,6 +330,7 @@ impl ProcessSummary {
         }
         self.graphs.merge(&o.graphs);
         self.sites.merge(&o.sites);
+        self.gemms.merge(&o.gemms);
         if let Some(g) = &o.gpu {
             self.gpu.get_or_insert_with(Default::default).merge(g);
         }
@@ -416,10 +421,9 @@ impl Summary {
 
     /// `--gpu-time`: a piece of work a process's GPU ran.
     pub fn record_gpu(&mut self, w: &crate::model::gpu::GpuWork) {
-        self.process(w.pid)
-            .gpu
-            .get_or_insert_with(Default::default)
-            .record(w);
+        let p = self.process(w.pid);
+        p.gemms.record_gpu(w);
+        p.gpu.get_or_insert_with(Default::default).record(w);
     }
 
     /// `--gpu-time`: what a process's agent said.
