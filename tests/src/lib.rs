@@ -574,3 +574,21 @@ pub fn pids_of(ws: &[Workload]) -> String {
         .collect::<Vec<_>>()
         .join(",")
 }
+
+/// How long a workload is kept alive after its last call under
+/// `--gpu-time`: the agent hands its records over every 100 ms (a
+/// process's last tenth of a second before it exits is not recorded:
+/// docs/gpu-time.md).
+pub const GPU_HOLD: Duration = Duration::from_millis(600);
+
+/// gputrace attached to `w` with `--gpu-time`, once its agent is attached.
+pub fn attach_gpu(w: &Workload, out: &Path, extra: &[&str]) -> Tracer {
+    let mut args = vec!["--gpu-time"];
+    args.extend_from_slice(extra);
+    let mut t = Tracer::attach_to(w, out, &args);
+    t.stderr.wait_for(
+        &format!("gputrace: process {}: GPU time from its CUPTI", w.pid),
+        Duration::from_secs(30),
+    );
+    t
+}

@@ -49,16 +49,156 @@ fn gemm_calls_carry_their_shapes_and_types() {
     let want = serde_json::json!({"transa":"N","transb":"N","m":64,"n":64,"k":128,"batch":8,
         "a_type":"fp16","b_type":"fp16","c_type":"fp16","compute":"32F"});
     assert_eq!(strided[0], want);
-    // Every counted call the workload made was traced: 3 GEMMs and 5
-    // launches a round (its 11 cuBLASLt calls are not probed yet).
+    // The Lt matmul is given the problem its descriptors said.
+    let lt = args_of("cublasLtMatmul");
+    assert_eq!(lt.len(), 2);
+    let want = serde_json::json!({"transa":"T","transb":"N","m":1024,"n":1024,"k":8192,"batch":1,
+        "a_type":"fp16","b_type":"fp16","c_type":"fp16","compute":"32F"});
+    assert_eq!(lt[0], want);
+    let layouts = args_of("cublasLtMatrixLayoutCreate");
+    assert_eq!(layouts.len(), 6);
+    assert_eq!(layouts[0]["rows"], 8192);
+    assert_eq!(layouts[0]["type"], "fp16");
+    let set = args_of("cublasLtMatmulDescSetAttribute");
+    assert_eq!(set.len(), 4);
+    assert_eq!(
+        (&set[0]["attr"], &set[0]["value"]),
+        (&serde_json::json!(3), &serde_json::json!(1))
+    );
+    // Every counted call the workload made was traced: 3 GEMMs, 11
+    // cuBLASLt calls and 5 launches a round.
     let traced = [
         "cublasSgemm_v2",
         "cublasGemmEx",
         "cublasGemmStridedBatchedEx",
+        "cublasLtMatmulDescCreate",
+        "cublasLtMatmulDescSetAttribute",
+        "cublasLtMatmulDescDestroy",
+        "cublasLtMatrixLayoutCreate",
+        "cublasLtMatrixLayoutDestroy",
+        "cublasLtMatmul",
         "cuLaunchKernel",
     ]
     .iter()
     .map(|api| of_api(&run.events, api).len() as u64)
     .sum::<u64>();
-    assert_eq!(traced + 2 * 11, run.done);
+    assert_eq!(traced, run.done);
+}
+
+/// The row of `summary`'s process with GEMMs whose label is `op` and (m, n, k).
+fn shape<'a>(summary: &'a serde_json::Value, m: i64, n: i64, k: i64) -> &'a serde_json::Value {
+    let p = summary["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["gemms"].is_object())
+        .expect("a process with GEMMs");
+    p["gemms"]["shapes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["m"] == m && r["n"] == n && r["k"] == k)
+        .unwrap_or_else(|| panic!("no shape {m}x{n}x{k} in {}", p["gemms"]))
+}
+
+fn launches_of(row: &serde_json::Value) -> Vec<(String, u64)> {
+    row["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["name"].as_str().unwrap().to_string(),
+                k["launches"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 28 steps 2 and 3: the summary's GEMMs by shape, each with the
+/// kernels launched inside its calls; `stats` of the timeline says the same.
+#[test]
+fn gemms_by_shape_own_the_kernels_they_launched() {
+    let run = trace_workload("blas-by-shape", &["--gemms", "3", "--launches", "0"], &[]);
+    let lt = shape(&run.summary, 1024, 1024, 8192);
+    assert_eq!(lt["calls"], 3);
+    assert_eq!(
+        (&lt["op"], &lt["transa"], &lt["a_type"]),
+        (&"gemm".into(), &"T".into(), &"fp16".into())
+    );
+    let mut ks = launches_of(lt);
+    ks.sort();
+    assert_eq!(
+        ks,
+        [
+            ("cublasSplitKreduce_kernel".to_string(), 3),
+            ("nvjet_hsh_128x256_64x4_1x2_h_bz_coopA_TNT".to_string(), 3)
+        ]
+    );
+    let bmm = shape(&run.summary, 64, 64, 128);
+    assert_eq!(
+        (&bmm["op"], &bmm["batch"], &bmm["calls"]),
+        (&"bmm".into(), &8.into(), &3.into())
+    );
+    assert_eq!(launches_of(bmm).len(), 1);
+    let sgemm = shape(&run.summary, 128, 256, 64);
+    assert!(launches_of(sgemm)[0].0.starts_with("sm90_xmma_gemm_f32f32"));
+    assert_eq!(launches_of(sgemm)[0].1, 3);
+    assert!(sgemm["gpu"].is_null(), "no GPU time without --gpu-time");
+    // Read back from the file: the same table.
+    let out = run_gputrace(&["stats", run.out.to_str().unwrap(), "--format", "json"]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let back: serde_json::Value = serde_json::from_str(&out.stdout).expect("stats json");
+    assert_eq!(shape(&back, 1024, 1024, 8192)["kernels"], lt["kernels"]);
+    assert_eq!(shape(&back, 64, 64, 128)["calls"], 3);
+}
+
+/// With `--gpu-time`: each GEMM call's GPU time is the span of its kernels
+/// on the GPU (the simulator runs a kernel for grid × block / 64 ns), and
+/// TFLOP/s is 2·b·m·n·k over it.
+#[test]
+fn with_gpu_time_each_shape_has_its_calls_gpu_spans() {
+    let out = scratch("blas-gpu").join("t.jsonl");
+    let mut w = Workload::start(&[
+        "--map-cupti",
+        "--gemms",
+        "4",
+        "--launches",
+        "0",
+        "--wait-stdin-end",
+    ]);
+    let t = attach_gpu(&w, &out, &[]);
+    w.go_and_hold(GPU_HOLD);
+    let (status, _) = w.finish();
+    assert!(status.success());
+    let f = t.finish(std::time::Duration::from_secs(60));
+    assert!(f.status.success(), "{}", f.stderr_text());
+    let (_, summary) = read_jsonl(&out);
+    // One kernel each: Sgemm 128×256 on a 1×2 grid of 256 threads (8 ns),
+    // GemmEx 512×512 on 4×4 (64 ns), the batch of 8 64×64 on 1×1×8 (32 ns).
+    for ((m, n, k), ns) in [
+        ((128, 256, 64), 8u64),
+        ((512, 512, 1024), 64),
+        ((64, 64, 128), 32),
+    ] {
+        let row = shape(&summary, m, n, k);
+        let gpu = &row["gpu"];
+        assert_eq!(gpu["count"], 4, "{row}");
+        assert_eq!(
+            (gpu["min_ns"].as_u64(), gpu["max_ns"].as_u64()),
+            (Some(ns), Some(ns)),
+            "{row}"
+        );
+        let flops = row["flops"].as_f64().unwrap();
+        let tflops = row["tflops"].as_f64().unwrap();
+        assert!(
+            (tflops - flops / ns as f64 / 1e3).abs() < 1e-9 * tflops,
+            "{row}"
+        );
+    }
+    // The Lt matmul's two kernels (256 ns, then the 16,384 ns split-K
+    // reduction, queued after it): a span of both at least.
+    let lt = &shape(&summary, 1024, 1024, 8192)["gpu"];
+    assert_eq!(lt["count"], 4, "{lt}");
+    assert!(lt["min_ns"].as_u64().unwrap() >= 256 + 16_384, "{lt}");
 }

@@ -12,10 +12,6 @@ use serde_json::Value;
 
 /// The simulated kernel's time on the GPU: one nanosecond per 64 threads
 /// (tests/sim/README.md, the simulated CUPTI).
-/// How long a workload is kept alive after its last call: the agent hands
-/// its records over every 100 ms (a process's last tenth of a second before
-/// it exits is not recorded: docs/gpu-time.md).
-const HOLD: Duration = Duration::from_millis(600);
 
 fn sim_kernel_ns(grid: [u64; 3], block: [u64; 3]) -> u64 {
     (grid.iter().product::<u64>() * block.iter().product::<u64>() / 64).max(1)
@@ -44,18 +40,6 @@ fn maps_agent(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// gputrace attached to `w` with `--gpu-time`, once its agent is attached.
-fn attach_gpu(w: &Workload, out: &Path, extra: &[&str]) -> Tracer {
-    let mut args = vec!["--gpu-time"];
-    args.extend_from_slice(extra);
-    let mut t = Tracer::attach_to(w, out, &args);
-    t.stderr.wait_for(
-        &format!("gputrace: process {}: GPU time from its CUPTI", w.pid),
-        Duration::from_secs(30),
-    );
-    t
-}
-
 #[test]
 fn gpu_records_of_a_process_attached_mid_run_are_exact_and_joined_to_their_calls() {
     let out = scratch("gpu_exact").join("t.jsonl");
@@ -70,7 +54,7 @@ fn gpu_records_of_a_process_attached_mid_run_are_exact_and_joined_to_their_calls
         "--wait-stdin-end",
     ]);
     let t = attach_gpu(&w, &out, &[]);
-    w.go_and_hold(HOLD);
+    w.go_and_hold(GPU_HOLD);
     let (status, _) = w.finish();
     assert!(status.success());
     let f = t.finish(Duration::from_secs(60));
@@ -144,7 +128,7 @@ fn every_timeline_format_carries_the_gpu_records_and_stats_reads_them_back() {
             "--wait-stdin-end",
         ]);
         let t = attach_gpu(&w, &out, &[]);
-        w.go_and_hold(HOLD);
+        w.go_and_hold(GPU_HOLD);
         assert!(w.finish().0.success());
         let f = t.finish(Duration::from_secs(60));
         assert!(f.status.success(), "{}", f.stderr_text());
@@ -274,7 +258,7 @@ fn a_target_blocked_in_a_system_call_is_attached() {
     ]);
     let t = attach_gpu(&w, &out, &[]);
     std::thread::sleep(Duration::from_millis(300));
-    w.go_and_hold(HOLD);
+    w.go_and_hold(GPU_HOLD);
     assert!(w.finish().0.success(), "its read() restarted and got `go`");
     let f = t.finish(Duration::from_secs(60));
     assert!(f.status.success(), "{}", f.stderr_text());
@@ -295,7 +279,7 @@ fn a_target_that_forks_keeps_the_agent_out_of_its_child() {
         "--wait-stdin-end",
     ]);
     let t = attach_gpu(&w, &out, &[]);
-    w.go_and_hold(HOLD);
+    w.go_and_hold(GPU_HOLD);
     let (status, lines) = w.finish_lines();
     assert!(status.success(), "{lines:?}");
     assert!(

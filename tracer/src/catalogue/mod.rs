@@ -5,15 +5,18 @@
 //! cookie (which extra reads the probe makes) and into the decoder of its
 //! arguments. Signatures are those of cuda.h (CUDA 12/13) and nccl.h (2.2x).
 
+pub(crate) mod blas_apis;
 pub(crate) mod graph_apis;
 
 use std::sync::OnceLock;
 
 use tracer_common::ProbeCookie;
 
+use crate::catalogue::blas_apis::BlasRow;
 use crate::catalogue::graph_apis::GraphRow;
 use crate::model::gemm::GemmForm;
 use crate::model::graph::GraphOp;
+use crate::model::lt::LtOp;
 use crate::model::types::AllocKind;
 use crate::model::types::Direction;
 use crate::model::types::Family;
@@ -151,6 +154,8 @@ pub enum Shape {
     Graph(GraphOp),
     /// A cuBLAS GEMM; `wide`: the `_64` form (int64 sizes).
     Gemm { form: GemmForm, wide: bool },
+    /// cublasLtMatmul and its descriptor calls (`blas_apis`).
+    Lt(LtOp),
 }
 
 impl Shape {
@@ -181,6 +186,13 @@ impl Shape {
                 0 => c,
                 n => c.with_blob_stack(n),
             },
+            // Creates: the handle through the out-pointer at return;
+            // attributes: the value behind `buf`; the matmul: Bdesc and
+            // Cdesc on the stack.
+            Shape::Lt(LtOp::DescCreate | LtOp::LayoutCreate) => c.with_out(0, 0),
+            Shape::Lt(LtOp::DescSet | LtOp::LayoutSet) => c.with_deref(2),
+            Shape::Lt(LtOp::Matmul) => c.with_stack(),
+            Shape::Lt(LtOp::DescDestroy | LtOp::LayoutDestroy) => c,
             Shape::CommInitScalable => c.with_out(0, 0).with_blob_arg(4, 128),
             Shape::CommSplit => c.with_out(0, 3),
             Shape::Memcpy { dir: None, .. } => c.with_readable(),
@@ -279,8 +291,8 @@ struct Row(&'static str, &'static [&'static str], Lib, Family, Shape);
 fn rows() -> Vec<Row> {
     use AllocKind::{Device, Host, Managed};
     use Direction::{DtoD, DtoH, HtoD, PtoP};
-    use Family::{Blas, Launch, Memcpy, Memory, Names, Runtime, Sync};
-    use Lib::{Cublas, Cuda, Cudart};
+    use Family::{Launch, Memcpy, Memory, Names, Runtime, Sync};
+    use Lib::{Cuda, Cudart};
     use NcclOp::*;
     use Shape as S;
     let alloc = |kind, stream| S::Alloc { kind, stream };
@@ -293,8 +305,6 @@ fn rows() -> Vec<Row> {
         S::Nccl { op, count, dtype, redop, root, peer, comm, stream }
     };
     let (libnccl, collective) = (Lib::Nccl, Family::Nccl);
-    use GemmForm::{BatchedEx, Ex, StridedEx, Typed, TypedStrided};
-    let gemm = |form, wide| S::Gemm { form, wide };
     vec![
         Row("cuLaunchKernel",            PTSZ,  Cuda, Launch, S::Launch),
         Row("cuLaunchKernelEx",          PTSZ,  Cuda, Launch, S::LaunchEx),
@@ -367,21 +377,6 @@ fn rows() -> Vec<Row> {
         Row("ncclCommSplit",          PLAIN, libnccl, collective, S::CommSplit),
         Row("ncclCommDestroy",        PLAIN, libnccl, collective, S::CommEnd),
         Row("ncclCommAbort",          PLAIN, libnccl, collective, S::CommEnd),
-
-        Row("cublasSgemm_v2",               PLAIN, Cublas, Blas, gemm(Typed(0), false)),
-        Row("cublasSgemm_v2_64",            PLAIN, Cublas, Blas, gemm(Typed(0), true)),
-        Row("cublasDgemm_v2",               PLAIN, Cublas, Blas, gemm(Typed(1), false)),
-        Row("cublasDgemm_v2_64",            PLAIN, Cublas, Blas, gemm(Typed(1), true)),
-        Row("cublasHgemm",                  PLAIN, Cublas, Blas, gemm(Typed(2), false)),
-        Row("cublasHgemm_64",               PLAIN, Cublas, Blas, gemm(Typed(2), true)),
-        Row("cublasSgemmStridedBatched",    PLAIN, Cublas, Blas, gemm(TypedStrided(0), false)),
-        Row("cublasSgemmStridedBatched_64", PLAIN, Cublas, Blas, gemm(TypedStrided(0), true)),
-        Row("cublasGemmEx",                 PLAIN, Cublas, Blas, gemm(Ex, false)),
-        Row("cublasGemmEx_64",              PLAIN, Cublas, Blas, gemm(Ex, true)),
-        Row("cublasGemmStridedBatchedEx",   PLAIN, Cublas, Blas, gemm(StridedEx, false)),
-        Row("cublasGemmStridedBatchedEx_64", PLAIN, Cublas, Blas, gemm(StridedEx, true)),
-        Row("cublasGemmBatchedEx",          PLAIN, Cublas, Blas, gemm(BatchedEx, false)),
-        Row("cublasGemmBatchedEx_64",       PLAIN, Cublas, Blas, gemm(BatchedEx, true)),
     ]
 }
 
@@ -395,7 +390,11 @@ pub fn catalogue() -> &'static [Api] {
             .map(|GraphRow(base, suffixes, op)| {
                 Row(base, suffixes, Lib::Cuda, Family::Graphs, Shape::Graph(op))
             });
-        for Row(base, suffixes, lib, family, shape) in rows().into_iter().chain(graphs) {
+        let blas = blas_apis::rows()
+            .into_iter()
+            .map(|BlasRow(name, lib, shape)| Row(name, PLAIN, lib, Family::Blas, shape));
+        for Row(base, suffixes, lib, family, shape) in rows().into_iter().chain(graphs).chain(blas)
+        {
             for suffix in suffixes {
                 let name: &'static str = if suffix.is_empty() {
                     base

@@ -88,6 +88,8 @@ pub(crate) struct ProcessState {
     host_maps: HostMaps,
     /// Its CUDA graphs and stream captures.
     pub graphs: GraphBook,
+    /// Its cuBLASLt descriptors.
+    lt: crate::decode::lt::LtBook,
     /// Notes said already (once per process each: opaque graphs, a capture
     /// under way at attach).
     said_opaque: bool,
@@ -158,6 +160,7 @@ impl ProcessState {
             names: HashMap::default(),
             host_maps: HostMaps::default(),
             graphs: GraphBook::default(),
+            lt: Default::default(),
             said_opaque: false,
             said_mid_capture: false,
             said_sampled_capture: false,
@@ -348,6 +351,7 @@ impl Enricher {
         let mut args = decode_args(api, raw);
         let ret = ret_of(raw);
         let ok = ret.is_none_or(|r| r == 0);
+        state.lt.apply(&mut args, ok);
         if api.lib == catalogue::Lib::Nccl {
             if let Some(warning) = state
                 .nccl

@@ -152,6 +152,48 @@ fn unique_id(raw: &RawCall<'_>) -> Option<Box<[u8]>> {
         .map(Box::from)
 }
 
+/// A cuBLASLt call's arguments (`model::lt`).
+fn lt_args(op: crate::model::lt::LtOp, raw: &RawCall<'_>, ok: bool) -> crate::model::lt::LtCall {
+    use crate::model::lt::{attr_value, LtCall, LtOp};
+    let e = &raw.event;
+    let a = |i: usize| e.args[i];
+    let out = ok.then_some(e.extra[0]).filter(|h| *h != 0);
+    match op {
+        LtOp::DescCreate => LtCall::DescCreate {
+            desc: out,
+            compute: a(1) as u32,
+            scale: a(2) as u32,
+        },
+        LtOp::LayoutCreate => LtCall::LayoutCreate {
+            layout: out,
+            dtype: a(1) as u32,
+            rows: a(2),
+            cols: a(3),
+            ld: a(4) as i64,
+        },
+        // The probe read the buffer at entry; 0 there when it could not.
+        LtOp::DescSet => LtCall::DescSet {
+            desc: a(0),
+            attr: a(1) as u32,
+            value: attr_value(e.extra[0], a(3)),
+        },
+        LtOp::LayoutSet => LtCall::LayoutSet {
+            layout: a(0),
+            attr: a(1) as u32,
+            value: attr_value(e.extra[0], a(3)),
+        },
+        LtOp::DescDestroy => LtCall::DescDestroy { desc: a(0) },
+        LtOp::LayoutDestroy => LtCall::LayoutDestroy { layout: a(0) },
+        // Bdesc is the 7th argument, Cdesc the 10th (on the stack).
+        LtOp::Matmul => LtCall::Matmul {
+            desc: a(1),
+            a: a(4),
+            b: a(6),
+            c: a(9),
+        },
+    }
+}
+
 /// Decodes the arguments of `api` from a record. (Long: one arm per shape
 /// of the catalogue, each a few lines; split, they would only move.)
 pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
@@ -197,6 +239,7 @@ pub fn decode_args(api: &Api, raw: &RawCall<'_>) -> Args {
             raw.blob.unwrap_or(&[]),
             wide,
         )),
+        Shape::Lt(op) => Args::Lt(lt_args(op, raw, ok)),
         Shape::Alloc { kind, stream } => Args::Alloc(Alloc {
             dptr: out(0),
             bytes: a(1),

@@ -94,8 +94,11 @@ pub enum Args {
     },
     Nccl(Nccl),
     NcclGroup,
-    /// A cuBLAS GEMM: its problem, operations and types.
+    /// A cuBLAS GEMM: its problem, operations and types (a cublasLtMatmul
+    /// whose descriptors were seen made, too).
     Gemm(crate::model::gemm::Gemm),
+    /// cuBLASLt's descriptor calls, and a matmul whose descriptors were not seen.
+    Lt(crate::model::lt::LtCall),
     CommInit {
         comm: Option<u64>,
         nranks: i64,

@@ -9,8 +9,13 @@ pub enum GemmForm {
     /// `cublas{S,D,H}gemm_v2` and their `_64` forms: the element type is
     /// the function's.
     Typed(u32),
-    /// `cublasSgemmStridedBatched` (and `_64`): batchCount at 17.
+    /// `cublas{S,D,H}gemmStridedBatched` (and `_64`): batchCount at 17.
     TypedStrided(u32),
+    /// `cublas{S,D,H}gemmBatched` (and `_64`): batchCount at 14.
+    TypedBatched(u32),
+    /// `cublasSgemmEx` (and `_64`): Atype 8, Btype 11, Ctype 15; computes
+    /// in fp32 (no computeType argument).
+    SEx,
     /// `cublasGemmEx` (and `_64`): Atype 8, Btype 11, Ctype 15, computeType 17.
     Ex,
     /// `cublasGemmStridedBatchedEx` (and `_64`): Atype 8, Btype 12,
@@ -28,6 +33,8 @@ impl GemmForm {
         let last = match self {
             GemmForm::Typed(_) => return 0,
             GemmForm::TypedStrided(_) => 17,
+            GemmForm::TypedBatched(_) => 14,
+            GemmForm::SEx => 15,
             GemmForm::Ex => 17,
             GemmForm::StridedEx => 21,
             GemmForm::BatchedEx => 18,
@@ -40,6 +47,8 @@ impl GemmForm {
         match self {
             GemmForm::Typed(_) => (None, None, None),
             GemmForm::TypedStrided(_) => (None, None, Some(17)),
+            GemmForm::TypedBatched(_) => (None, None, Some(14)),
+            GemmForm::SEx => (Some([8, 11, 15]), None, None),
             GemmForm::Ex => (Some([8, 11, 15]), Some(17), None),
             GemmForm::StridedEx => (Some([8, 12, 17]), Some(21), Some(20)),
             GemmForm::BatchedEx => (Some([8, 11, 15]), Some(18), Some(17)),
@@ -156,7 +165,7 @@ impl Gemm {
         };
         let (types, compute, batch) = form.positions();
         let fixed = match form {
-            GemmForm::Typed(t) | GemmForm::TypedStrided(t) => Some(t),
+            GemmForm::Typed(t) | GemmForm::TypedStrided(t) | GemmForm::TypedBatched(t) => Some(t),
             _ => None,
         };
         let ty = |i: usize| match types {

@@ -9,6 +9,7 @@ pub(crate) mod fixtures;
 pub mod gemm;
 pub mod gpu;
 pub mod graph;
+pub mod lt;
 pub(crate) mod nccl;
 pub(crate) mod raw;
 pub mod record;

@@ -133,11 +133,72 @@ pub(crate) fn visit(args: &Args, f: &mut impl ArgFields) {
             }
             f.opt_text("compute", g.compute.and_then(compute_name));
         }
+        Args::Lt(l) => lt_fields(l, f),
         Args::CommEnd { comm } => f.hex("comm", *comm),
         Args::RuntimeLaunch { func, stream } => {
             f.hex("func", *func);
             f.opt_hex("stream", *stream);
         }
         Args::Other(map) => f.other(map),
+    }
+}
+
+/// A type code: its name, or the number where this build names none.
+fn code(f: &mut impl ArgFields, key: &'static str, v: u32, name: fn(u32) -> Option<&'static str>) {
+    match name(v) {
+        Some(n) => f.name(key, n),
+        None => f.uint(key, u64::from(v)),
+    }
+}
+
+/// cuBLASLt's descriptor calls (`model::lt`): handles, the values given.
+fn lt_fields(l: &crate::model::lt::LtCall, f: &mut impl ArgFields) {
+    use crate::model::gemm::{compute_name, dtype_name};
+    use crate::model::lt::LtCall;
+    match l {
+        LtCall::DescCreate {
+            desc,
+            compute,
+            scale,
+        } => {
+            f.opt_hex("desc", *desc);
+            code(f, "compute", *compute, compute_name);
+            code(f, "scale_type", *scale, dtype_name);
+        }
+        LtCall::LayoutCreate {
+            layout,
+            dtype,
+            rows,
+            cols,
+            ld,
+        } => {
+            f.opt_hex("layout", *layout);
+            code(f, "type", *dtype, dtype_name);
+            f.uint("rows", *rows);
+            f.uint("cols", *cols);
+            f.int("ld", *ld);
+        }
+        LtCall::DescSet { desc, attr, value } => {
+            f.hex("desc", *desc);
+            f.uint("attr", u64::from(*attr));
+            f.opt_int("value", *value);
+        }
+        LtCall::LayoutSet {
+            layout,
+            attr,
+            value,
+        } => {
+            f.hex("layout", *layout);
+            f.uint("attr", u64::from(*attr));
+            f.opt_int("value", *value);
+        }
+        LtCall::DescDestroy { desc } => f.hex("desc", *desc),
+        LtCall::LayoutDestroy { layout } => f.hex("layout", *layout),
+        LtCall::Matmul { desc, a, b, c } => {
+            f.hex("desc", *desc);
+            f.hex("a_desc", *a);
+            f.hex("b_desc", *b);
+            f.hex("c_desc", *c);
+        }
     }
 }

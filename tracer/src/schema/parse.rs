@@ -112,6 +112,11 @@ fn parse_args(shape: crate::catalogue::Shape, a: &Map<String, Value>) -> Result<
         Shape::GraphLaunch => Args::Graph(crate::graphs::json::parse_launch(a)?),
         Shape::Graph(op) => Args::GraphApi(crate::graphs::json::parse_call(op, a)?),
         Shape::Gemm { .. } => Args::Gemm(parse_gemm(a)?),
+        // A matmul with its problem is written as a GEMM.
+        Shape::Lt(crate::model::lt::LtOp::Matmul) if a.contains_key("m") => {
+            Args::Gemm(parse_gemm(a)?)
+        }
+        Shape::Lt(op) => Args::Lt(parse_lt(op, a)?),
         Shape::Alloc { .. } | Shape::AllocPitch => Args::Alloc(Alloc {
             dptr: get_opt_hex(a, "dptr")?,
             bytes: get_u64(a, "bytes")?,
@@ -309,6 +314,63 @@ fn parse_gemm(a: &serde_json::Map<String, Value>) -> Result<crate::model::gemm::
         b_type: named("b_type", dtype_from_name),
         c_type: named("c_type", dtype_from_name),
         compute: named("compute", compute_from_name),
+    })
+}
+
+/// cuBLASLt's descriptor calls, as `schema::fields` writes them.
+fn parse_lt(
+    op: crate::model::lt::LtOp,
+    a: &serde_json::Map<String, Value>,
+) -> Result<crate::model::lt::LtCall, ParseError> {
+    use crate::model::gemm::{compute_from_name, dtype_from_name};
+    use crate::model::lt::{LtCall, LtOp};
+    // A type code: its name, or the number where the writer named none.
+    let named = |k: &'static str, from: fn(&str) -> Option<u32>| -> Result<u32, ParseError> {
+        match a.get(k) {
+            Some(Value::String(s)) => from(s),
+            Some(v) => v.as_u64().and_then(|n| u32::try_from(n).ok()),
+            None => None,
+        }
+        .ok_or(ParseError::Field(k))
+    };
+    let attr = || -> Result<u32, ParseError> {
+        u32::try_from(get_u64(a, "attr")?).map_err(|_| ParseError::Field("attr"))
+    };
+    Ok(match op {
+        LtOp::DescCreate => LtCall::DescCreate {
+            desc: get_opt_hex(a, "desc")?,
+            compute: named("compute", compute_from_name)?,
+            scale: named("scale_type", dtype_from_name)?,
+        },
+        LtOp::LayoutCreate => LtCall::LayoutCreate {
+            layout: get_opt_hex(a, "layout")?,
+            dtype: named("type", dtype_from_name)?,
+            rows: get_u64(a, "rows")?,
+            cols: get_u64(a, "cols")?,
+            ld: get_opt_i64(a, "ld")?.ok_or(ParseError::Field("ld"))?,
+        },
+        LtOp::DescSet => LtCall::DescSet {
+            desc: get_hex(a, "desc")?,
+            attr: attr()?,
+            value: get_opt_i64(a, "value")?,
+        },
+        LtOp::LayoutSet => LtCall::LayoutSet {
+            layout: get_hex(a, "layout")?,
+            attr: attr()?,
+            value: get_opt_i64(a, "value")?,
+        },
+        LtOp::DescDestroy => LtCall::DescDestroy {
+            desc: get_hex(a, "desc")?,
+        },
+        LtOp::LayoutDestroy => LtCall::LayoutDestroy {
+            layout: get_hex(a, "layout")?,
+        },
+        LtOp::Matmul => LtCall::Matmul {
+            desc: get_hex(a, "desc")?,
+            a: get_hex(a, "a_desc")?,
+            b: get_hex(a, "b_desc")?,
+            c: get_hex(a, "c_desc")?,
+        },
     })
 }
 

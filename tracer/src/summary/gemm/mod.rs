@@ -104,12 +104,7 @@ impl GemmShape {
     /// `bf16,bf16→bf16 (32F)`: A, B, C and the compute type.
     pub fn types(&self) -> String {
         let t = |v: Option<u32>| or_q(v.and_then(dtype_name)).to_string();
-        let mut s = format!(
-            "{},{}→{}",
-            t(self.a_type),
-            t(self.b_type),
-            t(self.c_type)
-        );
+        let mut s = format!("{},{}→{}", t(self.a_type), t(self.b_type), t(self.c_type));
         if let Some(c) = self.compute.and_then(compute_name) {
             s.push_str(&format!(" ({c})"));
         }
@@ -182,6 +177,9 @@ pub struct GemmBook {
     owned_order: VecDeque<(u32, u64)>,
     /// Per thread, the GEMM call whose kernels the GPU is reporting.
     open: HashMap<u32, Open>,
+    /// cublasLtMatmul calls whose descriptors were not seen made (made
+    /// before gputrace attached, or initialised in place): no shape.
+    pub unknown: ApiStats,
 }
 
 impl GemmBook {
@@ -192,6 +190,9 @@ impl GemmBook {
         }
         let end = c.ts_ns.saturating_add(c.dur_ns.unwrap_or(0));
         match &c.args {
+            Args::Lt(crate::model::lt::LtCall::Matmul { .. }) => {
+                self.unknown.record(c.dur_ns, false)
+            }
             Args::Gemm(g) => {
                 let shape = GemmShape::from(g);
                 self.shapes.slot(&shape).host.record(c.dur_ns, false);
@@ -270,7 +271,9 @@ impl GemmBook {
             return;
         }
         let Some(l) = &w.launch else { return };
-        let Some((call_start, _)) = l.call else { return };
+        let Some((call_start, _)) = l.call else {
+            return;
+        };
         let Some((start, shape)) = self.owned.get(&(l.tid, call_start)).cloned() else {
             return;
         };
@@ -280,7 +283,10 @@ impl GemmBook {
                 o.3 = o.3.max(w.end_ns);
             }
             _ => {
-                if let Some(done) = self.open.insert(l.tid, (start, shape, w.start_ns, w.end_ns)) {
+                if let Some(done) = self
+                    .open
+                    .insert(l.tid, (start, shape, w.start_ns, w.end_ns))
+                {
                     self.close(done);
                 }
             }
@@ -310,11 +316,13 @@ impl GemmBook {
                 .gpu
                 .record(Some(open.3.saturating_sub(open.2)), false);
         }
-        self.shapes.merge(&theirs, |s| s.host.calls, GemmStats::merge);
+        self.shapes
+            .merge(&theirs, |s| s.host.calls, GemmStats::merge);
+        self.unknown.merge(&o.unknown);
     }
 
     pub fn is_empty(&self) -> bool {
-        self.shapes.is_empty()
+        self.shapes.is_empty() && self.unknown.calls == 0
     }
 
     /// The shapes with the spans still open closed (on a copy).

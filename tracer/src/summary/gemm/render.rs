@@ -35,8 +35,17 @@ pub fn render_text(out: &mut String, book: &GemmBook) {
     let _ = writeln!(
         out,
         " {:<4}  {:<24}  {:<26}  {:>8}  {:>10}  {:>10}  {:>9}  {:>9}  {:>9}  {:>9}  {:>8}",
-        "Op", "Shape (ops b×m×n×k)", "Types (A,B→C compute)", "Calls", "Host Total",
-        "GPU Total", "GPU Avg", "GPU Med", "GPU p99", "GPU Max", "TFLOP/s"
+        "Op",
+        "Shape (ops b×m×n×k)",
+        "Types (A,B→C compute)",
+        "Calls",
+        "Host Total",
+        "GPU Total",
+        "GPU Avg",
+        "GPU Med",
+        "GPU p99",
+        "GPU Max",
+        "TFLOP/s"
     );
     let mut line = |op: &str, label: &str, types: &str, s: &GemmStats, tflops: Option<f64>| {
         let g = &s.gpu;
@@ -72,7 +81,13 @@ pub fn render_text(out: &mut String, book: &GemmBook) {
         }
     };
     for (shape, s) in &rows {
-        line(shape.op(), &shape.label(), &shape.types(), s, s.tflops(shape));
+        line(
+            shape.op(),
+            &shape.label(),
+            &shape.types(),
+            s,
+            s.tflops(shape),
+        );
     }
     if let Some(other) = t.other() {
         line(
@@ -85,6 +100,14 @@ pub fn render_text(out: &mut String, book: &GemmBook) {
             "",
             other,
             None,
+        );
+    }
+    if book.unknown.calls > 0 {
+        let _ = writeln!(
+            out,
+            " {} cublasLtMatmul calls ({} on the host) without a shape: their descriptors were made before gputrace attached or in place (cublasLt*Init)",
+            fmt_count(book.unknown.calls),
+            fmt_ns(book.unknown.total_ns as f64)
         );
     }
 }
@@ -151,5 +174,6 @@ pub fn render_json(book: &GemmBook) -> Value {
             v["shapes_exact"] = Value::from(t.overflow().exact());
             v
         }),
+        "lt_without_shape": {"calls": book.unknown.calls, "host_ns": book.unknown.total_ns},
     })
 }

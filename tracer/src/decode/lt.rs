@@ -1,0 +1,239 @@
+//! cuBLASLt's descriptors of one process, as its calls made and changed
+//! them: what gives a `cublasLtMatmul` its problem (`model::lt`).
+//!
+//! Bounded: [`MAX_DESCRIPTORS`] of each kind; a descriptor made past it is
+//! not kept (its matmuls have no shape) and counted. A handle destroyed is
+//! forgotten at once (its address may come back for another descriptor),
+//! and one made again at the same address replaces the old.
+
+use rustc_hash::FxHashMap as HashMap;
+
+use crate::model::call::Args;
+use crate::model::lt::{matmul_gemm, LtCall, LtDesc, LtLayout};
+
+/// Live descriptors of each kind kept per process (PyTorch keeps a few
+/// per matmul, for the call's length).
+pub(crate) const MAX_DESCRIPTORS: usize = 4096;
+
+#[derive(Debug, Default)]
+pub(crate) struct LtBook {
+    descs: HashMap<u64, LtDesc>,
+    layouts: HashMap<u64, LtLayout>,
+    /// Descriptors not kept (past the bound).
+    pub over: u64,
+    /// Matmuls whose descriptors were not all known.
+    pub unknown: u64,
+}
+
+impl LtBook {
+    /// Follows a cuBLASLt call; a matmul whose descriptors are all known
+    /// becomes the GEMM they describe.
+    pub(crate) fn apply(&mut self, args: &mut Args, ok: bool) {
+        let Args::Lt(call) = args else { return };
+        match *call {
+            LtCall::DescCreate {
+                desc: Some(h),
+                compute,
+                ..
+            } if ok => {
+                let d = LtDesc {
+                    compute,
+                    ..LtDesc::default()
+                };
+                insert(&mut self.descs, h, d, &mut self.over);
+            }
+            LtCall::LayoutCreate {
+                layout: Some(h),
+                dtype,
+                rows,
+                cols,
+                ..
+            } if ok => {
+                let l = LtLayout {
+                    dtype,
+                    rows,
+                    cols,
+                    batch: 1,
+                };
+                insert(&mut self.layouts, h, l, &mut self.over);
+            }
+            LtCall::DescSet { desc, attr, value } => match (value, self.descs.get_mut(&desc)) {
+                (Some(v), Some(d)) if ok => d.set(attr, v),
+                // A change not seen: the descriptor is no longer known.
+                (_, Some(_)) if ok => {
+                    self.descs.remove(&desc);
+                }
+                _ => {}
+            },
+            LtCall::LayoutSet {
+                layout,
+                attr,
+                value,
+            } => match (value, self.layouts.get_mut(&layout)) {
+                (Some(v), Some(l)) if ok => l.set(attr, v),
+                (_, Some(_)) if ok => {
+                    self.layouts.remove(&layout);
+                }
+                _ => {}
+            },
+            LtCall::DescDestroy { desc } => {
+                self.descs.remove(&desc);
+            }
+            LtCall::LayoutDestroy { layout } => {
+                self.layouts.remove(&layout);
+            }
+            LtCall::Matmul { desc, a, b, c } => {
+                let found = (
+                    self.descs.get(&desc),
+                    self.layouts.get(&a),
+                    self.layouts.get(&b),
+                    self.layouts.get(&c),
+                );
+                match found {
+                    (Some(d), Some(a), Some(b), Some(c)) => {
+                        *args = Args::Gemm(matmul_gemm(d, a, b, c))
+                    }
+                    _ => self.unknown += 1,
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn insert<V>(map: &mut HashMap<u64, V>, h: u64, v: V, over: &mut u64) {
+    if map.len() < MAX_DESCRIPTORS || map.contains_key(&h) {
+        map.insert(h, v);
+    } else {
+        *over += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::gemm::{compute_name, dtype_name, op_name};
+
+    fn lt(call: LtCall) -> Args {
+        Args::Lt(call)
+    }
+
+    /// What PyTorch's Lt path does for one matmul: a descriptor with its
+    /// operations set, three layouts, the matmul, the teardown.
+    fn matmul(book: &mut LtBook, batch: Option<i64>) -> Args {
+        book.apply(
+            &mut lt(LtCall::DescCreate {
+                desc: Some(0xd0),
+                compute: 68,
+                scale: 0,
+            }),
+            true,
+        );
+        book.apply(
+            &mut lt(LtCall::DescSet {
+                desc: 0xd0,
+                attr: 3,
+                value: Some(1),
+            }),
+            true,
+        );
+        for (h, rows, cols) in [(0xa0, 8192, 1024), (0xb0, 8192, 512), (0xc0, 1024, 512)] {
+            book.apply(
+                &mut lt(LtCall::LayoutCreate {
+                    layout: Some(h),
+                    dtype: 14,
+                    rows,
+                    cols,
+                    ld: rows as i64,
+                }),
+                true,
+            );
+            if let Some(b) = batch {
+                book.apply(
+                    &mut lt(LtCall::LayoutSet {
+                        layout: h,
+                        attr: 5,
+                        value: Some(b),
+                    }),
+                    true,
+                );
+            }
+        }
+        let mut m = lt(LtCall::Matmul {
+            desc: 0xd0,
+            a: 0xa0,
+            b: 0xb0,
+            c: 0xc0,
+        });
+        book.apply(&mut m, true);
+        for h in [0xa0, 0xb0, 0xc0] {
+            book.apply(&mut lt(LtCall::LayoutDestroy { layout: h }), true);
+        }
+        book.apply(&mut lt(LtCall::DescDestroy { desc: 0xd0 }), true);
+        m
+    }
+
+    #[test]
+    fn a_matmul_gets_the_problem_its_descriptors_say() {
+        let mut book = LtBook::default();
+        let Args::Gemm(g) = matmul(&mut book, Some(4)) else {
+            panic!("no shape")
+        };
+        assert_eq!(g.transa.and_then(op_name), Some("T"));
+        assert_eq!(g.transb.and_then(op_name), Some("N"));
+        // op(A) = A^T: k is A's rows.
+        assert_eq!((g.m, g.n, g.k, g.batch), (1024, 512, 8192, Some(4)));
+        assert_eq!(g.a_type.and_then(dtype_name), Some("bf16"));
+        assert_eq!(g.compute.and_then(compute_name), Some("32F"));
+        // Destroyed: a matmul naming the same handles now has no shape.
+        let mut again = lt(LtCall::Matmul {
+            desc: 0xd0,
+            a: 0xa0,
+            b: 0xb0,
+            c: 0xc0,
+        });
+        book.apply(&mut again, true);
+        assert!(matches!(again, Args::Lt(LtCall::Matmul { .. })));
+        assert_eq!(book.unknown, 1);
+        let Args::Gemm(g) = matmul(&mut book, None) else {
+            panic!("no shape")
+        };
+        assert_eq!(g.batch, Some(1));
+    }
+
+    #[test]
+    fn an_attribute_not_read_forgets_the_descriptor_and_the_bound_holds() {
+        let mut book = LtBook::default();
+        book.apply(
+            &mut lt(LtCall::DescCreate {
+                desc: Some(1),
+                compute: 68,
+                scale: 0,
+            }),
+            true,
+        );
+        book.apply(
+            &mut lt(LtCall::DescSet {
+                desc: 1,
+                attr: 3,
+                value: None,
+            }),
+            true,
+        );
+        assert!(book.descs.is_empty());
+        for h in 0..(MAX_DESCRIPTORS as u64 + 3) {
+            book.apply(
+                &mut lt(LtCall::LayoutCreate {
+                    layout: Some(h + 1),
+                    dtype: 0,
+                    rows: 1,
+                    cols: 1,
+                    ld: 1,
+                }),
+                true,
+            );
+        }
+        assert_eq!(book.layouts.len(), MAX_DESCRIPTORS);
+        assert_eq!(book.over, 3);
+    }
+}
