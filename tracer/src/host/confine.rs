@@ -5,7 +5,9 @@
 //! - it starts as the init of a PID namespace of its own (`clone` with
 //!   `CLONE_NEWPID`): when it ends, or is killed at its deadline, the kernel
 //!   kills every process left in the namespace: a daemon its code forked,
-//!   double-forked and `setsid` included. Where no namespace can be made
+//!   double-forked and `setsid` included. It gets a mount namespace too,
+//!   with a /proc of its PID namespace (NVIDIA's libcuda reads
+//!   `/proc/<its own PID>`: `cuInit` fails with 304 under another /proc). Where no namespace can be made
 //!   (no CAP_SYS_ADMIN, as in some containers), it starts in a process
 //!   group of its own, killed whole at the end, and whatever still holds
 //!   its output pipe then (a descendant that left the group) is found in
@@ -69,6 +71,8 @@ struct Prepared {
     _env: Vec<CString>,
     envp: Vec<*const libc::c_char>,
     root: CString,
+    proc_fs: CString,
+    proc_dir: CString,
 }
 
 fn prepare(cmd: &HelperCommand<'_>) -> std::io::Result<Prepared> {
@@ -99,6 +103,8 @@ fn prepare(cmd: &HelperCommand<'_>) -> std::io::Result<Prepared> {
         _env: env,
         envp,
         root: CString::new("/").expect("no NUL"),
+        proc_fs: CString::new("proc").expect("no NUL"),
+        proc_dir: CString::new("/proc").expect("no NUL"),
     })
 }
 
@@ -142,6 +148,24 @@ unsafe fn child(
     unsafe {
         if own_group {
             libc::setpgid(0, 0);
+        } else {
+            // In its own PID and mount namespaces: a /proc of its own, the
+            // change kept from the host's mounts. (Should it fail, the
+            // helper runs with the host's /proc and says what failed.)
+            libc::mount(
+                std::ptr::null(),
+                p.root.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            );
+            libc::mount(
+                p.proc_fs.as_ptr(),
+                p.proc_dir.as_ptr(),
+                p.proc_fs.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            );
         }
         libc::prctl(
             libc::PR_SET_PDEATHSIG,
@@ -216,7 +240,11 @@ fn start(cmd: &HelperCommand<'_>, namespace: bool) -> std::io::Result<Running> {
         Ok(pid)
     };
     let in_namespace = if namespace {
-        spawn(libc::CLONE_NEWPID as libc::c_ulong, false).ok()
+        spawn(
+            (libc::CLONE_NEWPID | libc::CLONE_NEWNS) as libc::c_ulong,
+            false,
+        )
+        .ok()
     } else {
         None
     };
@@ -551,6 +579,29 @@ mod tests {
             assert_eq!(out.stdout, b"partial\n");
             assert_eq!(left_with(&tag), Vec::<u32>::new(), "namespace {namespace}");
         }
+    }
+
+    /// libcuda's cuInit reads /proc for its own PID: in a PID namespace
+    /// the helper must see a /proc of that namespace (it got 304 before).
+    #[test]
+    fn a_helper_in_its_namespace_sees_its_own_proc() {
+        let cancel = AtomicBool::new(false);
+        // `read` opens /proc/self/stat in the shell itself (PID 1 there).
+        let cmd = sh("read pid rest < /proc/self/stat; echo $$ $pid");
+        let out = run_in(&cmd, Duration::from_secs(10), 1024, &cancel, true).unwrap();
+        assert_eq!(out.ended, Ended::Exited(0));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>(),
+            ["1", "1"]
+        );
+        // The host's /proc is untouched.
+        assert_ne!(
+            std::fs::read_link("/proc/self").unwrap().to_string_lossy(),
+            "1"
+        );
     }
 
     #[test]

@@ -145,7 +145,12 @@ impl GemmStats {
 
     /// Kernels by launches, then name.
     pub fn kernel_rows(&self) -> Vec<(&Option<Arc<str>>, u64)> {
-        let mut rows: Vec<_> = self.kernels.rows().map(|(k, n)| (k, *n)).collect();
+        let mut rows: Vec<_> = self
+            .kernels
+            .rows()
+            .map(|(k, n)| (k, *n))
+            .filter(|(_, n)| *n > 0)
+            .collect();
         rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         rows
     }
@@ -172,8 +177,9 @@ type Open = (u64, Arc<GemmShape>, u64, u64);
 pub struct GemmBook {
     pub shapes: Shapes,
     threads: HashMap<u32, Recent>,
-    /// (thread, launch start) → (the GEMM's start, its shape), oldest first.
-    owned: HashMap<(u32, u64), (u64, Arc<GemmShape>)>,
+    /// (thread, launch start) → (the GEMM's start, its shape, whether the
+    /// launch named its kernel), oldest first.
+    owned: HashMap<(u32, u64), (u64, Arc<GemmShape>, bool)>,
     owned_order: VecDeque<(u32, u64)>,
     /// Per thread, the GEMM call whose kernels the GPU is reporting.
     open: HashMap<u32, Open>,
@@ -254,7 +260,11 @@ impl GemmBook {
     fn own(&mut self, tid: u32, l: Launch, start: u64, shape: &Arc<GemmShape>) {
         *self.shapes.slot(shape).kernels.slot(&l.2) += 1;
         let key = (tid, l.0);
-        if self.owned.insert(key, (start, shape.clone())).is_none() {
+        if self
+            .owned
+            .insert(key, (start, shape.clone(), l.2.is_some()))
+            .is_none()
+        {
             self.owned_order.push_back(key);
             while self.owned_order.len() > MAX_OWNED {
                 if let Some(old) = self.owned_order.pop_front() {
@@ -265,18 +275,28 @@ impl GemmBook {
     }
 
     /// `--gpu-time`: a piece of GPU work; a kernel of a launch a GEMM owns
-    /// adds to that GEMM's span.
+    /// adds to that GEMM's span, and names the kernel where the launch did
+    /// not (a kernel loaded before gputrace attached whose handle could not
+    /// be read).
     pub fn record_gpu(&mut self, w: &GpuWork) {
-        if !matches!(w.op, GpuOp::Kernel { .. }) {
+        let GpuOp::Kernel { name, .. } = &w.op else {
             return;
-        }
+        };
         let Some(l) = &w.launch else { return };
         let Some((call_start, _)) = l.call else {
             return;
         };
-        let Some((start, shape)) = self.owned.get(&(l.tid, call_start)).cloned() else {
+        let Some((start, shape, named)) = self.owned.get_mut(&(l.tid, call_start)) else {
             return;
         };
+        let (start, shape) = (*start, shape.clone());
+        if let (false, Some(n)) = (*named, name) {
+            *named = true;
+            let kernels = &mut self.shapes.slot(&shape).kernels;
+            let unnamed = kernels.slot(&None);
+            *unnamed = unnamed.saturating_sub(1);
+            *kernels.slot(&Some(n.clone())) += 1;
+        }
         match self.open.get_mut(&l.tid) {
             Some(o) if o.0 == start => {
                 o.2 = o.2.min(w.start_ns);

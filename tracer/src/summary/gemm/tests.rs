@@ -170,3 +170,33 @@ fn shapes_past_the_bound_are_summed_and_said() {
         "{out}"
     );
 }
+
+#[test]
+fn a_kernel_the_launch_could_not_name_is_named_by_its_gpu_record() {
+    let mut b = GemmBook::default();
+    let mut unnamed = call(5, "cuLaunchKernel", 1_100, 50, launch_args("x"));
+    if let Args::Launch(l) = &mut unnamed.args {
+        l.kernel = None;
+    }
+    b.record(&unnamed);
+    b.record(&call(
+        5,
+        "cublasGemmStridedBatchedEx",
+        1_000,
+        1_000,
+        gemm(64),
+    ));
+    let (_, s) = only_row(&b);
+    assert_eq!(s.kernel_rows(), [(&None, 1)]);
+    let k = launched_by(gpu_kernel("nvjet_sm90", 50_000, 1_000), 5, 1_100);
+    b.record_gpu(&k);
+    // The same record again (a graph replays nodes): named once.
+    b.record_gpu(&k);
+    let (_, s) = only_row(&b);
+    let rows: Vec<_> = s
+        .kernel_rows()
+        .into_iter()
+        .map(|(k, n)| (k.as_deref().map(str::to_string), n))
+        .collect();
+    assert_eq!(rows, [(Some("nvjet_sm90".to_string()), 1)]);
+}
