@@ -1,16 +1,5 @@
 use super::*;
-use crate::model::fixtures::{call, gpu_kernel, launch_args, launched_by};
-use crate::model::gemm::GemmForm;
-
-/// cublasGemmStridedBatchedEx N,N 8×64×64×128 fp16 (32F), as decoded.
-fn gemm(m: i64) -> Args {
-    let regs = [1, 0, 0, m as u64, 64, 128];
-    let mut stack = vec![0u8; GemmForm::StridedEx.stack_bytes()];
-    for (pos, v) in [(8usize, 2u64), (12, 2), (17, 2), (20, 8), (21, 68)] {
-        stack[(pos - 6) * 8..(pos - 5) * 8].copy_from_slice(&v.to_le_bytes());
-    }
-    Args::Gemm(Gemm::decode(GemmForm::StridedEx, &regs, &stack, false))
-}
+use crate::model::fixtures::{call, gemm_args as gemm, gpu_kernel, launch_args, launched_by};
 
 fn only_row(b: &GemmBook) -> (GemmShape, GemmStats) {
     let t = b.settled();
@@ -24,10 +13,28 @@ fn a_gemm_owns_the_launches_inside_it_in_either_order() {
     // Return order (live, JSONL): the launches come before their GEMM.
     let mut b = GemmBook::default();
     b.record(&call(5, "cuLaunchKernel", 900, 10, launch_args("before")));
-    b.record(&call(5, "cuLaunchKernel", 1_100, 50, launch_args("nvjet_a")));
-    b.record(&call(6, "cuLaunchKernel", 1_200, 50, launch_args("other_thread")));
+    b.record(&call(
+        5,
+        "cuLaunchKernel",
+        1_100,
+        50,
+        launch_args("nvjet_a"),
+    ));
+    b.record(&call(
+        6,
+        "cuLaunchKernel",
+        1_200,
+        50,
+        launch_args("other_thread"),
+    ));
     b.record(&call(5, "cuLaunchKernel", 1_300, 50, launch_args("splitk")));
-    b.record(&call(5, "cublasGemmStridedBatchedEx", 1_000, 1_000, gemm(64)));
+    b.record(&call(
+        5,
+        "cublasGemmStridedBatchedEx",
+        1_000,
+        1_000,
+        gemm(64),
+    ));
     b.record(&call(5, "cuLaunchKernel", 2_100, 10, launch_args("after")));
     let (shape, s) = only_row(&b);
     assert_eq!(shape.label(), "N,N 8×64×64×128");
@@ -39,12 +46,27 @@ fn a_gemm_owns_the_launches_inside_it_in_either_order() {
         .iter()
         .map(|(k, n)| (k.as_deref().unwrap().to_string(), *n))
         .collect();
-    assert_eq!(names, [("nvjet_a".to_string(), 1), ("splitk".to_string(), 1)]);
+    assert_eq!(
+        names,
+        [("nvjet_a".to_string(), 1), ("splitk".to_string(), 1)]
+    );
 
     // Start order (Perfetto): the GEMM first.
     let mut b = GemmBook::default();
-    b.record(&call(5, "cublasGemmStridedBatchedEx", 1_000, 1_000, gemm(64)));
-    b.record(&call(5, "cuLaunchKernel", 1_100, 50, launch_args("nvjet_a")));
+    b.record(&call(
+        5,
+        "cublasGemmStridedBatchedEx",
+        1_000,
+        1_000,
+        gemm(64),
+    ));
+    b.record(&call(
+        5,
+        "cuLaunchKernel",
+        1_100,
+        50,
+        launch_args("nvjet_a"),
+    ));
     b.record(&call(5, "cuLaunchKernel", 2_100, 10, launch_args("after")));
     let (_, s) = only_row(&b);
     assert_eq!(s.kernel_rows().len(), 1);
@@ -54,16 +76,42 @@ fn a_gemm_owns_the_launches_inside_it_in_either_order() {
 fn a_gemms_gpu_time_is_the_span_of_its_kernels() {
     let mut b = GemmBook::default();
     for (i, start) in [10_000u64, 20_000].into_iter().enumerate() {
-        b.record(&call(5, "cuLaunchKernel", start + 100, 50, launch_args("nvjet")));
-        b.record(&call(5, "cuLaunchKernel", start + 200, 50, launch_args("splitk")));
-        b.record(&call(5, "cublasGemmStridedBatchedEx", start, 1_000, gemm(64)));
+        b.record(&call(
+            5,
+            "cuLaunchKernel",
+            start + 100,
+            50,
+            launch_args("nvjet"),
+        ));
+        b.record(&call(
+            5,
+            "cuLaunchKernel",
+            start + 200,
+            50,
+            launch_args("splitk"),
+        ));
+        b.record(&call(
+            5,
+            "cublasGemmStridedBatchedEx",
+            start,
+            1_000,
+            gemm(64),
+        ));
         // Each call's two kernels: 4 µs then 1 µs after a 0.5 µs gap
         // (the second call's 10% slower).
         let k0 = 1_000_000 + i as u64 * 100_000;
         let slow = 1 + i as u64;
-        b.record_gpu(&launched_by(gpu_kernel("nvjet", k0, 4_000 * slow), 5, start + 100));
+        b.record_gpu(&launched_by(
+            gpu_kernel("nvjet", k0, 4_000 * slow),
+            5,
+            start + 100,
+        ));
         let k1 = k0 + 4_000 * slow + 500;
-        b.record_gpu(&launched_by(gpu_kernel("splitk", k1, 1_000), 5, start + 200));
+        b.record_gpu(&launched_by(
+            gpu_kernel("splitk", k1, 1_000),
+            5,
+            start + 200,
+        ));
     }
     // A kernel whose launch no GEMM owns adds nothing.
     b.record_gpu(&launched_by(gpu_kernel("x", 5_000_000, 7_000), 5, 99));
@@ -92,7 +140,13 @@ fn shapes_past_the_bound_are_summed_and_said() {
     let mut b = GemmBook::default();
     let extra = 5;
     for m in 0..(MAX_SHAPES + extra) as i64 {
-        b.record(&call(5, "cublasGemmStridedBatchedEx", 1_000, 100, gemm(m + 1)));
+        b.record(&call(
+            5,
+            "cublasGemmStridedBatchedEx",
+            1_000,
+            100,
+            gemm(m + 1),
+        ));
     }
     let t = b.settled();
     assert_eq!(t.len(), MAX_SHAPES);
@@ -100,5 +154,8 @@ fn shapes_past_the_bound_are_summed_and_said() {
     assert_eq!(t.other().unwrap().host.calls, extra as u64);
     let mut out = String::new();
     render::render_text(&mut out, &b);
-    assert!(out.contains("... and 5 more shapes (past the first 1,000), summed"), "{out}");
+    assert!(
+        out.contains("... and 5 more shapes (past the first 1,000), summed"),
+        "{out}"
+    );
 }
