@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
-use crate::model::call::{Args, Call, Launch};
+use crate::model::call::{Args, Call, Launch, Nccl};
 use crate::model::gpu::{GpuLaunch, GpuOp, GpuWork};
-use crate::model::types::Family;
+use crate::model::nccl::Identity;
+use crate::model::types::{Family, NcclOp};
 
 /// A successful call of process 1 on thread `tid`.
 pub(crate) fn call(tid: u32, api: &'static str, ts: u64, dur: u64, args: Args) -> Call {
@@ -75,4 +76,36 @@ pub(crate) fn launched_by(mut w: GpuWork, tid: u32, call_start: u64) -> GpuWork 
         nccl: None,
     });
     w
+}
+
+/// An NCCL call's arguments on communicator 0x10: `count` elements of
+/// `datatype` (`ncclDataType_t`), the communicator's size as the call
+/// read it (`None`: not read).
+pub(crate) fn nccl_args(op: NcclOp, count: u64, datatype: i64, nranks: Option<u32>) -> Args {
+    Args::Nccl(Nccl {
+        op,
+        count,
+        datatype,
+        redop: Some(0),
+        root: None,
+        peer: None,
+        comm: 0x10,
+        stream: 2,
+        ident: Identity {
+            nranks,
+            ..Default::default()
+        },
+        unaligned: None,
+    })
+}
+
+/// cublasGemmStridedBatchedEx N,N 8×`m`×64×128 fp16 (32F), as decoded.
+pub(crate) fn gemm_args(m: i64) -> Args {
+    use crate::model::gemm::{Gemm, GemmForm};
+    let regs = [1, 0, 0, m as u64, 64, 128];
+    let mut stack = vec![0u8; GemmForm::StridedEx.stack_bytes()];
+    for (pos, v) in [(8usize, 2u64), (12, 2), (17, 2), (20, 8), (21, 68)] {
+        stack[(pos - 6) * 8..(pos - 5) * 8].copy_from_slice(&v.to_le_bytes());
+    }
+    Args::Gemm(Gemm::decode(GemmForm::StridedEx, &regs, &stack, false))
 }

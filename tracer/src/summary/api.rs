@@ -132,3 +132,26 @@ impl ApiStats {
         }
     }
 }
+
+impl ApiStats {
+    /// The 99th percentile, from the histogram, kept within min and max.
+    pub fn p99_ns(&self) -> Option<u64> {
+        self.hist
+            .quantile(0.99)
+            .map(|v| v.clamp(self.min_ns, self.max_ns))
+    }
+
+    /// `{"count","total_ns","avg_ns","med_ns","p99_ns","min_ns","max_ns"}`
+    /// of the timed calls (the summary's STATS of GEMMs and collectives).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "count": self.timed,
+            "total_ns": self.total_ns,
+            "avg_ns": self.avg_ns(),
+            "med_ns": self.median_ns(),
+            "p99_ns": self.p99_ns(),
+            "min_ns": (self.timed > 0).then_some(self.min_ns),
+            "max_ns": (self.timed > 0).then_some(self.max_ns),
+        })
+    }
+}

@@ -1,9 +1,12 @@
 //! The end-of-trace summary, modelled on `nsys stats`: per process and in
 //! total, an API table, kernels by name, copies by direction, allocations,
-//! NCCL by operation and communicator, and events lost. The live run and
-//! `gputrace stats FILE` feed the same [`Summary`] with the same calls.
+//! NCCL by operation and communicator, GEMMs by shape, collectives by
+//! size, and events lost. The live run and `gputrace stats FILE` feed the
+//! same [`Summary`] with the same calls.
 
 mod api;
+pub mod collectives;
+pub mod enclosing;
 pub mod gemm;
 pub mod gpu;
 pub(crate) mod histogram;
@@ -182,6 +185,8 @@ pub struct ProcessSummary {
     pub gpu: Option<gpu::GpuProcess>,
     /// cuBLAS GEMMs by shape, with the kernels they launched.
     pub gemms: gemm::GemmBook,
+    /// NCCL collectives by operation, datatype and size.
+    pub collectives: collectives::CollBook,
     /// The programs it ran after the first (`execve`), in order: (when,
     /// Unix ns; the new program's name). `comm` is the first program's.
     pub execs: Vec<(u64, String)>,
@@ -230,6 +235,7 @@ impl ProcessSummary {
         }
         let ok = !c.failed();
         self.gemms.record(c);
+        self.collectives.record(c, &self.comms);
         match &c.args {
             Args::Launch(l) if ok && l.captured.is_some() => self.graphs.captured += 1,
             Args::Memcpy(m) if ok && m.captured.is_some() => self.graphs.captured += 1,
@@ -331,6 +337,7 @@ impl ProcessSummary {
         self.graphs.merge(&o.graphs);
         self.sites.merge(&o.sites);
         self.gemms.merge(&o.gemms);
+        self.collectives.merge(&o.collectives);
         if let Some(g) = &o.gpu {
             self.gpu.get_or_insert_with(Default::default).merge(g);
         }
@@ -423,6 +430,7 @@ impl Summary {
     pub fn record_gpu(&mut self, w: &crate::model::gpu::GpuWork) {
         let p = self.process(w.pid);
         p.gemms.record_gpu(w);
+        p.collectives.record_gpu(w);
         p.gpu.get_or_insert_with(Default::default).record(w);
     }
 

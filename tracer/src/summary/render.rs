@@ -123,6 +123,7 @@ fn render_process(out: &mut String, p: &ProcessSummary) {
     render_memory(out, p);
     render_nccl(out, p);
     crate::summary::gemm::render::render_text(out, &p.gemms);
+    crate::summary::collectives::render::render_text(out, &p.collectives);
     if let Some(g) = &p.gpu {
         crate::summary::gpu::render_text(out, g, p.window_ns(), p.is_total);
     }
@@ -469,6 +470,7 @@ fn process_json(p: &ProcessSummary) -> Value {
         "execs": p.execs.iter().map(|(ts, comm)| json!({"ts_ns": ts, "comm": comm})).collect::<Vec<_>>(),
         "gpu": p.gpu.as_ref().map(|g| crate::summary::gpu::render_json(g, if p.is_total { 0 } else { p.window_ns() })),
         "gemms": (!p.gemms.is_empty()).then(|| crate::summary::gemm::render::render_json(&p.gemms)),
+        "collectives": (!p.collectives.is_empty()).then(|| crate::summary::collectives::render::render_json(&p.collectives)),
     })
 }
 

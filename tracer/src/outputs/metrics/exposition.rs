@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use crate::outputs::metrics::seconds;
+use crate::outputs::metrics::ApiSeries;
 use crate::outputs::metrics::Metrics;
 use crate::outputs::metrics::ProcessSeries;
 use crate::outputs::metrics::BUCKETS_NS;
@@ -85,6 +86,24 @@ const FAMILIES: &[Family] = &[
         kind: "counter",
         help: "--gpu-time: GPU time of the NCCL kernels the process launched, by operation (op=\"group\" for kernels of a group call).",
         write: crate::outputs::metrics::gpu::nccl_seconds,
+    },
+    Family {
+        name: "gputrace_gemm_calls_total",
+        kind: "counter",
+        help: "Successful cuBLAS GEMM calls, by shape (ops b x m x n x k as cuBLAS was called, column-major) and types (A,B->C and compute type), for the 20 shapes with the most time (GPU time with --gpu-time, else host time; up to 40 as the ranking changes, every 10 s); the rest, and a shape's calls before it got its own series, in shape=\"other\".",
+        write: crate::outputs::metrics::gemm::calls,
+    },
+    Family {
+        name: "gputrace_gemm_seconds",
+        kind: "histogram",
+        help: "Host-side time of successful cuBLAS GEMM calls, by shape and types (the shapes of gputrace_gemm_calls_total).",
+        write: crate::outputs::metrics::gemm::durations,
+    },
+    Family {
+        name: "gputrace_gemm_gpu_seconds_total",
+        kind: "counter",
+        help: "--gpu-time: GPU time of cuBLAS GEMM calls, by shape and types (the shapes of gputrace_gemm_calls_total): per call, the span from its first kernel's start to its last kernel's end, counted once the call's kernels are all reported.",
+        write: crate::outputs::metrics::gemm::gpu_seconds,
     },
     Family {
         name: "gputrace_graph_kernels_total",
@@ -298,33 +317,23 @@ fn estimated_until(o: &mut String, p: &ProcessSeries) {
 
 fn api_durations(o: &mut String, p: &ProcessSeries) {
     for (api, s) in p.apis.iter().filter(|(_, s)| s.timed > 0) {
-        let mut cumulative = 0;
-        for (i, bound) in BUCKETS_NS.iter().enumerate() {
-            cumulative += s.buckets[i];
-            let _ = writeln!(
-                o,
-                "gputrace_api_duration_seconds_bucket{{api=\"{api}\",{},le=\"{}\"}} {cumulative}",
-                p.labels,
-                seconds(*bound as u128)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "gputrace_api_duration_seconds_bucket{{api=\"{api}\",{},le=\"+Inf\"}} {}",
-            p.labels, s.timed
-        );
-        let _ = writeln!(
-            o,
-            "gputrace_api_duration_seconds_sum{{api=\"{api}\",{}}} {}",
-            p.labels,
-            seconds(s.sum_ns)
-        );
-        let _ = writeln!(
-            o,
-            "gputrace_api_duration_seconds_count{{api=\"{api}\",{}}} {}",
-            p.labels, s.timed
-        );
+        let labels = format!("api=\"{api}\",{}", p.labels);
+        histogram(o, "gputrace_api_duration_seconds", &labels, s);
     }
+}
+
+/// A latency histogram's samples: `NAME_bucket{LABELS,le="…"}` (over
+/// [`BUCKETS_NS`] and +Inf), `NAME_sum` and `NAME_count`.
+pub(super) fn histogram(o: &mut String, name: &str, labels: &str, s: &ApiSeries) {
+    let mut cumulative = 0;
+    for (i, bound) in BUCKETS_NS.iter().enumerate() {
+        cumulative += s.buckets[i];
+        let le = seconds(*bound as u128);
+        let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+    }
+    let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", s.timed);
+    let _ = writeln!(o, "{name}_sum{{{labels}}} {}", seconds(s.sum_ns));
+    let _ = writeln!(o, "{name}_count{{{labels}}} {}", s.timed);
 }
 
 fn memcpy_bytes(o: &mut String, p: &ProcessSeries) {

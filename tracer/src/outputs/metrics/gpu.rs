@@ -3,20 +3,20 @@
 //! the kernels that take the most of it, and NCCL kernels' GPU seconds per
 //! operation.
 //!
-//! Kernel series are bounded: a process's kernels each count into an
-//! unexported tally first; every ten seconds the kernels with the most GPU
-//! time get a series of their own, up to [`TOP_KERNELS`], and later past it
-//! (up to [`MAX_KERNEL_SERIES`]) only those with more time than the
-//! smallest series. Time counted before a kernel got its series stays in
-//! `kernel="other"`: no counter ever goes down, no series is removed while
-//! the process lives.
+//! Kernel series are bounded ([`Ranked`]): every ten seconds the kernels
+//! with the most GPU time get a series of their own, up to
+//! [`TOP_KERNELS`], and later past it (up to [`MAX_KERNEL_SERIES`]) only
+//! those with more time than the smallest series. Time counted before a
+//! kernel got its series stays in `kernel="other"`: no counter ever goes
+//! down, no series is removed while the process lives.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::model::gpu::{GpuOp, GpuWork};
+use crate::outputs::metrics::ranked::Ranked;
 use crate::outputs::metrics::seconds;
 use crate::outputs::metrics::{escape_into, ProcessSeries};
 use crate::summary::gpu::Busy;
@@ -25,10 +25,6 @@ use crate::summary::gpu::Busy;
 pub(super) const TOP_KERNELS: usize = 20;
 /// At most, per process.
 pub(super) const MAX_KERNEL_SERIES: usize = 40;
-/// Kernel names tallied for ranking, per process (past it, new names only
-/// count in `other`).
-const MAX_TALLIED: usize = 4096;
-const RANK_EVERY: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Debug, Default)]
 pub(super) struct GpuSeries {
@@ -36,12 +32,8 @@ pub(super) struct GpuSeries {
     /// Busy share per device over the last interval, and where it was taken.
     ratio: BTreeMap<u32, f64>,
     last: Option<(Instant, BTreeMap<u32, u64>)>,
-    /// Kernels with a series: their time, and their time at the last
-    /// ranking (what they added since is what a candidate must beat).
-    kernels: BTreeMap<Arc<str>, (u128, u128)>,
-    other_ns: u128,
-    tally: HashMap<Arc<str>, u128>,
-    ranked_at: Option<Instant>,
+    /// GPU time per kernel name, ranked by it.
+    kernels: Ranked<Arc<str>, u128, u128, TOP_KERNELS, MAX_KERNEL_SERIES>,
     nccl: BTreeMap<&'static str, u128>,
 }
 
@@ -59,14 +51,7 @@ impl GpuSeries {
             *self.nccl.entry(n.op.unwrap_or("group")).or_default() += d;
         }
         let name: Arc<str> = name.clone().unwrap_or_else(|| Arc::from("?"));
-        if let Some(t) = self.kernels.get_mut(&name) {
-            t.0 += d;
-            return;
-        }
-        self.other_ns += d;
-        if self.tally.len() < MAX_TALLIED || self.tally.contains_key(&name) {
-            *self.tally.entry(name).or_default() += d;
-        }
+        *self.kernels.slot(&name, d) += d;
     }
 
     /// Every ten seconds: kernels promoted to series of their own, and the
@@ -90,35 +75,7 @@ impl GpuSeries {
         {
             self.last = Some((now, busy));
         }
-        if self
-            .ranked_at
-            .is_some_and(|t| now.saturating_duration_since(t) < RANK_EVERY)
-        {
-            return;
-        }
-        self.ranked_at = Some(now);
-        let mut ranked: Vec<(Arc<str>, u128)> = self.tally.drain().collect();
-        ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        // What the least busy series added since the last ranking: past the
-        // first TOP_KERNELS, a kernel must have done more than it (the
-        // tally holds what each unexported kernel did since).
-        let full = self.kernels.len() >= TOP_KERNELS;
-        let least = self
-            .kernels
-            .values()
-            .map(|(t, at)| t - at)
-            .min()
-            .unwrap_or(0);
-        for (name, t) in ranked {
-            let n = self.kernels.len();
-            if n < TOP_KERNELS || (full && n < MAX_KERNEL_SERIES && t > least) {
-                // Its time so far stays in `other`; the series counts on.
-                self.kernels.insert(name, (0, 0));
-            }
-        }
-        for t in self.kernels.values_mut() {
-            t.1 = t.0;
-        }
+        self.kernels.rank(now);
     }
 }
 
@@ -152,10 +109,10 @@ pub(super) fn kernel_seconds(o: &mut String, p: &ProcessSeries) {
         escape_into(o, name);
         let _ = writeln!(o, "\",{}}} {}", p.labels, seconds(ns));
     };
-    for (k, (ns, _)) in &g.kernels {
+    for (k, ns) in g.kernels.series() {
         line(k, *ns);
     }
-    line("other", g.other_ns);
+    line("other", *g.kernels.other());
 }
 
 pub(super) fn nccl_seconds(o: &mut String, p: &ProcessSeries) {
@@ -174,6 +131,7 @@ pub(super) fn nccl_seconds(o: &mut String, p: &ProcessSeries) {
 mod tests {
     use super::*;
     use crate::model::gpu::GpuWork;
+    use crate::outputs::metrics::ranked::RANK_EVERY;
 
     fn kernel(name: &str, start: u64, dur: u64) -> GpuWork {
         GpuWork {
@@ -206,8 +164,8 @@ mod tests {
         g.sweep(t0);
         assert_eq!(g.kernels.len(), TOP_KERNELS);
         // The 20 costliest got series; their time so far is in `other`.
-        assert!(g.kernels.contains_key("k99") && !g.kernels.contains_key("k0"));
-        let other = g.other_ns;
+        assert!(g.kernels.has(&Arc::from("k99")) && !g.kernels.has(&Arc::from("k0")));
+        let other = *g.kernels.other();
         assert_eq!(other, (0..100u128).map(|i| 10 + i).sum::<u128>());
         for round in 1..20u64 {
             for i in 0..100u64 {
@@ -217,7 +175,7 @@ mod tests {
             }
             g.sweep(t0 + RANK_EVERY * round as u32);
             assert!(g.kernels.len() <= MAX_KERNEL_SERIES);
-            assert!(g.other_ns >= other);
+            assert!(*g.kernels.other() >= other);
         }
         assert_eq!(g.kernels.len(), MAX_KERNEL_SERIES);
     }

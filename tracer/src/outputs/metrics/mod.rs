@@ -8,8 +8,10 @@
 //! keeps the number of series bounded on a busy node.
 
 mod exposition;
+mod gemm;
 mod gpu;
 mod nccl;
+mod ranked;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
@@ -84,6 +86,8 @@ struct ProcessSeries {
     estimated_until_ns: Option<u64>,
     /// `--gpu-time`: what its GPU did (`None`: no GPU records).
     gpu: Option<gpu::GpuSeries>,
+    /// cuBLAS GEMMs per shape (and the launches they may own).
+    gemm: gemm::GemmSeries,
     /// Its container, for the series of a program it execs.
     container: Container,
 }
@@ -115,6 +119,7 @@ impl ProcessSeries {
             ratios: BTreeMap::new(),
             estimated_until_ns: None,
             gpu: None,
+            gemm: gemm::GemmSeries::default(),
             container: container.clone(),
         }
     }
@@ -232,6 +237,7 @@ impl Metrics {
         if c.failed() {
             return;
         }
+        p.gemm.record(c);
         match &c.args {
             // Recorded by a stream capture: it did not run.
             Args::Memcpy(m) if m.captured.is_some() => {}
@@ -274,21 +280,24 @@ impl Metrics {
         self.gauges = g;
     }
 
-    /// Drops the series of processes gone longer than `keep_exited`.
     /// `--gpu-time`: a piece of GPU work of a process (one with series:
     /// work comes after the calls that queued it).
     pub(crate) fn gpu(&mut self, w: &crate::model::gpu::GpuWork) {
         let key = self.key(w.pid);
         if let Some(p) = self.procs.get_mut(&key) {
             p.gpu.get_or_insert_with(Default::default).record(w);
+            p.gemm.gpu(w);
         }
     }
 
+    /// Drops the series of processes gone longer than `keep_exited`; ranks
+    /// kernels and GEMM shapes (every ten seconds).
     pub(crate) fn sweep(&mut self, now: Instant) {
         for p in self.procs.values_mut() {
             if let Some(g) = &mut p.gpu {
                 g.sweep(now);
             }
+            p.gemm.sweep(now);
         }
         let keep = self.keep_exited;
         self.procs.retain(|_, p| {

@@ -426,3 +426,147 @@ fn nccl_rank_series_are_bounded() {
         .count();
     assert_eq!(series, MAX_RANKS, "one series per rank kept");
 }
+
+/// GEMMs of process 1 per shape: calls, host-time histogram, GPU seconds
+/// (the span of each call's two kernels), in `other` until ranked.
+#[test]
+fn gemm_series_per_shape() {
+    use crate::model::fixtures::{call, gemm_args, gpu_kernel, launch_args, launched_by};
+    let mut m = metrics();
+    let t0 = Instant::now();
+    // One GEMM at `start` (3 µs on the host) that launched two kernels,
+    // 4 µs and 1 µs on the GPU 0.5 µs apart: a 5.5 µs span.
+    let gemm = |m: &mut Metrics, start: u64, gpu: u64| {
+        m.record_call(&call(
+            1,
+            "cuLaunchKernel",
+            start + 100,
+            50,
+            launch_args("nvjet"),
+        ));
+        m.record_call(&call(
+            1,
+            "cuLaunchKernel",
+            start + 200,
+            50,
+            launch_args("splitk"),
+        ));
+        m.record_call(&call(
+            1,
+            "cublasGemmStridedBatchedEx",
+            start,
+            3_000,
+            gemm_args(64),
+        ));
+        m.gpu(&launched_by(
+            gpu_kernel("nvjet", gpu, 4_000),
+            1,
+            start + 100,
+        ));
+        m.gpu(&launched_by(
+            gpu_kernel("splitk", gpu + 4_500, 1_000),
+            1,
+            start + 200,
+        ));
+    };
+    gemm(&mut m, 10_000, 1_000_000);
+    // Another call's kernel closes the first call's span.
+    gemm(&mut m, 20_000, 2_000_000);
+    let l = r#"pid="1",comm="py\"thon""#;
+    let rest = format!(r#"shape="other",dtype="other",{l}"#);
+    let text = m.render();
+    for line in [
+        format!("gputrace_gemm_calls_total{{{rest}}} 2"),
+        format!("gputrace_gemm_gpu_seconds_total{{{rest}}} 0.0000055"),
+        format!(r#"gputrace_gemm_seconds_bucket{{{rest},le="0.0000025"}} 0"#),
+        format!(r#"gputrace_gemm_seconds_bucket{{{rest},le="0.000005"}} 2"#),
+        format!("gputrace_gemm_seconds_sum{{{rest}}} 0.000006"),
+        format!("gputrace_gemm_seconds_count{{{rest}}} 2"),
+    ] {
+        assert!(text.lines().any(|x| x == line), "missing {line}\n{text}");
+    }
+    // Ranked: the shape gets its series; what came before stays in other.
+    m.sweep(t0);
+    gemm(&mut m, 30_000, 3_000_000);
+    // No kernel of the last call's thread since: its span counts.
+    m.sweep(t0 + Duration::from_secs(1));
+    m.sweep(t0 + Duration::from_secs(2));
+    let text = m.render();
+    let shape = format!(r#"shape="N,N 8x64x64x128",dtype="fp16,fp16->fp16 (32F)",{l}"#);
+    for line in [
+        format!("gputrace_gemm_calls_total{{{rest}}} 2"),
+        format!("gputrace_gemm_calls_total{{{shape}}} 1"),
+        format!("gputrace_gemm_gpu_seconds_total{{{rest}}} 0.0000055"),
+        format!("gputrace_gemm_gpu_seconds_total{{{shape}}} 0.000011"),
+        format!(r#"gputrace_gemm_seconds_bucket{{{shape},le="+Inf"}} 1"#),
+        "# TYPE gputrace_gemm_seconds histogram".to_string(),
+    ] {
+        assert!(text.lines().any(|x| x == line), "missing {line}\n{text}");
+    }
+    // Processes without GEMMs have no such series.
+    m.record_call(&call(3, "cuLaunchKernel", 1, 1, other()));
+    assert!(!m
+        .render()
+        .contains(r#"gputrace_gemm_calls_total{shape="other",dtype="other",pid="3""#));
+}
+
+/// 100 shapes, whose costs change: at most 40 series, other only grows.
+#[test]
+fn gemm_series_are_bounded_and_never_go_down() {
+    use crate::model::fixtures::{call, gemm_args};
+    use crate::outputs::metrics::gemm::{MAX_SHAPE_SERIES, TOP_SHAPES};
+    let mut m = metrics();
+    let t0 = Instant::now();
+    let other_calls = |m: &Metrics| -> u64 {
+        let text = m.render();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(r#"gputrace_gemm_calls_total{shape="other""#))
+            .unwrap()
+            .to_string();
+        line.rsplit_once(' ').unwrap().1.parse().unwrap()
+    };
+    let mut last = 0;
+    for round in 0..20u64 {
+        for i in 0..100u64 {
+            // Shapes that did little at first do the most later.
+            let dur = if round > 0 && i < 50 {
+                1_000_000 + i
+            } else {
+                1_000 + i
+            };
+            m.record_call(&call(
+                1,
+                "cublasGemmStridedBatchedEx",
+                1,
+                dur,
+                gemm_args(i as i64 + 1),
+            ));
+        }
+        m.sweep(t0 + crate::outputs::metrics::ranked::RANK_EVERY * round as u32);
+        let key = m.key(1);
+        let series = m.procs[&key].gemm.series();
+        assert!(series <= MAX_SHAPE_SERIES, "{series}");
+        if round == 0 {
+            assert_eq!(series, TOP_SHAPES);
+        }
+        let now = other_calls(&m);
+        assert!(now >= last, "other went down: {now} < {last}");
+        last = now;
+        let rendered = m
+            .render()
+            .lines()
+            .filter(|l| l.starts_with("gputrace_gemm_calls_total{"))
+            .count();
+        assert_eq!(rendered, series + 1);
+    }
+    assert_eq!(m.procs[&m.key(1)].gemm.series(), MAX_SHAPE_SERIES);
+    // Every call is counted once, in a series or in other.
+    let text = m.render();
+    let total: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("gputrace_gemm_calls_total{"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(total, 2_000);
+}

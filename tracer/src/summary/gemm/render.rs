@@ -11,11 +11,8 @@ use crate::units::{fmt_count, fmt_ns};
 /// Kernel names shown under a shape in the text summary.
 const KERNELS_SHOWN: usize = 4;
 
-fn p99(s: &ApiStats) -> Option<u64> {
-    s.hist.quantile(0.99).map(|v| v.clamp(s.min_ns, s.max_ns))
-}
-
-fn gpu_cell(s: &ApiStats, v: Option<f64>) -> String {
+/// A GPU time, or `-` where no call was timed on the GPU.
+pub(crate) fn gpu_cell(s: &ApiStats, v: Option<f64>) -> String {
     if s.timed == 0 {
         return "-".into();
     }
@@ -60,7 +57,7 @@ pub fn render_text(out: &mut String, book: &GemmBook) {
             gpu_cell(g, Some(g.total_ns as f64)),
             gpu_cell(g, g.avg_ns()),
             gpu_cell(g, g.median_ns().map(|v| v as f64)),
-            gpu_cell(g, p99(g).map(|v| v as f64)),
+            gpu_cell(g, g.p99_ns().map(|v| v as f64)),
             gpu_cell(g, Some(g.max_ns as f64)),
             tflops.map_or_else(|| "-".into(), |t| format!("{t:.1}")),
         );
@@ -112,18 +109,6 @@ pub fn render_text(out: &mut String, book: &GemmBook) {
     }
 }
 
-fn stats_json(s: &ApiStats) -> Value {
-    json!({
-        "count": s.timed,
-        "total_ns": s.total_ns,
-        "avg_ns": s.avg_ns(),
-        "med_ns": s.median_ns(),
-        "p99_ns": p99(s),
-        "min_ns": (s.timed > 0).then_some(s.min_ns),
-        "max_ns": (s.timed > 0).then_some(s.max_ns),
-    })
-}
-
 fn row_json(shape: Option<&GemmShape>, s: &GemmStats) -> Value {
     let kernels: Vec<Value> = s
         .kernel_rows()
@@ -132,8 +117,8 @@ fn row_json(shape: Option<&GemmShape>, s: &GemmStats) -> Value {
         .collect();
     let mut v = json!({
         "calls": s.host.calls,
-        "host": stats_json(&s.host),
-        "gpu": (s.gpu.timed > 0).then(|| stats_json(&s.gpu)),
+        "host": s.host.to_json(),
+        "gpu": (s.gpu.timed > 0).then(|| s.gpu.to_json()),
         "kernels": kernels,
     });
     if let Some(shape) = shape {

@@ -1,16 +1,5 @@
 use super::*;
-use crate::model::fixtures::{call, gpu_kernel, launch_args, launched_by};
-use crate::model::gemm::GemmForm;
-
-/// cublasGemmStridedBatchedEx N,N 8×64×64×128 fp16 (32F), as decoded.
-fn gemm(m: i64) -> Args {
-    let regs = [1, 0, 0, m as u64, 64, 128];
-    let mut stack = vec![0u8; GemmForm::StridedEx.stack_bytes()];
-    for (pos, v) in [(8usize, 2u64), (12, 2), (17, 2), (20, 8), (21, 68)] {
-        stack[(pos - 6) * 8..(pos - 5) * 8].copy_from_slice(&v.to_le_bytes());
-    }
-    Args::Gemm(Gemm::decode(GemmForm::StridedEx, &regs, &stack, false))
-}
+use crate::model::fixtures::{call, gemm_args as gemm, gpu_kernel, launch_args, launched_by};
 
 fn only_row(b: &GemmBook) -> (GemmShape, GemmStats) {
     let t = b.settled();
