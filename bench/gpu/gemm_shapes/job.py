@@ -21,14 +21,18 @@ a16, b16 = torch.randn(4096, 4096, device=dev, dtype=bf), torch.randn(4096, 4096
 ba, bb = torch.randn(16, 512, 1024, device=dev, dtype=bf), torch.randn(16, 1024, 256, device=dev, dtype=bf)
 lin = torch.nn.Linear(1024, 4096, bias=True, device=dev, dtype=bf)
 x = torch.randn(2048, 1024, device=dev, dtype=bf)
-# (name, op, count, cuBLAS's (b, m, n, k): column-major, so (M×K)@(K×N) is m=N, n=M)
+# (name, op, count, cuBLAS's (b, m, n, k): column-major, so (M×K)@(K×N) is
+# m=N, n=M; A's type)
 phases = [
-    ("mm_fp32", lambda: torch.mm(a32, b32), 300, (1, 4096, 2048, 1024)),
-    ("mm_bf16", lambda: torch.mm(a16, b16), 300, (1, 4096, 4096, 4096)),
-    ("bmm_bf16", lambda: torch.bmm(ba, bb), 300, (16, 256, 512, 1024)),
-    ("linear_bf16", lambda: lin(x), 300, (1, 4096, 2048, 1024)),
+    ("mm_fp32", lambda: torch.mm(a32, b32), 300, (1, 4096, 2048, 1024), "fp32"),
+    ("mm_bf16", lambda: torch.mm(a16, b16), 300, (1, 4096, 4096, 4096), "bf16"),
+    ("bmm_bf16", lambda: torch.bmm(ba, bb), 300, (16, 256, 512, 1024), "bf16"),
+    ("linear_bf16", lambda: lin(x), 300, (1, 4096, 2048, 1024), "bf16"),
+    # What the events add around any kernel: a kernel that does nothing
+    # (compare.py subtracts its events' median minus its GPU time).
+    ("empty_kernel", lambda: torch.cuda._sleep(1), 300, None, None),
 ]
-for _, op, _, _ in phases:
+for _, op, _, _, _ in phases:
     for _ in range(3):
         op()
 torch.cuda.synchronize()
@@ -40,16 +44,20 @@ while not os.path.exists(go):
     time.sleep(0.01)
 time.sleep(0.5)
 out = {}
-for name, op, n, shape in phases:
+for name, op, n, shape, dtype in phases:
     torch.cuda.synchronize()
     evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
     start = time.time_ns()
+    # The GPU held back while the ops are queued: the events then bracket
+    # each op's time on the GPU, not the host's time to launch it (small
+    # ops launch slower than they run).
+    torch.cuda._sleep(int(n * 400_000))
     for e0, e1 in evs:
         e0.record()
         op()
         e1.record()
     torch.cuda.synchronize()
-    out[name] = {"n": n, "shape": shape, "start_ns": start, "end_ns": time.time_ns(),
+    out[name] = {"n": n, "shape": shape, "dtype": dtype, "start_ns": start, "end_ns": time.time_ns(),
                  "ms": [e0.elapsed_time(e1) for e0, e1 in evs]}
 with open(os.path.join(d, "phases.json"), "w") as f:
     json.dump(out, f)
