@@ -63,6 +63,18 @@ impl Lib {
         }
     }
 
+    /// Where the library's probes go in attach order: libcuda's first. A
+    /// call of the others (a cuBLAS GEMM, an NCCL collective, a runtime
+    /// launch) makes libcuda calls inside it; attached after, each of its
+    /// calls seen has the launches it made seen too (attaching hundreds of
+    /// probes takes a while).
+    pub fn attach_order(self) -> u8 {
+        match self {
+            Lib::Cuda => 0,
+            Lib::Cudart | Lib::Nccl | Lib::Cublas | Lib::CublasLt => 1,
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Lib::Cuda => "libcuda",
@@ -491,6 +503,15 @@ impl ProbeSelection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn libcuda_is_attached_before_the_libraries_whose_calls_enclose_its_calls() {
+        let mut libs = vec![Lib::Cublas, Lib::Nccl, Lib::CublasLt, Lib::Cuda, Lib::Cudart];
+        libs.sort_by_key(|l| l.attach_order());
+        assert_eq!(libs[0], Lib::Cuda);
+        // Stable: the rest keep the order they were found in.
+        assert_eq!(&libs[1..], [Lib::Cublas, Lib::Nccl, Lib::CublasLt, Lib::Cudart]);
+    }
 
     #[test]
     fn names_are_unique_and_ids_match() {

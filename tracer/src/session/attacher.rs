@@ -142,6 +142,7 @@ impl Attacher {
         files.retain(|f| !self.overrides.iter().any(|o| o.lib == f.lib));
         files.extend(self.overrides.iter().cloned());
         files.retain(|f| self.selection.wants_lib(f.lib));
+        files.sort_by_key(|f| f.lib.attach_order());
         Ok(files)
     }
 
