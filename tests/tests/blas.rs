@@ -85,8 +85,8 @@ fn gemm_calls_carry_their_shapes_and_types() {
     assert_eq!(traced, run.done);
 }
 
-/// The row of `summary`'s process with GEMMs whose label is `op` and (m, n, k).
-fn shape<'a>(summary: &'a serde_json::Value, m: i64, n: i64, k: i64) -> &'a serde_json::Value {
+/// The GEMM row of (m, n, k) in `summary`'s process with GEMMs.
+fn shape(summary: &serde_json::Value, m: i64, n: i64, k: i64) -> &serde_json::Value {
     let p = summary["processes"]
         .as_array()
         .unwrap()

@@ -4,7 +4,6 @@
 //! killed, a target blocked in a system call or forking, CUPTI already
 //! taken, ptrace not allowed. Root: the probes and ptrace.
 
-use std::path::Path;
 use std::time::Duration;
 
 use gputrace_tests::*;
@@ -12,7 +11,6 @@ use serde_json::Value;
 
 /// The simulated kernel's time on the GPU: one nanosecond per 64 threads
 /// (tests/sim/README.md, the simulated CUPTI).
-
 fn sim_kernel_ns(grid: [u64; 3], block: [u64; 3]) -> u64 {
     (grid.iter().product::<u64>() * block.iter().product::<u64>() / 64).max(1)
 }

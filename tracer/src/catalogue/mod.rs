@@ -506,11 +506,20 @@ mod tests {
 
     #[test]
     fn libcuda_is_attached_before_the_libraries_whose_calls_enclose_its_calls() {
-        let mut libs = vec![Lib::Cublas, Lib::Nccl, Lib::CublasLt, Lib::Cuda, Lib::Cudart];
+        let mut libs = [
+            Lib::Cublas,
+            Lib::Nccl,
+            Lib::CublasLt,
+            Lib::Cuda,
+            Lib::Cudart,
+        ];
         libs.sort_by_key(|l| l.attach_order());
         assert_eq!(libs[0], Lib::Cuda);
         // Stable: the rest keep the order they were found in.
-        assert_eq!(&libs[1..], [Lib::Cublas, Lib::Nccl, Lib::CublasLt, Lib::Cudart]);
+        assert_eq!(
+            &libs[1..],
+            [Lib::Cublas, Lib::Nccl, Lib::CublasLt, Lib::Cudart]
+        );
     }
 
     #[test]
