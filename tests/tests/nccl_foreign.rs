@@ -117,3 +117,52 @@ fn a_stopped_rank_of_an_unknown_build_is_named() {
         f.stderr_text()
     );
 }
+
+/// Issue 28: "Collectives by size" from real probe records: each rank's
+/// 12 AllReduces of 1,048,576 float32 (4 MiB, nccl-tests' size) in one
+/// row; `stats` of the timeline says the same.
+#[test]
+fn collectives_are_grouped_by_operation_type_and_size() {
+    let dir = scratch("nccl-by-size");
+    let common: &[&str] = &["--nccl", "12"];
+    let ws = nccl_ranks_bin(&foreign(), 2, &dir.join("id"), &[common, common]);
+    let out = dir.join("t.jsonl");
+    let sum = dir.join("s.json");
+    let t = attach_ranks(&ws, &out, &sum, &[]);
+    let (pids, _) = ranks_to_the_end(ws, t);
+    let rows_of = |summary: &Value, pid: u32| -> Vec<Value> {
+        let p = summary["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pid"] == pid)
+            .unwrap_or_else(|| panic!("no process {pid}"));
+        p["collectives"]["rows"]
+            .as_array()
+            .expect("collectives rows")
+            .clone()
+    };
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(&sum).unwrap()).unwrap();
+    let back = run_gputrace(&["stats", out.to_str().unwrap(), "--format", "json"]);
+    assert!(back.status.success(), "{}", back.stderr_text());
+    let back: Value = serde_json::from_str(&back.stdout).unwrap();
+    for s in [&summary, &back] {
+        for pid in &pids {
+            let rows = rows_of(s, *pid);
+            assert_eq!(rows.len(), 1, "{rows:?}");
+            let r = &rows[0];
+            assert_eq!(
+                (&r["op"], &r["datatype"]),
+                (&"AllReduce".into(), &"float32".into()),
+                "{r}"
+            );
+            assert_eq!(r["size_label"], "4 MiB–8 MiB", "{r}");
+            assert_eq!(
+                (&r["calls"], &r["bytes"]),
+                (&12.into(), &(12u64 << 22).into()),
+                "{r}"
+            );
+            assert!(r["gpu"].is_null(), "no GPU time without --gpu-time");
+        }
+    }
+}
