@@ -317,21 +317,13 @@ mod tests {
     use std::sync::Arc;
 
     fn call(tid: u32, api: &'static str, ts: u64, dur: u64, family: Family) -> Call {
-        Call {
-            ts_ns: ts,
-            dur_ns: Some(dur),
-            pid: 1,
-            tid,
-            comm: Arc::from("p"),
-            api,
-            family: Some(family),
-            ret: Some(0),
-            args: Args::Sync {
-                stream: None,
-                event: None,
-            },
-            stack: None,
-        }
+        let sync = Args::Sync {
+            stream: None,
+            event: None,
+        };
+        let mut c = crate::model::fixtures::call(tid, api, ts, dur, sync);
+        c.family = Some(family);
+        c
     }
 
     fn api(tid: u32, api: &'static str, runtime: bool, corr: u32, start: u64, end: u64) -> ApiCall {

@@ -466,39 +466,25 @@ pub fn render_json(g: &GpuProcess, window_ns: u64) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::fixtures::gpu_kernel;
     use crate::model::gpu::{GpuLaunch, NcclLaunch};
 
     fn kernel(name: &str, comm_id: u64) -> GpuWork {
-        GpuWork {
-            pid: 1,
-            device: 0,
-            context: 1,
-            stream: 7,
-            correlation: 1,
-            start_ns: 1_000,
-            end_ns: 1_100,
-            op: GpuOp::Kernel {
-                name: Some(Arc::from(name)),
-                grid: [1, 1, 1],
-                block: [1, 1, 1],
-                shared_mem_bytes: 0,
-                registers: 0,
-                graph: None,
-            },
-            launch: Some(GpuLaunch {
-                tid: 1,
-                api: "cuLaunchKernel",
-                api_start_ns: 900,
-                call: None,
-                nccl: Some(NcclLaunch {
-                    api: "ncclAllReduce",
-                    op: Some("AllReduce"),
-                    comm_id: Some(comm_id),
-                    rank: Some(0),
-                    seq: Some(1),
-                }),
+        let mut w = gpu_kernel(name, 1_000, 100);
+        w.launch = Some(GpuLaunch {
+            tid: 1,
+            api: "cuLaunchKernel",
+            api_start_ns: 900,
+            call: None,
+            nccl: Some(NcclLaunch {
+                api: "ncclAllReduce",
+                op: Some("AllReduce"),
+                comm_id: Some(comm_id),
+                rank: Some(0),
+                seq: Some(1),
             }),
-        }
+        });
+        w
     }
 
     /// Kernel names and NCCL rows past the bounds: summed, counted, said

@@ -130,29 +130,8 @@ pub(super) fn nccl_seconds(o: &mut String, p: &ProcessSeries) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::gpu::GpuWork;
+    use crate::model::fixtures::gpu_kernel as kernel;
     use crate::outputs::metrics::ranked::RANK_EVERY;
-
-    fn kernel(name: &str, start: u64, dur: u64) -> GpuWork {
-        GpuWork {
-            pid: 1,
-            device: 0,
-            context: 1,
-            stream: 7,
-            correlation: 1,
-            start_ns: start,
-            end_ns: start + dur,
-            op: GpuOp::Kernel {
-                name: Some(Arc::from(name)),
-                grid: [1, 1, 1],
-                block: [1, 1, 1],
-                shared_mem_bytes: 0,
-                registers: 0,
-                graph: None,
-            },
-            launch: None,
-        }
-    }
 
     #[test]
     fn kernel_series_are_bounded_and_never_go_down() {
