@@ -313,8 +313,6 @@ impl Joiner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::gpu::GpuOp;
-    use std::sync::Arc;
 
     fn call(tid: u32, api: &'static str, ts: u64, dur: u64, family: Family) -> Call {
         let sync = Args::Sync {
@@ -338,24 +336,9 @@ mod tests {
     }
 
     fn kernel(corr: u32, start: u64) -> GpuWork {
-        GpuWork {
-            pid: 1,
-            device: 0,
-            context: 1,
-            stream: 7,
-            correlation: corr,
-            start_ns: start,
-            end_ns: start + 100,
-            op: GpuOp::Kernel {
-                name: Some(Arc::from("k")),
-                grid: [1, 1, 1],
-                block: [1, 1, 1],
-                shared_mem_bytes: 0,
-                registers: 0,
-                graph: None,
-            },
-            launch: None,
-        }
+        let mut w = crate::model::fixtures::gpu_kernel("k", start, 100);
+        w.correlation = corr;
+        w
     }
 
     #[test]

@@ -124,7 +124,7 @@ pub fn compute_from_name(s: &str) -> Option<u32> {
 }
 
 /// One GEMM: C = op(A) op(B), `batch` times, A m × k, B k × n.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Gemm {
     /// `cublasOperation_t` of A and B (`None`: a value cuBLAS does not define).
     pub transa: Option<u32>,

@@ -76,7 +76,7 @@ impl GemmSeries {
             return;
         };
         self.called = true;
-        let shape = Arc::new(GemmShape::from(g));
+        let shape = Arc::new(g.clone());
         let w = ShapeTime {
             gpu_ns: 0,
             host_ns: u128::from(c.dur_ns.unwrap_or(0)),

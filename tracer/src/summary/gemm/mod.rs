@@ -24,43 +24,15 @@ pub const MAX_SHAPES: usize = 1000;
 /// Kernel names kept per shape.
 pub const MAX_SHAPE_KERNELS: usize = 16;
 
-/// What "GEMMs by shape" groups by: the problem and its types.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct GemmShape {
-    pub transa: Option<u32>,
-    pub transb: Option<u32>,
-    pub batch: Option<i64>,
-    pub m: i64,
-    pub n: i64,
-    pub k: i64,
-    pub a_type: Option<u32>,
-    pub b_type: Option<u32>,
-    pub c_type: Option<u32>,
-    pub compute: Option<u32>,
-}
-
-impl From<&Gemm> for GemmShape {
-    fn from(g: &Gemm) -> Self {
-        Self {
-            transa: g.transa,
-            transb: g.transb,
-            batch: g.batch,
-            m: g.m,
-            n: g.n,
-            k: g.k,
-            a_type: g.a_type,
-            b_type: g.b_type,
-            c_type: g.c_type,
-            compute: g.compute,
-        }
-    }
-}
+/// What "GEMMs by shape" groups by: the problem and its types, as the
+/// call gave them.
+pub type GemmShape = Gemm;
 
 fn or_q(v: Option<&str>) -> &str {
     v.unwrap_or("?")
 }
 
-impl GemmShape {
+impl Gemm {
     /// `gemm` for one problem, `bmm` for a batch (xpu-timer's names).
     pub fn op(&self) -> &'static str {
         match self.batch {
@@ -91,12 +63,6 @@ impl GemmShape {
             s.push_str(&format!(" ({c})"));
         }
         s
-    }
-
-    /// 2·b·m·n·k, where the batch is known.
-    pub fn flops(&self) -> Option<f64> {
-        let b = self.batch?;
-        Some(2.0 * b as f64 * self.m as f64 * self.n as f64 * self.k as f64)
     }
 }
 
@@ -159,7 +125,7 @@ impl GemmBook {
                 self.unknown.record(c.dur_ns, false)
             }
             Args::Gemm(g) => {
-                let shape = GemmShape::from(g);
+                let shape = g.clone();
                 self.shapes.slot(&shape).host.record(c.dur_ns, false);
                 let shape = Arc::new(shape);
                 for kernel in self.join.call(c, shape.clone()) {
