@@ -3,11 +3,10 @@
 
 use std::fmt::Write;
 
+use crate::outputs::metrics::histogram;
 use crate::outputs::metrics::seconds;
-use crate::outputs::metrics::ApiSeries;
 use crate::outputs::metrics::Metrics;
 use crate::outputs::metrics::ProcessSeries;
-use crate::outputs::metrics::BUCKETS_NS;
 use crate::probes::symbols::Prologue;
 
 /// A per-process metric family: its name, type, help, and how one
@@ -320,20 +319,6 @@ fn api_durations(o: &mut String, p: &ProcessSeries) {
         let labels = format!("api=\"{api}\",{}", p.labels);
         histogram(o, "gputrace_api_duration_seconds", &labels, s);
     }
-}
-
-/// A latency histogram's samples: `NAME_bucket{LABELS,le="…"}` (over
-/// [`BUCKETS_NS`] and +Inf), `NAME_sum` and `NAME_count`.
-pub(super) fn histogram(o: &mut String, name: &str, labels: &str, s: &ApiSeries) {
-    let mut cumulative = 0;
-    for (i, bound) in BUCKETS_NS.iter().enumerate() {
-        cumulative += s.buckets[i];
-        let le = seconds(*bound as u128);
-        let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
-    }
-    let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", s.timed);
-    let _ = writeln!(o, "{name}_sum{{{labels}}} {}", seconds(s.sum_ns));
-    let _ = writeln!(o, "{name}_count{{{labels}}} {}", s.timed);
 }
 
 fn memcpy_bytes(o: &mut String, p: &ProcessSeries) {

@@ -15,9 +15,8 @@ use std::time::Instant;
 
 use crate::model::call::{Args, Call};
 use crate::model::gpu::GpuWork;
-use crate::outputs::metrics::exposition::histogram;
 use crate::outputs::metrics::ranked::Ranked;
-use crate::outputs::metrics::{escape_into, seconds, ApiSeries, ProcessSeries};
+use crate::outputs::metrics::{escape_into, histogram, seconds, ApiSeries, ProcessSeries};
 use crate::summary::enclosing::Enclosing;
 use crate::summary::gemm::GemmShape;
 

@@ -438,3 +438,17 @@ fn seconds(ns: u128) -> String {
     let digits = format!("{frac:09}");
     format!("{whole}.{}", digits.trim_end_matches('0'))
 }
+
+/// A latency histogram's samples: `NAME_bucket{LABELS,le="…"}` (over
+/// [`BUCKETS_NS`] and +Inf), `NAME_sum` and `NAME_count`.
+fn histogram(o: &mut String, name: &str, labels: &str, s: &ApiSeries) {
+    let mut cumulative = 0;
+    for (i, bound) in BUCKETS_NS.iter().enumerate() {
+        cumulative += s.buckets[i];
+        let le = seconds(*bound as u128);
+        let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+    }
+    let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", s.timed);
+    let _ = writeln!(o, "{name}_sum{{{labels}}} {}", seconds(s.sum_ns));
+    let _ = writeln!(o, "{name}_count{{{labels}}} {}", s.timed);
+}
