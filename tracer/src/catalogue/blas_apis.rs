@@ -4,12 +4,20 @@
 //! (`model::lt`). Prototypes as in cublas_api.h and cublasLt.h (CUDA 13);
 //! argument positions 0-based.
 
-use crate::catalogue::{Lib, Shape};
 use crate::model::gemm::GemmForm;
 use crate::model::lt::LtOp;
 
-/// One row: the symbol, its library, where its arguments are.
-pub(crate) struct BlasRow(pub &'static str, pub Lib, pub Shape);
+/// What a BLAS entry point is.
+#[derive(Clone, Copy)]
+pub(crate) enum Blas {
+    /// A libcublas GEMM; `wide`: the `_64` form.
+    Gemm { form: GemmForm, wide: bool },
+    /// A libcublasLt call.
+    Lt(LtOp),
+}
+
+/// One row: the symbol and what it is.
+pub(crate) struct BlasRow(pub &'static str, pub Blas);
 
 /// `cudaDataType_t` of the typed forms.
 const R32F: u32 = 0;
@@ -24,8 +32,8 @@ pub(crate) fn rows() -> Vec<BlasRow> {
     use GemmForm::{BatchedEx, Ex, SEx, StridedEx, Typed, TypedBatched, TypedStrided};
     let mut out = Vec::new();
     let mut gemm = |name: &'static str, wide_name: &'static str, form| {
-        out.push(BlasRow(name, Lib::Cublas, Shape::Gemm { form, wide: false }));
-        out.push(BlasRow(wide_name, Lib::Cublas, Shape::Gemm { form, wide: true }));
+        out.push(BlasRow(name, Blas::Gemm { form, wide: false }));
+        out.push(BlasRow(wide_name, Blas::Gemm { form, wide: true }));
     };
     gemm("cublasSgemm_v2", "cublasSgemm_v2_64", Typed(R32F));
     gemm("cublasDgemm_v2", "cublasDgemm_v2_64", Typed(R64F));
@@ -51,7 +59,7 @@ pub(crate) fn rows() -> Vec<BlasRow> {
         ("cublasLtMatrixLayoutDestroy", LtOp::LayoutDestroy),
         ("cublasLtMatmul", LtOp::Matmul),
     ] {
-        out.push(BlasRow(name, Lib::CublasLt, Shape::Lt(op)));
+        out.push(BlasRow(name, Blas::Lt(op)));
     }
     out
 }

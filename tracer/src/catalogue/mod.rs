@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use tracer_common::ProbeCookie;
 
-use crate::catalogue::blas_apis::BlasRow;
+use crate::catalogue::blas_apis::{Blas, BlasRow};
 use crate::catalogue::graph_apis::GraphRow;
 use crate::model::gemm::GemmForm;
 use crate::model::graph::GraphOp;
@@ -402,9 +402,13 @@ pub fn catalogue() -> &'static [Api] {
             .map(|GraphRow(base, suffixes, op)| {
                 Row(base, suffixes, Lib::Cuda, Family::Graphs, Shape::Graph(op))
             });
-        let blas = blas_apis::rows()
-            .into_iter()
-            .map(|BlasRow(name, lib, shape)| Row(name, PLAIN, lib, Family::Blas, shape));
+        let blas = blas_apis::rows().into_iter().map(|BlasRow(name, api)| {
+            let (lib, shape) = match api {
+                Blas::Gemm { form, wide } => (Lib::Cublas, Shape::Gemm { form, wide }),
+                Blas::Lt(op) => (Lib::CublasLt, Shape::Lt(op)),
+            };
+            Row(name, PLAIN, lib, Family::Blas, shape)
+        });
         for Row(base, suffixes, lib, family, shape) in rows().into_iter().chain(graphs).chain(blas)
         {
             for suffix in suffixes {
