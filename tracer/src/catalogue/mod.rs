@@ -243,7 +243,7 @@ impl Api {
     /// Whether `--overhead-budget` may sample this API: what a busy process
     /// calls tens of thousands of times a second (launches, copies and sets
     /// on a stream, event records, stream waits) and thousands (capture
-    /// status queries). Allocations, frees, synchronisations, NCCL, graph
+    /// status queries, GEMMs). Allocations, frees, synchronisations, NCCL, graph
     /// construction and names stay exact.
     pub fn samplable(&self) -> bool {
         match self.shape {
@@ -262,6 +262,11 @@ impl Api {
             // their work on a stream (cuBLAS, PyTorch's allocator and
             // random numbers), thousands of times a second.
             Shape::Graph(GraphOp::IsCapturing | GraphOp::CaptureInfo) => true,
+            // GEMMs and cuBLASLt's descriptor calls: a model makes hundreds
+            // a step (11 calls per cublasLtMatmul), too many to trace in
+            // full under a budget. A matmul whose descriptors were made
+            // while these were off has no shape (`decode::lt`).
+            Shape::Gemm { .. } | Shape::Lt(_) => true,
             _ => false,
         }
     }

@@ -351,7 +351,9 @@ impl Enricher {
         let mut args = decode_args(api, raw);
         let ret = ret_of(raw);
         let ok = ret.is_none_or(|r| r == 0);
-        state.lt.apply(&mut args, ok);
+        let sampler = self.sampler.as_deref();
+        let traced = |from: u64, to: u64| sampler.is_none_or(|s| s.busy_traced(from, to));
+        state.lt.apply(&mut args, ok, e.start_ns, &traced);
         if api.lib == catalogue::Lib::Nccl {
             if let Some(warning) = state
                 .nccl

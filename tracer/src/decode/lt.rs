@@ -15,10 +15,15 @@ use crate::model::lt::{matmul_gemm, LtCall, LtDesc, LtLayout};
 /// per matmul, for the call's length).
 pub(crate) const MAX_DESCRIPTORS: usize = 4096;
 
+/// Under `--overhead-budget` these calls are sampled: a descriptor is used
+/// only if its calls were traced without a break from its making to the
+/// matmul (else a change, or its destruction and another made at the same
+/// address, may have been missed).
 #[derive(Debug, Default)]
 pub(crate) struct LtBook {
-    descs: HashMap<u64, LtDesc>,
-    layouts: HashMap<u64, LtLayout>,
+    /// Handle → (the descriptor, when it was made: CLOCK_MONOTONIC ns).
+    descs: HashMap<u64, (LtDesc, u64)>,
+    layouts: HashMap<u64, (LtLayout, u64)>,
     /// Descriptors not kept (past the bound).
     pub over: u64,
     /// Matmuls whose descriptors were not all known.
@@ -26,9 +31,17 @@ pub(crate) struct LtBook {
 }
 
 impl LtBook {
-    /// Follows a cuBLASLt call; a matmul whose descriptors are all known
-    /// becomes the GEMM they describe.
-    pub(crate) fn apply(&mut self, args: &mut Args, ok: bool) {
+    /// Follows a cuBLASLt call made at `now_ns` (CLOCK_MONOTONIC); a matmul
+    /// whose descriptors are all known, and were followed without a break
+    /// (`traced(from, to)`: the sampled probes were on throughout), becomes
+    /// the GEMM they describe.
+    pub(crate) fn apply(
+        &mut self,
+        args: &mut Args,
+        ok: bool,
+        now_ns: u64,
+        traced: &dyn Fn(u64, u64) -> bool,
+    ) {
         let Args::Lt(call) = args else { return };
         match *call {
             LtCall::DescCreate {
@@ -40,7 +53,7 @@ impl LtBook {
                     compute,
                     ..LtDesc::default()
                 };
-                insert(&mut self.descs, h, d, &mut self.over);
+                insert(&mut self.descs, h, (d, now_ns), &mut self.over);
             }
             LtCall::LayoutCreate {
                 layout: Some(h),
@@ -55,10 +68,10 @@ impl LtBook {
                     cols,
                     batch: 1,
                 };
-                insert(&mut self.layouts, h, l, &mut self.over);
+                insert(&mut self.layouts, h, (l, now_ns), &mut self.over);
             }
             LtCall::DescSet { desc, attr, value } => match (value, self.descs.get_mut(&desc)) {
-                (Some(v), Some(d)) if ok => d.set(attr, v),
+                (Some(v), Some(d)) if ok => d.0.set(attr, v),
                 // A change not seen: the descriptor is no longer known.
                 (_, Some(_)) if ok => {
                     self.descs.remove(&desc);
@@ -70,7 +83,7 @@ impl LtBook {
                 attr,
                 value,
             } => match (value, self.layouts.get_mut(&layout)) {
-                (Some(v), Some(l)) if ok => l.set(attr, v),
+                (Some(v), Some(l)) if ok => l.0.set(attr, v),
                 (_, Some(_)) if ok => {
                     self.layouts.remove(&layout);
                 }
@@ -90,8 +103,10 @@ impl LtBook {
                     self.layouts.get(&c),
                 );
                 match found {
-                    (Some(d), Some(a), Some(b), Some(c)) => {
-                        *args = Args::Gemm(matmul_gemm(d, a, b, c))
+                    (Some(d), Some(a), Some(b), Some(c))
+                        if traced(d.1.min(a.1).min(b.1).min(c.1), now_ns) =>
+                    {
+                        *args = Args::Gemm(matmul_gemm(&d.0, &a.0, &b.0, &c.0))
                     }
                     _ => self.unknown += 1,
                 }
@@ -118,10 +133,16 @@ mod tests {
         Args::Lt(call)
     }
 
+    /// A call at time 0, every call traced.
+    fn apply(book: &mut LtBook, args: &mut Args, ok: bool) {
+        book.apply(args, ok, 0, &|_, _| true);
+    }
+
     /// What PyTorch's Lt path does for one matmul: a descriptor with its
     /// operations set, three layouts, the matmul, the teardown.
     fn matmul(book: &mut LtBook, batch: Option<i64>) -> Args {
-        book.apply(
+        apply(
+            book,
             &mut lt(LtCall::DescCreate {
                 desc: Some(0xd0),
                 compute: 68,
@@ -129,7 +150,8 @@ mod tests {
             }),
             true,
         );
-        book.apply(
+        apply(
+            book,
             &mut lt(LtCall::DescSet {
                 desc: 0xd0,
                 attr: 3,
@@ -138,7 +160,8 @@ mod tests {
             true,
         );
         for (h, rows, cols) in [(0xa0, 8192, 1024), (0xb0, 8192, 512), (0xc0, 1024, 512)] {
-            book.apply(
+            apply(
+                book,
                 &mut lt(LtCall::LayoutCreate {
                     layout: Some(h),
                     dtype: 14,
@@ -149,7 +172,8 @@ mod tests {
                 true,
             );
             if let Some(b) = batch {
-                book.apply(
+                apply(
+                    book,
                     &mut lt(LtCall::LayoutSet {
                         layout: h,
                         attr: 5,
@@ -165,11 +189,11 @@ mod tests {
             b: 0xb0,
             c: 0xc0,
         });
-        book.apply(&mut m, true);
+        apply(book, &mut m, true);
         for h in [0xa0, 0xb0, 0xc0] {
-            book.apply(&mut lt(LtCall::LayoutDestroy { layout: h }), true);
+            apply(book, &mut lt(LtCall::LayoutDestroy { layout: h }), true);
         }
-        book.apply(&mut lt(LtCall::DescDestroy { desc: 0xd0 }), true);
+        apply(book, &mut lt(LtCall::DescDestroy { desc: 0xd0 }), true);
         m
     }
 
@@ -192,7 +216,7 @@ mod tests {
             b: 0xb0,
             c: 0xc0,
         });
-        book.apply(&mut again, true);
+        apply(&mut book, &mut again, true);
         assert!(matches!(again, Args::Lt(LtCall::Matmul { .. })));
         assert_eq!(book.unknown, 1);
         let Args::Gemm(g) = matmul(&mut book, None) else {
@@ -204,7 +228,8 @@ mod tests {
     #[test]
     fn an_attribute_not_read_forgets_the_descriptor_and_the_bound_holds() {
         let mut book = LtBook::default();
-        book.apply(
+        apply(
+            &mut book,
             &mut lt(LtCall::DescCreate {
                 desc: Some(1),
                 compute: 68,
@@ -212,7 +237,8 @@ mod tests {
             }),
             true,
         );
-        book.apply(
+        apply(
+            &mut book,
             &mut lt(LtCall::DescSet {
                 desc: 1,
                 attr: 3,
@@ -221,8 +247,46 @@ mod tests {
             true,
         );
         assert!(book.descs.is_empty());
+        // Made while the sampled probes were on, used after a break: no shape.
+        let mut fresh = LtBook::default();
+        let Args::Gemm(_) = matmul(&mut fresh, None) else {
+            panic!("no shape")
+        };
+        let mut m = lt(LtCall::Matmul {
+            desc: 0xd0,
+            a: 0xa0,
+            b: 0xb0,
+            c: 0xc0,
+        });
+        for h in [0xa0, 0xb0, 0xc0] {
+            fresh.apply(
+                &mut lt(LtCall::LayoutCreate {
+                    layout: Some(h),
+                    dtype: 14,
+                    rows: 8,
+                    cols: 8,
+                    ld: 8,
+                }),
+                true,
+                10,
+                &|_, _| true,
+            );
+        }
+        fresh.apply(
+            &mut lt(LtCall::DescCreate {
+                desc: Some(0xd0),
+                compute: 68,
+                scale: 0,
+            }),
+            true,
+            20,
+            &|_, _| true,
+        );
+        fresh.apply(&mut m, true, 30, &|from, to| !(from <= 25 && 25 <= to));
+        assert!(matches!(m, Args::Lt(LtCall::Matmul { .. })), "{m:?}");
         for h in 0..(MAX_DESCRIPTORS as u64 + 3) {
-            book.apply(
+            apply(
+                &mut book,
                 &mut lt(LtCall::LayoutCreate {
                     layout: Some(h + 1),
                     dtype: 0,
