@@ -251,29 +251,36 @@ fn demo(args: &[String]) -> Result<()> {
     let sim = build_sim()?;
     run(cargo().args(["build", "--release", "--package", "tracer"]))?;
     let bin = root().join("target/release/gputrace");
-    println!("$ sudo gputrace {}-- gputrace-workload --threads 2 --launches 5000 --launch-ex 500 --copies 200 --allocs 50 --syncs 20 --nccl 100 --names-after-wait", args.iter().map(|a| format!("{a} ")).collect::<String>());
+    let workload = [
+        "--threads",
+        "2",
+        "--launches",
+        "5000",
+        "--launch-ex",
+        "500",
+        "--copies",
+        "200",
+        "--allocs",
+        "50",
+        "--syncs",
+        "20",
+        "--sync-us",
+        "500",
+        "--nccl",
+        "100",
+        "--gemms",
+        "20",
+    ];
+    println!(
+        "$ sudo gputrace {}-- gputrace-workload {}",
+        args.iter().map(|a| format!("{a} ")).collect::<String>(),
+        workload.join(" ")
+    );
     run(Command::new(bin)
         .args(args)
         .arg("--")
         .arg(sim.join("gputrace-workload"))
-        .args([
-            "--threads",
-            "2",
-            "--launches",
-            "5000",
-            "--launch-ex",
-            "500",
-            "--copies",
-            "200",
-            "--allocs",
-            "50",
-            "--syncs",
-            "20",
-            "--sync-us",
-            "500",
-            "--nccl",
-            "100",
-        ]))
+        .args(workload))
 }
 
 /// `cargo xtask fuzz`: the timeline readers on mutated inputs.
