@@ -202,3 +202,39 @@ fn with_gpu_time_each_shape_has_its_calls_gpu_spans() {
     assert_eq!(lt["count"], 4, "{lt}");
     assert!(lt["min_ns"].as_u64().unwrap() >= 256 + 16_384, "{lt}");
 }
+
+/// A command started by gputrace (`-- CMD`) has cuBLAS and cuBLASLt
+/// probed before it loads them: its first GEMMs are traced (it dlopens
+/// both and calls them at once, before a check for new mappings could).
+#[test]
+fn a_command_started_by_gputrace_has_its_first_gemms_traced() {
+    let out = scratch("blas-cmd").join("t.jsonl");
+    let wl = workload_bin();
+    let f = run_gputrace(&[
+        "--output",
+        out.to_str().unwrap(),
+        "--",
+        wl.to_str().unwrap(),
+        "--threads",
+        "1",
+        "--launches",
+        "0",
+        "--gemms",
+        "2",
+    ]);
+    assert!(f.status.success(), "{}", f.stderr_text());
+    assert!(
+        !f.stderr_text().contains("after start"),
+        "{}",
+        f.stderr_text()
+    );
+    let (_, summary) = read_jsonl(&out);
+    for (m, n, k) in [
+        (128, 256, 64),
+        (512, 512, 1024),
+        (64, 64, 128),
+        (1024, 1024, 8192),
+    ] {
+        assert_eq!(shape(&summary, m, n, k)["calls"], 2, "{m}x{n}x{k}");
+    }
+}

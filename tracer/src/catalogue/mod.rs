@@ -52,14 +52,16 @@ impl Lib {
         }
     }
 
-    /// The name the dynamic loader looks for.
-    pub fn soname(self) -> &'static str {
+    /// The names the dynamic loader is asked for, newest first (where a
+    /// command started with `-- CMD` would find the library before it
+    /// loads it).
+    pub fn sonames(self) -> &'static [&'static str] {
         match self {
-            Lib::Cuda => "libcuda.so.1",
-            Lib::Nccl => "libnccl.so.2",
-            Lib::Cudart => "libcudart.so",
-            Lib::Cublas => "libcublas.so",
-            Lib::CublasLt => "libcublasLt.so",
+            Lib::Cuda => &["libcuda.so.1"],
+            Lib::Nccl => &["libnccl.so.2"],
+            Lib::Cudart => &["libcudart.so.13", "libcudart.so.12"],
+            Lib::Cublas => &["libcublas.so.13", "libcublas.so.12"],
+            Lib::CublasLt => &["libcublasLt.so.13", "libcublasLt.so.12"],
         }
     }
 

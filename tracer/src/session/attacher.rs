@@ -151,17 +151,24 @@ impl Attacher {
     pub(super) fn libraries_for(&self, exe: &std::path::Path) -> Vec<LibraryFile> {
         let ld_path = std::env::var_os("LD_LIBRARY_PATH");
         let mut files = self.overrides.clone();
-        for lib in [Lib::Cuda, Lib::Nccl] {
+        // The libraries a program loads by name (the runtime is linked in
+        // or loaded with the program's own path: found once mapped).
+        for lib in [Lib::Cuda, Lib::Nccl, Lib::Cublas, Lib::CublasLt] {
             if files.iter().any(|f| f.lib == lib) {
                 continue;
             }
-            if let Some(p) = discover::find_library(lib.soname(), Some(exe), ld_path.as_deref()) {
+            let found = lib
+                .sonames()
+                .iter()
+                .find_map(|n| discover::find_library(n, Some(exe), ld_path.as_deref()));
+            if let Some(p) = found {
                 if let Ok(f) = LibraryFile::open(lib, p) {
                     files.push(f);
                 }
             }
         }
         files.retain(|f| self.selection.wants_lib(f.lib));
+        files.sort_by_key(|f| f.lib.attach_order());
         files
     }
 
