@@ -131,9 +131,7 @@ impl ApiStats {
             n => Some((self.m2 / (n - 1) as f64).max(0.0).sqrt()),
         }
     }
-}
 
-impl ApiStats {
     /// The 99th percentile, from the histogram, kept within min and max.
     pub fn p99_ns(&self) -> Option<u64> {
         self.hist
