@@ -207,7 +207,7 @@ static const char *usage_text =
     "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--capture-checks N] [--fail N] [--nccl N] [--nccl-config] "
     "[--pace-us US] [--exit-main] [--gemms N] "
     "[--ranks N --rank R [--id-file PATH] [--nccl-init-early] [--nccl-allreduce-only] [--nccl-scalable] "
-    "[--split-color C] [--late-ms D [--late-every K]] [--stop-after N] [--nccl-timeout-ms MS] [--cuda-dev N]] [--ptsz] "
+    "[--split-color C] [--late-ms D [--late-every K]] [--stop-after N] [--sigstop-at N] [--nccl-timeout-ms MS] [--cuda-dev N]] [--ptsz] "
     "[--graph-replays R] [--graph-update] [--graphs-before-wait] [--graph-linger-ms N] [--capture-sleep-ms N] "
     "[--per-thread-stream] [--wait-stdin] [--delay-ms N] [--names-after-wait] [--loop] "
     "[--duration-ms N] [--sync-us US] [--print-handles] "

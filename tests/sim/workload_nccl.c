@@ -17,6 +17,7 @@
 #include "nccl_hash.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -121,6 +122,9 @@ int parse_nccl_flag(const char *a, const char *val, int argc, char **argv, int *
     } else if (!strcmp(a, "--stop-after")) {
         nopt.stop_after = parse_u64(a, NCCL_VALUE());
         nopt.have_stop = 1;
+    } else if (!strcmp(a, "--sigstop-at")) {
+        nopt.sigstop_at = parse_u64(a, NCCL_VALUE());
+        nopt.have_sigstop = 1;
     } else if (!strcmp(a, "--nccl-ahead")) {
         nopt.ahead = parse_u64(a, NCCL_VALUE());
         if (nopt.ahead == 0) usage_error("%s must be at least 1", "--nccl-ahead");
@@ -144,7 +148,7 @@ void check_nccl_flags(int ranks_flags, int bench, unsigned threads, int have_dur
 {
     if (nopt.ranks == 0) {
         if (ranks_flags) usage_error("%s", "--rank, --id-file, --nccl-init-early, --nccl-allreduce-only, --nccl-scalable, "
-                                           "--split-color, --late-ms, --late-every, --stop-after, --nccl-ahead, "
+                                           "--split-color, --late-ms, --late-every, --stop-after, --sigstop-at, --nccl-ahead, "
                                            "--nccl-timeout-ms and --cuda-dev require --ranks");
         return;
     }
@@ -383,6 +387,13 @@ static int before_collective(const char *op)
         g_delay_ms += nopt.late_ms;
         printf("nccl delay seq=%" PRIu64 " op=%s ms=%" PRIu64 "\n", g_entered, op, nopt.late_ms);
         fflush(stdout);
+    }
+    if (nopt.have_sigstop && g_entered == nopt.sigstop_at) {
+        /* Stopped outside any NCCL call, at a known point: a test's own
+         * SIGSTOP could land inside a blocking collective. */
+        printf("nccl sigstop seq=%" PRIu64 " pid=%d\n", g_entered, (int)getpid());
+        fflush(stdout);
+        raise(SIGSTOP);
     }
     return 0;
 }

@@ -29,6 +29,8 @@ struct nccl_opts {
     uint64_t late_every;     /* --late-every K (default 1) */
     int have_stop;           /* --stop-after N */
     uint64_t stop_after;
+    int have_sigstop;        /* --sigstop-at N */
+    uint64_t sigstop_at;
     uint64_t ahead;          /* --nccl-ahead K */
     uint64_t distinct_comms; /* --distinct-comms N */
 };

@@ -81,7 +81,8 @@ fn ranks_of_an_unknown_build_are_matched_by_their_unique_id() {
 fn a_stopped_rank_of_an_unknown_build_is_named() {
     let dir = scratch("nccl-foreign-stop");
     let r0: &[&str] = &["--nccl", "100000"];
-    let r1: &[&str] = &["--nccl", "100000", "--late-ms", "10"];
+    // Rank 1 stops itself outside every NCCL call (see nccl_stalls.rs).
+    let r1: &[&str] = &["--nccl", "100000", "--late-ms", "10", "--sigstop-at", "20"];
     let mut ws = nccl_ranks_bin(&foreign(), 2, &dir.join("id"), &[r0, r1]);
     let mut t = Tracer::attach(&["--pid", &pids_of(&ws), "--nccl-stall", "1s"]);
     for w in ws.iter_mut() {
@@ -89,9 +90,7 @@ fn a_stopped_rank_of_an_unknown_build_is_named() {
     }
     ws[1]
         .stdout
-        .wait_for("nccl delay seq=20 ", Duration::from_secs(20));
-    // SAFETY: a signal to our own child.
-    unsafe { libc::kill(ws[1].pid as i32, libc::SIGSTOP) };
+        .wait_for("nccl sigstop seq=20 ", Duration::from_secs(20));
     let line = t.stderr.wait_for(
         "gputrace: NCCL stall: communicator ",
         Duration::from_secs(20),

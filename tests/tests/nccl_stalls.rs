@@ -1,5 +1,5 @@
 //! NCCL stalls across ranks (issue 26 item 9), beside nccl_ranks.rs: two
-//! simulated ranks started with --pid (no torchrun); one is SIGSTOPped (one
+//! simulated ranks started with --pid (no torchrun); one is stopped (one
 //! stall line naming it, and its end) or SIGKILLed (said to have exited,
 //! and how).
 
@@ -18,13 +18,14 @@ fn hostname() -> String {
 const COLLECTIVE_STALL: &str = "gputrace: NCCL stall: communicator ";
 
 /// Two ranks, rank 1 slowed (10 ms before each collective, outside NCCL)
-/// so the run is long and a signal to it lands outside a call almost
-/// always (a rank stopped inside a blocking call of the simulated libnccl
-/// is also said as a call it is stuck in, and holds back the delivery of
-/// later calls); started with --pid, without torchrun.
-fn slow_pair(dir: &Path) -> (Vec<Workload>, Tracer) {
+/// so the run is long, and stopped by itself (`--sigstop-at 20`: a
+/// SIGSTOP it raises just before its collective 20, outside every NCCL
+/// call; a signal sent from here could land inside a blocking collective
+/// of the simulated libnccl, which is another stall: every rank inside);
+/// started with --pid, without torchrun.
+fn stopped_pair(dir: &Path) -> (Vec<Workload>, Tracer) {
     let r0: &[&str] = &["--nccl", "100000"];
-    let r1: &[&str] = &["--nccl", "100000", "--late-ms", "10"];
+    let r1: &[&str] = &["--nccl", "100000", "--late-ms", "10", "--sigstop-at", "20"];
     let mut ws = nccl_ranks(2, &dir.join("id"), &[r0, r1]);
     let t = Tracer::attach(&[
         "--pid",
@@ -37,10 +38,9 @@ fn slow_pair(dir: &Path) -> (Vec<Workload>, Tracer) {
     for w in ws.iter_mut() {
         w.go();
     }
-    // Both are in their collectives.
     ws[1]
         .stdout
-        .wait_for("nccl delay seq=20 ", Duration::from_secs(20));
+        .wait_for("nccl sigstop seq=20 ", Duration::from_secs(20));
     (ws, t)
 }
 
@@ -55,11 +55,7 @@ fn signal(w: &Workload, sig: i32) {
 #[test]
 fn a_sigstopped_rank_is_one_stall_and_its_end() {
     let dir = scratch("nccl-sigstop");
-    let (ws, mut t) = slow_pair(&dir);
-    signal(&ws[1], libc::SIGSTOP);
-    // (Rank 1 may be stopped inside a blocking collective of the
-    // simulated libnccl: that call is also said, as `pid N ... has been
-    // inside`; the collective stalls are the lines below.)
+    let (ws, mut t) = stopped_pair(&dir);
     let line = t.stderr.wait_for(COLLECTIVE_STALL, Duration::from_secs(20));
     let want = format!(
         "rank 1 (pid {} on {}) has not entered",
@@ -110,7 +106,7 @@ fn a_sigstopped_rank_is_one_stall_and_its_end() {
 #[test]
 fn a_killed_rank_is_said_to_have_exited() {
     let dir = scratch("nccl-sigkill");
-    let (mut ws, mut t) = slow_pair(&dir);
+    let (mut ws, mut t) = stopped_pair(&dir);
     let victim = ws.pop().unwrap();
     signal(&victim, libc::SIGKILL);
     // Not waited for yet: a zombie whose status gputrace can read.
