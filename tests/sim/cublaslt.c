@@ -7,10 +7,11 @@
  * A GEMM launches one kernel named as cuBLAS's are (an sm90 xmma kernel
  * for fp32 and fp64, an nvjet kernel for fp16 and bf16), on a grid of
  * 128x128 tiles with the batch in z; with k of 8192 or more a split-K
- * reduction kernel follows. The descriptors and layouts are 64-byte
- * opaque structs as in cublasLt.h; what they hold where is the
+ * reduction kernel follows. The descriptors (256 bytes) and layouts (64)
+ * are opaque structs of cublasLt.h's sizes; what they hold where is the
  * simulator's own choice.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,16 +44,27 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUmodule g_module;
 static CUfunction g_kernels[K_COUNT];
 
+/* The driver, found in the process at first use: like the real
+ * libcublasLt, this library does not link libcuda (so it loads, and its
+ * descriptors work, in a process without it). */
+static __typeof__(cuModuleLoadData) *p_load;
+static __typeof__(cuModuleGetFunction) *p_get_function;
+static __typeof__(cuLaunchKernel) *p_launch;
+
 /* Loads the kernels once (cuBLAS loads its own at first use). */
 static int load_kernels(void)
 {
     int ok = 1;
     pthread_mutex_lock(&g_lock);
     if (g_module == NULL) {
+        p_load = (__typeof__(p_load))dlsym(RTLD_DEFAULT, "cuModuleLoadData");
+        p_get_function = (__typeof__(p_get_function))dlsym(RTLD_DEFAULT, "cuModuleGetFunction");
+        p_launch = (__typeof__(p_launch))dlsym(RTLD_DEFAULT, "cuLaunchKernel");
         CUmodule m = NULL;
-        ok = cuModuleLoadData(&m, k_blas_ptx) == CUDA_SUCCESS;
+        ok = p_load != NULL && p_get_function != NULL && p_launch != NULL &&
+             p_load(&m, k_blas_ptx) == CUDA_SUCCESS;
         for (int i = 0; ok && i < K_COUNT; i++)
-            ok = cuModuleGetFunction(&g_kernels[i], m, k_blas_kernels[i]) == CUDA_SUCCESS;
+            ok = p_get_function(&g_kernels[i], m, k_blas_kernels[i]) == CUDA_SUCCESS;
         if (ok) g_module = m;
     }
     pthread_mutex_unlock(&g_lock);
@@ -76,11 +88,11 @@ API int sim_blas_launch(CUstream stream, int type, uint64_t m, uint64_t n, uint6
     void *arg = NULL;
     void *params[] = { &arg };
     unsigned z = batch == 0 ? 1 : (unsigned)(batch > 65535 ? 65535 : batch);
-    if (cuLaunchKernel(g_kernels[which], tiles(m, 128), tiles(n, 128), z, 256, 1, 1, 65536, stream, params, NULL) !=
+    if (p_launch(g_kernels[which], tiles(m, 128), tiles(n, 128), z, 256, 1, 1, 65536, stream, params, NULL) !=
         CUDA_SUCCESS)
         return 0;
     if (k >= 8192 &&
-        cuLaunchKernel(g_kernels[K_SPLITK], tiles(m * n, 256), 1, z, 256, 1, 1, 0, stream, params, NULL) !=
+        p_launch(g_kernels[K_SPLITK], tiles(m * n, 256), 1, z, 256, 1, 1, 0, stream, params, NULL) !=
             CUDA_SUCCESS)
         return 0;
     return 1;
@@ -94,10 +106,36 @@ struct sim_cublaslt_context {
 };
 #define LT_MAGIC 0x73696d4c74ULL
 
-/* Descriptor words: compute type, scale type, transa, transb. */
-enum { D_COMPUTE, D_SCALE, D_TRANSA, D_TRANSB };
-/* Layout words: type, rows, cols, ld, batch count, batch stride, order. */
-enum { L_TYPE, L_ROWS, L_COLS, L_LD, L_BATCH, L_STRIDE, L_ORDER };
+/* What the opaque structs hold, and where: the simulator's own packing
+ * (32-bit fields beside 64-bit ones, after a magic word), so that a
+ * tracer must find the offsets from the library as it would for a real
+ * build. The descriptor fills the first 64 of its 256 bytes. */
+struct sim_desc {
+    uint64_t magic;
+    uint32_t scale;
+    uint32_t pointer_mode;
+    uint32_t compute;
+    uint32_t epilogue;
+    uint32_t transb;
+    uint32_t transa;
+};
+struct sim_layout {
+    uint64_t magic;
+    uint32_t order;
+    uint32_t type;
+    uint64_t cols;
+    uint64_t rows;
+    int64_t ld;
+    int64_t stride;
+    int32_t batch;
+    uint32_t pad;
+};
+_Static_assert(sizeof(struct sim_desc) <= 64, "the descriptor's fields in its first 64 bytes");
+_Static_assert(sizeof(struct sim_layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "a layout fits");
+#define DESC_MAGIC 0x6465736353494dULL
+#define LAYOUT_MAGIC 0x6c61795353494dULL
+#define DESC(d) ((struct sim_desc *)(void *)(d))
+#define LAYOUT(l) ((struct sim_layout *)(void *)(l))
 
 API cublasStatus_t cublasLtCreate(cublasLtHandle_t *lightHandle)
 {
@@ -123,8 +161,9 @@ API cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *matmulDesc, cu
     if (matmulDesc == NULL) return CUBLAS_STATUS_INVALID_VALUE;
     cublasLtMatmulDesc_t d = calloc(1, sizeof(*d));
     if (d == NULL) return CUBLAS_STATUS_ALLOC_FAILED;
-    d->data[D_COMPUTE] = (uint64_t)computeType;
-    d->data[D_SCALE] = (uint64_t)scaleType;
+    DESC(d)->magic = DESC_MAGIC;
+    DESC(d)->compute = (uint32_t)computeType;
+    DESC(d)->scale = (uint32_t)scaleType;
     *matmulDesc = d;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -143,10 +182,10 @@ API cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDes
     int32_t v;
     memcpy(&v, buf, 4);
     switch (attr) {
-    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: matmulDesc->data[D_COMPUTE] = (uint64_t)v; break;
-    case CUBLASLT_MATMUL_DESC_SCALE_TYPE: matmulDesc->data[D_SCALE] = (uint64_t)v; break;
-    case CUBLASLT_MATMUL_DESC_TRANSA: matmulDesc->data[D_TRANSA] = (uint64_t)v; break;
-    case CUBLASLT_MATMUL_DESC_TRANSB: matmulDesc->data[D_TRANSB] = (uint64_t)v; break;
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: DESC(matmulDesc)->compute = (uint32_t)v; break;
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE: DESC(matmulDesc)->scale = (uint32_t)v; break;
+    case CUBLASLT_MATMUL_DESC_TRANSA: DESC(matmulDesc)->transa = (uint32_t)v; break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: DESC(matmulDesc)->transb = (uint32_t)v; break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     return CUBLAS_STATUS_SUCCESS;
@@ -158,11 +197,12 @@ API cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *matLayout,
     if (matLayout == NULL) return CUBLAS_STATUS_INVALID_VALUE;
     cublasLtMatrixLayout_t l = calloc(1, sizeof(*l));
     if (l == NULL) return CUBLAS_STATUS_ALLOC_FAILED;
-    l->data[L_TYPE] = (uint64_t)type;
-    l->data[L_ROWS] = rows;
-    l->data[L_COLS] = cols;
-    l->data[L_LD] = (uint64_t)ld;
-    l->data[L_BATCH] = 1;
+    LAYOUT(l)->magic = LAYOUT_MAGIC;
+    LAYOUT(l)->type = (uint32_t)type;
+    LAYOUT(l)->rows = rows;
+    LAYOUT(l)->cols = cols;
+    LAYOUT(l)->ld = ld;
+    LAYOUT(l)->batch = 1;
     *matLayout = l;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -189,9 +229,9 @@ API cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t matLa
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     switch (attr) {
-    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: matLayout->data[L_BATCH] = (uint64_t)v; break;
-    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: matLayout->data[L_STRIDE] = (uint64_t)v; break;
-    case CUBLASLT_MATRIX_LAYOUT_ORDER: matLayout->data[L_ORDER] = (uint64_t)v; break;
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: LAYOUT(matLayout)->batch = (int32_t)v; break;
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: LAYOUT(matLayout)->stride = v; break;
+    case CUBLASLT_MATRIX_LAYOUT_ORDER: LAYOUT(matLayout)->order = (uint32_t)v; break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     return CUBLAS_STATUS_SUCCESS;
@@ -209,9 +249,12 @@ API cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDe
     (void)workspaceSizeInBytes; (void)Cdesc;
     if (lightHandle == NULL || lightHandle->magic != LT_MAGIC) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (computeDesc == NULL || Adesc == NULL || Bdesc == NULL || Ddesc == NULL) return CUBLAS_STATUS_INVALID_VALUE;
-    uint64_t m = Ddesc->data[L_ROWS], n = Ddesc->data[L_COLS];
-    uint64_t k = computeDesc->data[D_TRANSA] == CUBLAS_OP_N ? Adesc->data[L_COLS] : Adesc->data[L_ROWS];
-    if (!sim_blas_launch(stream, (int)Adesc->data[L_TYPE], m, n, k, Ddesc->data[L_BATCH]))
+    if (DESC(computeDesc)->magic != DESC_MAGIC || LAYOUT(Adesc)->magic != LAYOUT_MAGIC ||
+        LAYOUT(Ddesc)->magic != LAYOUT_MAGIC)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    uint64_t m = LAYOUT(Ddesc)->rows, n = LAYOUT(Ddesc)->cols;
+    uint64_t k = DESC(computeDesc)->transa == CUBLAS_OP_N ? LAYOUT(Adesc)->cols : LAYOUT(Adesc)->rows;
+    if (!sim_blas_launch(stream, (int)LAYOUT(Adesc)->type, m, n, k, (uint64_t)LAYOUT(Ddesc)->batch))
         return CUBLAS_STATUS_EXECUTION_FAILED;
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -35,6 +35,15 @@ pub const BLOB_LEN: usize = 256;
 /// memory (a struct over 16 bytes, e.g. the 128-byte `ncclUniqueId`), and
 /// the seventh and later integer arguments.
 pub const BLOB_FROM_STACK: u32 = 15;
+/// A blob source: `cublasLtMatmul`'s descriptors, the first
+/// [`LT_PART`] bytes of each of its arguments 1 (computeDesc), 4 (Adesc),
+/// 6 (Bdesc) and 9 (Cdesc), 0-based, one after the other.
+pub const BLOB_LT_MATMUL: u32 = 14;
+/// Bytes copied of each `cublasLtMatmul` descriptor.
+pub const LT_PART: usize = 64;
+/// `cublasLtMatmul`'s descriptor arguments (1-based) a [`BLOB_LT_MATMUL`]
+/// copies, in order.
+pub const LT_ARGS: [u32; 4] = [2, 5, 7, 10];
 
 /// Where the readability bits of arguments 0 and 1 go in `extra` (copies).
 pub const READABLE_SLOT: usize = 5;
@@ -235,7 +244,8 @@ pub const LOST_SLOTS: u32 = 5;
 ///   per thread from entry to return
 /// - 44..48: where to copy a blob from at entry, sent as a [`BlobCallEvent`]:
 ///   0 none; 1..=11 the argument (1-based) is a pointer to the bytes;
-///   [`BLOB_FROM_STACK`] the caller's stack at `rsp + 8` (by-value struct)
+///   [`BLOB_FROM_STACK`] the caller's stack at `rsp + 8` (by-value struct);
+///   [`BLOB_LT_MATMUL`] four descriptors of `cublasLtMatmul`
 /// - 48..54: the blob's length in 8-byte words (1..=32, so up to
 ///   [`BLOB_LEN`] bytes; more is cut to [`BLOB_LEN`])
 ///
@@ -359,6 +369,10 @@ impl ProbeCookie {
     /// argument `arg` (0-based) points.
     pub const fn with_blob_arg(self, arg: u32, bytes: usize) -> Self {
         self.with_blob(arg + 1, bytes)
+    }
+    /// Copies `cublasLtMatmul`'s four descriptors ([`BLOB_LT_MATMUL`]).
+    pub const fn with_lt_matmul_blob(self) -> Self {
+        self.with_blob(BLOB_LT_MATMUL, 4 * LT_PART)
     }
     /// Copies `bytes` from the caller's stack at `rsp + 8`.
     pub const fn with_blob_stack(self, bytes: usize) -> Self {

@@ -23,7 +23,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     Blob, BlobCallEvent, CallEvent, CommLayout, EventKind, ExecEvent, LostReason, NamedCallEvent,
-    ProbeCookie, BLOB_FROM_STACK, BLOB_LEN, COMM_DEV_READ, COMM_DEV_SLOT, COMM_HASH_READ,
+    ProbeCookie, BLOB_FROM_STACK, BLOB_LEN, BLOB_LT_MATMUL, LT_ARGS, LT_PART, COMM_DEV_READ, COMM_DEV_SLOT, COMM_HASH_READ,
     COMM_HASH_SLOT, COMM_LAYOUT_SLOTS, COMM_NRANKS_READ, COMM_RANKS_SLOT, COMM_RANK_READ,
     COMM_SEQ_READ, COMM_SEQ_SLOT, COMM_SLOT_SHIFT, COMM_VALID_SLOT, DEREF_BYTES, LOST_SLOTS,
     MAX_ARGS, NO_FIELD, NO_FUNC, NO_RETURN, READABLE_SLOT, REG_ARGS, RUNTIME_SLOT, STACK_ARGS,
@@ -183,6 +183,9 @@ fn send(e: &CallEvent, cookie: ProbeCookie) {
 #[inline(always)]
 fn read_blob(rsp: u64, e: &CallEvent, cookie: ProbeCookie, dst: &mut [u8; BLOB_LEN]) -> u32 {
     let source = cookie.blob_source();
+    if source == BLOB_LT_MATMUL {
+        return read_lt_matmul(e, dst);
+    }
     let src = if source == BLOB_FROM_STACK {
         rsp + 8
     } else {
@@ -206,6 +209,34 @@ fn read_blob(rsp: u64, e: &CallEvent, cookie: ProbeCookie, dst: &mut [u8; BLOB_L
             0
         }
     }
+}
+
+/// Copies the first [`LT_PART`] bytes of each of `cublasLtMatmul`'s four
+/// descriptors (`LT_ARGS`) into `dst`, one after the other; 0 unless all
+/// four were read.
+#[inline(always)]
+fn read_lt_matmul(e: &CallEvent, dst: &mut [u8; BLOB_LEN]) -> u32 {
+    macro_rules! part {
+        ($i:literal) => {{
+            let src = match arg_at(e, LT_ARGS[$i]) {
+                Some(p) if p != 0 => p,
+                _ => return 0,
+            };
+            let Some(buf) = dst.get_mut($i * LT_PART..($i + 1) * LT_PART) else {
+                return 0;
+            };
+            // SAFETY: a user-memory read of LT_PART bytes; failure is handled.
+            if unsafe { bpf_probe_read_user_buf(src as *const u8, buf) }.is_err() {
+                count_lost(LostReason::ReadFailed);
+                return 0;
+            }
+        }};
+    }
+    part!(0);
+    part!(1);
+    part!(2);
+    part!(3);
+    (4 * LT_PART) as u32
 }
 
 /// Sends a call with the blob its entry stored under `key` (if it is still

@@ -38,6 +38,14 @@ pub enum Command {
         #[arg(long)]
         sandbox: bool,
     },
+    /// Internal: find where this libcublasLt keeps a matmul's problem (run by gputrace itself).
+    #[command(name = "__calibrate-lt", hide = true)]
+    CalibrateLt {
+        libcublaslt: PathBuf,
+        /// Give up every privilege before loading it (for untrusted files).
+        #[arg(long)]
+        sandbox: bool,
+    },
     /// Internal: list the catalogue symbols a library exports, with file offsets.
     #[command(name = "__symbols", hide = true)]
     Symbols { library: PathBuf },

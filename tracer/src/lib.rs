@@ -22,6 +22,7 @@ pub mod gpu;
 pub mod graphs;
 pub mod host;
 pub(crate) mod json;
+pub(crate) mod lt;
 pub mod log;
 pub mod model;
 pub(crate) mod names;

@@ -113,7 +113,7 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t tran
 
 /* cublasLt.h */
 typedef struct sim_cublaslt_context *cublasLtHandle_t;
-typedef struct { uint64_t data[8]; } cublasLtMatmulDescOpaque_t;
+typedef struct { uint64_t data[32]; } cublasLtMatmulDescOpaque_t;
 typedef cublasLtMatmulDescOpaque_t *cublasLtMatmulDesc_t;
 typedef struct { uint64_t data[8]; } cublasLtMatrixLayoutOpaque_t;
 typedef cublasLtMatrixLayoutOpaque_t *cublasLtMatrixLayout_t;

@@ -202,10 +202,11 @@ impl Shape {
             },
             // Creates: the handle through the out-pointer at return;
             // attributes: the value behind `buf`; the matmul: Bdesc and
-            // Cdesc on the stack.
+            // Cdesc on the stack, and its four descriptors' first bytes
+            // (`lt`: for those made before the attach).
             Shape::Lt(LtOp::DescCreate | LtOp::LayoutCreate) => c.with_out(0, 0),
             Shape::Lt(LtOp::DescSet | LtOp::LayoutSet) => c.with_deref(2),
-            Shape::Lt(LtOp::Matmul) => c.with_stack(),
+            Shape::Lt(LtOp::Matmul) => c.with_stack().with_lt_matmul_blob(),
             Shape::Lt(LtOp::DescDestroy | LtOp::LayoutDestroy) => c,
             Shape::CommInitScalable => c.with_out(0, 0).with_blob_arg(4, 128),
             Shape::CommSplit => c.with_out(0, 3),

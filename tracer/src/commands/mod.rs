@@ -43,6 +43,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Command::Calibrate { libcuda, sandbox }) => {
             Ok(crate::names::calibrate::helper_main(&libcuda, sandbox))
         }
+        Some(Command::CalibrateLt {
+            libcublaslt,
+            sandbox,
+        }) => Ok(crate::lt::calibrate::helper_main(&libcublaslt, sandbox)),
         Some(Command::Symbols { library }) => bare::symbols(&library),
         Some(Command::Bare(a)) => bare::run(&a),
         Some(Command::Panic) => panic!("__panic: a panic on purpose (tests)"),

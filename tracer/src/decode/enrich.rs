@@ -353,7 +353,11 @@ impl Enricher {
         let ok = ret.is_none_or(|r| r == 0);
         let sampler = self.sampler.as_deref();
         let traced = |from: u64, to: u64| sampler.is_none_or(|s| s.busy_traced(from, to));
-        state.lt.apply(&mut args, ok, e.start_ns, &traced);
+        let snapshot = raw.blob.filter(|b| b.len() == crate::lt::SNAPSHOT);
+        let lt_files = &mut self.namer.lt;
+        state.lt.apply(&mut args, ok, e.start_ns, &traced, &mut || {
+            lt_files.offsets(e.pid)?.decode(snapshot?)
+        });
         if api.lib == catalogue::Lib::Nccl {
             if let Some(warning) = state
                 .nccl

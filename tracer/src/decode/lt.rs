@@ -28,19 +28,28 @@ pub(crate) struct LtBook {
     pub over: u64,
     /// Matmuls whose descriptors were not all known.
     pub unknown: u64,
+    /// Matmuls whose problem was read from the descriptors' bytes the
+    /// probe copied (`lt`).
+    pub read: u64,
 }
+
+/// What a matmul's descriptors hold, read from the bytes its probe copied
+/// (`None`: no copy, or its library's offsets are not known).
+pub(crate) type FromMemory<'a> = &'a mut dyn FnMut() -> Option<(LtDesc, [LtLayout; 3])>;
 
 impl LtBook {
     /// Follows a cuBLASLt call made at `now_ns` (CLOCK_MONOTONIC); a matmul
     /// whose descriptors are all known, and were followed without a break
     /// (`traced(from, to)`: the sampled probes were on throughout), becomes
-    /// the GEMM they describe.
+    /// the GEMM they describe; one whose descriptors are not all known, the
+    /// GEMM `from_memory` reads (made before the attach, or while sampled).
     pub(crate) fn apply(
         &mut self,
         args: &mut Args,
         ok: bool,
         now_ns: u64,
         traced: &dyn Fn(u64, u64) -> bool,
+        from_memory: FromMemory<'_>,
     ) {
         let Args::Lt(call) = args else { return };
         match *call {
@@ -108,7 +117,13 @@ impl LtBook {
                     {
                         *args = Args::Gemm(matmul_gemm(&d.0, &a.0, &b.0, &c.0))
                     }
-                    _ => self.unknown += 1,
+                    _ => match from_memory() {
+                        Some((d, [a, b, c])) => {
+                            self.read += 1;
+                            *args = Args::Gemm(matmul_gemm(&d, &a, &b, &c));
+                        }
+                        None => self.unknown += 1,
+                    },
                 }
             }
             _ => {}
@@ -135,7 +150,7 @@ mod tests {
 
     /// A call at time 0, every call traced.
     fn apply(book: &mut LtBook, args: &mut Args, ok: bool) {
-        book.apply(args, ok, 0, &|_, _| true);
+        book.apply(args, ok, 0, &|_, _| true, &mut || None);
     }
 
     /// What PyTorch's Lt path does for one matmul: a descriptor with its
@@ -225,6 +240,46 @@ mod tests {
         assert_eq!(g.batch, Some(1));
     }
 
+    /// Descriptors made before the attach: the matmul's problem is what
+    /// its copy holds, when it could be read; else it has none.
+    #[test]
+    fn a_matmul_of_unknown_descriptors_takes_what_memory_says() {
+        let mut book = LtBook::default();
+        let desc = LtDesc {
+            compute: 68,
+            transa: 0,
+            transb: 1,
+        };
+        let l = |rows, cols| LtLayout {
+            dtype: 14,
+            rows,
+            cols,
+            batch: 4,
+        };
+        let mut m = lt(LtCall::Matmul {
+            desc: 1,
+            a: 2,
+            b: 3,
+            c: 4,
+        });
+        book.apply(&mut m, true, 0, &|_, _| true, &mut || {
+            Some((desc, [l(256, 2048), l(512, 2048), l(256, 512)]))
+        });
+        let Args::Gemm(g) = m else { panic!("no shape") };
+        assert_eq!((g.m, g.n, g.k, g.batch), (256, 512, 2048, Some(4)));
+        assert_eq!(g.transb.and_then(op_name), Some("T"));
+        assert_eq!((book.read, book.unknown), (1, 0));
+        let mut m = lt(LtCall::Matmul {
+            desc: 1,
+            a: 2,
+            b: 3,
+            c: 4,
+        });
+        apply(&mut book, &mut m, true);
+        assert!(matches!(m, Args::Lt(LtCall::Matmul { .. })));
+        assert_eq!((book.read, book.unknown), (1, 1));
+    }
+
     #[test]
     fn an_attribute_not_read_forgets_the_descriptor_and_the_bound_holds() {
         let mut book = LtBook::default();
@@ -270,6 +325,7 @@ mod tests {
                 true,
                 10,
                 &|_, _| true,
+                &mut || None,
             );
         }
         fresh.apply(
@@ -281,8 +337,15 @@ mod tests {
             true,
             20,
             &|_, _| true,
+            &mut || None,
         );
-        fresh.apply(&mut m, true, 30, &|from, to| !(from <= 25 && 25 <= to));
+        fresh.apply(
+            &mut m,
+            true,
+            30,
+            &|from, to| !(from <= 25 && 25 <= to),
+            &mut || None,
+        );
         assert!(matches!(m, Args::Lt(LtCall::Matmul { .. })), "{m:?}");
         for h in 0..(MAX_DESCRIPTORS as u64 + 3) {
             apply(

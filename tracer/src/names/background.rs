@@ -14,41 +14,32 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::host::discover::LibraryFile;
-use crate::names::calibrate::run_helper;
-use crate::names::calibrate::Found;
 use crate::names::calibrate::Helper;
 
 /// A library file: (device, inode).
 pub(crate) type FileId = (u64, u64);
 
-/// One calibration, asked for and answered.
-pub(crate) struct Job {
+/// One calibration, asked for and answered (`T`: what it finds).
+pub(crate) struct Job<T> {
     pub id: FileId,
     pub file: LibraryFile,
     /// The cache key of a trusted library (its answer is cached), `None`
     /// for one calibrated in the sandbox.
     pub key: Option<String>,
-    pub result: Result<Found, String>,
+    pub result: Result<T, String>,
 }
+
+/// How a calibration is run: a helper on the library open in the file,
+/// confined and bounded by the timeout.
+pub(crate) type Run<T> = fn(&File, Helper, Duration, &AtomicBool) -> Result<T, String>;
 
 /// The calibrations under way.
-pub(crate) struct Background {
-    tx: Sender<Job>,
-    rx: Receiver<Job>,
+pub(crate) struct Background<T> {
+    tx: Sender<Job<T>>,
+    rx: Receiver<Job<T>>,
     cancel: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
-}
-
-impl Default for Background {
-    fn default() -> Self {
-        let (tx, rx) = channel();
-        Self {
-            tx,
-            rx,
-            cancel: Arc::new(AtomicBool::new(false)),
-            threads: Vec::new(),
-        }
-    }
+    run: Run<T>,
 }
 
 /// What a calibration thread is given.
@@ -62,11 +53,23 @@ pub(crate) struct Request {
     pub key: Option<String>,
 }
 
-impl Background {
+impl<T: Send + 'static> Background<T> {
+    pub(crate) fn new(run: Run<T>) -> Self {
+        let (tx, rx) = channel();
+        Self {
+            tx,
+            rx,
+            cancel: Arc::new(AtomicBool::new(false)),
+            threads: Vec::new(),
+            run,
+        }
+    }
+
     /// Starts calibrating on a thread of its own.
     pub(crate) fn start(&mut self, r: Request) {
         let tx = self.tx.clone();
         let cancel = self.cancel.clone();
+        let run_helper = self.run;
         let spawned = std::thread::Builder::new()
             .name("gputrace-calibrate".into())
             .spawn(move || {
@@ -86,18 +89,18 @@ impl Background {
     }
 
     /// The answers in now.
-    pub(crate) fn take(&mut self) -> Vec<Job> {
+    pub(crate) fn take(&mut self) -> Vec<Job<T>> {
         self.rx.try_iter().collect()
     }
 
     /// The next answer, waiting until `until` at most.
-    pub(crate) fn wait(&mut self, until: Instant) -> Option<Job> {
+    pub(crate) fn wait(&mut self, until: Instant) -> Option<Job<T>> {
         let left = until.saturating_duration_since(Instant::now());
         self.rx.recv_timeout(left).ok()
     }
 }
 
-impl Drop for Background {
+impl<T> Drop for Background<T> {
     /// Helpers still running are killed (with all they started) and their
     /// threads joined: nothing of a calibration outlives the session.
     fn drop(&mut self) {

@@ -149,15 +149,9 @@ pub(crate) struct Found {
 /// sandbox, covers the names calibration too).
 const EXEC_SEARCH: Duration = Duration::from_secs(10);
 
-/// Runs in the helper process: loads `libcuda` here and finds the layouts.
-/// `names_found` is told the name layout before the executable-graph
-/// search starts (the helper says it at once: a driver that crashes in
-/// the graph search then costs the graphs only).
-pub(crate) fn calibrate_here(
-    libcuda: &Path,
-    names_found: &mut dyn FnMut(&Layout),
-) -> Result<Found, String> {
-    let path = CString::new(libcuda.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+/// Loads the library at `path` into this (helper) process.
+pub(crate) fn dlopen_here(path: &Path) -> Result<*mut c_void, String> {
+    let path = CString::new(path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
     // SAFETY: loading a shared library by path; its initialisers run here,
     // in this helper process, which exists for that.
     let lib = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
@@ -174,6 +168,25 @@ pub(crate) fn calibrate_here(
         };
         return Err(format!("cannot load it: {msg}"));
     }
+    Ok(lib)
+}
+
+/// In the helper, with `--sandbox`: gives up every privilege before the
+/// library is loaded; what the sandbox applied.
+pub(crate) fn enter_sandbox(lib: &Path) -> Result<Vec<String>, String> {
+    crate::host::sandbox::enter(held_fd(lib))
+        .map_err(|e| format!("cannot enter the sandbox ({e}): the library was not loaded"))
+}
+
+/// Runs in the helper process: loads `libcuda` here and finds the layouts.
+/// `names_found` is told the name layout before the executable-graph
+/// search starts (the helper says it at once: a driver that crashes in
+/// the graph search then costs the graphs only).
+pub(crate) fn calibrate_here(
+    libcuda: &Path,
+    names_found: &mut dyn FnMut(&Layout),
+) -> Result<Found, String> {
+    let lib = dlopen_here(libcuda)?;
     macro_rules! sym {
         ($name:literal, $ty:ty) => {{
             // SAFETY: a symbol lookup in the library just opened.
@@ -275,15 +288,13 @@ pub(crate) fn helper_main(libcuda: &Path, sandbox: bool) -> std::process::ExitCo
         exec_error: None,
     };
     let entered = if sandbox {
-        match crate::host::sandbox::enter(held_fd(libcuda)) {
+        match enter_sandbox(libcuda) {
             Ok(applied) => {
                 answer.sandbox = Some(applied);
                 true
             }
             Err(e) => {
-                answer.error = Some(format!(
-                    "cannot enter the sandbox ({e}): the library was not loaded"
-                ));
+                answer.error = Some(e);
                 false
             }
         }
@@ -339,7 +350,7 @@ pub(crate) enum Helper {
 const MAX_ANSWER: usize = 16 << 10;
 
 /// A message from the helper made safe to print: printable ASCII, bounded.
-fn sanitize(s: &str) -> String {
+pub(crate) fn sanitize(s: &str) -> String {
     let clean: String = s
         .chars()
         .map(|c| {
@@ -388,21 +399,23 @@ fn one_answer(text: &str) -> Option<HelperAnswer> {
     }
 }
 
-/// Runs the helper on the library open in `lib` (at most `timeout`;
-/// `cancel` ends it early). The helper and everything its library starts
-/// are gone when this returns (`host::confine`).
-pub(crate) fn run_helper(
+/// Runs `gputrace SUBCOMMAND /proc/self/fd/N [--sandbox]` on the library
+/// open in `lib` (at most `timeout`; `cancel` ends it early), confined:
+/// what it printed. The helper and everything its library starts are gone
+/// when this returns (`host::confine`).
+pub(crate) fn run_confined(
+    subcommand: &str,
     lib: &File,
     how: Helper,
     timeout: Duration,
     cancel: &AtomicBool,
-) -> Result<Found, String> {
+) -> Result<String, String> {
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find gputrace's own binary: {e}"))?;
     let fd = lib.as_raw_fd();
     let mut cmd = HelperCommand {
         exe: &exe,
-        args: vec!["__calibrate".into(), format!("/proc/self/fd/{fd}").into()],
+        args: vec![subcommand.into(), format!("/proc/self/fd/{fd}").into()],
         env: None,
         // The library's descriptor (close-on-exec, as every descriptor of
         // ours) is handed to the helper, and only it.
@@ -430,8 +443,19 @@ pub(crate) fn run_helper(
             ))
         }
     }
-    let out = ran.stdout;
-    let text = String::from_utf8_lossy(&out);
+    Ok(String::from_utf8_lossy(&ran.stdout).into_owned())
+}
+
+/// Runs the helper on the library open in `lib` (at most `timeout`;
+/// `cancel` ends it early). The helper and everything its library starts
+/// are gone when this returns (`host::confine`).
+pub(crate) fn run_helper(
+    lib: &File,
+    how: Helper,
+    timeout: Duration,
+    cancel: &AtomicBool,
+) -> Result<Found, String> {
+    let text = run_confined("__calibrate", lib, how, timeout, cancel)?;
     let answer = one_answer(&text).ok_or_else(|| {
         format!(
             "the calibration helper crashed or printed {:?}",

@@ -80,9 +80,11 @@ pub(crate) struct KernelNamer {
     enabled: bool,
     /// Sandboxed calibrations run so far.
     sandboxed: usize,
-    background: Background,
+    background: Background<Found>,
     /// Until when calibrations are waited for (the start of a session).
     grace: Option<Instant>,
+    /// The libcublasLt files' calibrations (`lt`).
+    pub(crate) lt: crate::lt::files::LtFiles,
 }
 
 impl KernelNamer {
@@ -91,6 +93,7 @@ impl KernelNamer {
     /// started within [`START_GRACE`] from now are waited for, until
     /// [`Self::end_grace`].
     pub(crate) fn new(cache: LayoutCache, enabled: bool) -> Self {
+        let grace = Some(Instant::now() + START_GRACE);
         Self {
             cache,
             by_file: HashMap::default(),
@@ -98,14 +101,16 @@ impl KernelNamer {
             stubs: StubSymbols::default(),
             enabled,
             sandboxed: 0,
-            background: Background::default(),
-            grace: Some(Instant::now() + START_GRACE),
+            background: Background::new(crate::names::calibrate::run_helper),
+            grace,
+            lt: crate::lt::files::LtFiles::new(enabled, grace),
         }
     }
 
     /// The session has started: from now on nothing waits for a calibration.
     pub(crate) fn end_grace(&mut self) {
         self.grace = None;
+        self.lt.end_grace();
     }
 
     /// The names layout of a libcuda file: from memory, the disk cache, or
@@ -162,7 +167,7 @@ impl KernelNamer {
         }
     }
 
-    fn settle_job(&mut self, job: Job) {
+    fn settle_job(&mut self, job: Job<Found>) {
         if let (Some(key), Ok(found)) = (job.key, &job.result) {
             // Only a trusted library's answer is cached.
             self.cache.insert_found(key, found);
@@ -265,6 +270,7 @@ impl KernelNamer {
     pub(crate) fn bind(&mut self, pid: u32, file: &LibraryFile) {
         self.calibrate_all(file);
         self.procs.entry(pid).or_default().file = Some(Some((file.dev, file.inode)));
+        self.lt.bind(pid);
     }
 
     /// Keeps `pid`'s mappings, to name host stubs after it exits.
@@ -386,5 +392,6 @@ impl KernelNamer {
     pub(crate) fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
         self.stubs.forget(pid);
+        self.lt.forget(pid);
     }
 }

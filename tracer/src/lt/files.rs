@@ -1,0 +1,149 @@
+//! The offsets of each libcublasLt file the traced processes map: found
+//! by a calibration run beside the tracing (`names::background`), once per
+//! file and session, pending until it ends. Only the start of a session
+//! waits for those its first attach started (the namer's grace), so that
+//! a process's first matmuls have their shapes too.
+
+use rustc_hash::FxHashMap as HashMap;
+use std::time::{Duration, Instant};
+
+use crate::catalogue::Lib;
+use crate::host::discover;
+use crate::host::discover::LibraryFile;
+use crate::host::trust;
+use crate::host::trust::Trust;
+use crate::lt::calibrate::run_helper;
+use crate::lt::LtOffsets;
+use crate::names::background::{Background, FileId, Job, Request};
+use crate::names::calibrate::Helper;
+
+/// Untrusted libcublasLt files calibrated in the sandbox per session, at
+/// most (a local user can make as many files as they like).
+const MAX_SANDBOXED: usize = 8;
+/// Loading libcublasLt takes about a second (it is half a gigabyte).
+const TRUSTED_TIMEOUT: Duration = Duration::from_secs(60);
+const SANDBOXED_TIMEOUT: Duration = Duration::from_secs(20);
+
+enum State {
+    Pending,
+    Done(Result<LtOffsets, String>),
+}
+
+pub(crate) struct LtFiles {
+    by_file: HashMap<FileId, State>,
+    /// Each process's libcublasLt, once looked for (`None`: none).
+    procs: HashMap<u32, Option<FileId>>,
+    background: Background<LtOffsets>,
+    enabled: bool,
+    sandboxed: usize,
+    grace: Option<Instant>,
+}
+
+impl LtFiles {
+    /// `enabled`: `GPUTRACE_NO_CALIBRATION` turns it off; `grace`: until
+    /// when calibrations are waited for.
+    pub(crate) fn new(enabled: bool, grace: Option<Instant>) -> Self {
+        Self {
+            by_file: HashMap::default(),
+            procs: HashMap::default(),
+            background: Background::new(run_helper),
+            enabled,
+            sandboxed: 0,
+            grace,
+        }
+    }
+
+    pub(crate) fn end_grace(&mut self) {
+        self.grace = None;
+    }
+
+    /// Looks for `pid`'s libcublasLt and starts its calibration (at
+    /// attach: a process found later is looked at with its first matmul).
+    pub(crate) fn bind(&mut self, pid: u32) {
+        self.file_of(pid);
+    }
+
+    fn file_of(&mut self, pid: u32) -> Option<FileId> {
+        if let Some(f) = self.procs.get(&pid) {
+            return *f;
+        }
+        let file = discover::process_libraries(pid)
+            .ok()
+            .and_then(|files| files.into_iter().find(|f| f.lib == Lib::CublasLt));
+        let id = file.map(|f| {
+            let id = (f.dev, f.inode);
+            if !self.by_file.contains_key(&id) {
+                let state = self.start(id, &f);
+                self.by_file.insert(id, state);
+            }
+            id
+        });
+        self.procs.insert(pid, id);
+        id
+    }
+
+    fn start(&mut self, id: FileId, file: &LibraryFile) -> State {
+        if !self.enabled {
+            return State::Done(Err("disabled by GPUTRACE_NO_CALIBRATION".into()));
+        }
+        let (lib, how, timeout) = match trust::judge(file) {
+            Trust::Trusted(f) => (f, Helper::Privileged, TRUSTED_TIMEOUT),
+            Trust::Untrusted(why) => {
+                if self.sandboxed >= MAX_SANDBOXED {
+                    return State::Done(Err(format!(
+                        "it is not trusted ({}) and {MAX_SANDBOXED} untrusted libcublasLt files were calibrated already",
+                        crate::text::printable(&why)
+                    )));
+                }
+                self.sandboxed += 1;
+                match file.open_checked() {
+                    Ok(f) => (f, Helper::Sandboxed, SANDBOXED_TIMEOUT),
+                    Err(e) => return State::Done(Err(e.to_string())),
+                }
+            }
+        };
+        self.background.start(Request {
+            id,
+            file: file.clone(),
+            lib,
+            how,
+            timeout,
+            key: None,
+        });
+        State::Pending
+    }
+
+    fn settle(&mut self, job: Job<LtOffsets>) {
+        if let Err(e) = &job.result {
+            crate::say!(
+                "cuBLASLt matmuls whose descriptors were made before gputrace attached have no shape for {}: {} (descriptors made while traced still give theirs)",
+                crate::text::printable_path(&job.file.found_at),
+                crate::text::printable(e)
+            );
+        }
+        self.by_file.insert(job.id, State::Done(job.result));
+    }
+
+    /// The offsets of `pid`'s libcublasLt, once calibrated.
+    pub(crate) fn offsets(&mut self, pid: u32) -> Option<LtOffsets> {
+        for job in self.background.take() {
+            self.settle(job);
+        }
+        let id = self.file_of(pid)?;
+        while matches!(self.by_file.get(&id), Some(State::Pending)) {
+            let until = self.grace.filter(|t| Instant::now() < *t)?;
+            match self.background.wait(until) {
+                Some(job) => self.settle(job),
+                None => break,
+            }
+        }
+        match self.by_file.get(&id)? {
+            State::Done(Ok(o)) => Some(*o),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+    }
+}
