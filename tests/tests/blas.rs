@@ -238,3 +238,68 @@ fn a_command_started_by_gputrace_has_its_first_gemms_traced() {
         assert_eq!(shape(&summary, m, n, k)["calls"], 2, "{m}x{n}x{k}");
     }
 }
+
+/// Issue 28 step 1: a matmul whose descriptors were made before gputrace
+/// attached (`--gemms-lt-plan`: once, in setup, as XLA's cached plans)
+/// has its shape from the descriptors' first bytes, which its probe
+/// copied, at the offsets a helper found in this libcublasLt (the
+/// simulator's packing, not cuBLAS's). Without that calibration
+/// (`GPUTRACE_NO_CALIBRATION`) the same matmuls have no shape: counted,
+/// never guessed.
+#[test]
+fn lt_plans_made_before_the_attach_have_their_shapes() {
+    let args = ["--gemms", "5", "--gemms-lt-plan", "--launches", "0"];
+    let run = trace_workload("blas-lt-plan", &args, &[]);
+    let rounds = shape(&run.summary, 128, 256, 64)["calls"].clone();
+    assert!(rounds.as_u64().unwrap() >= 5, "{rounds}");
+    let plan = shape(&run.summary, 256, 512, 2048);
+    assert_eq!(
+        (
+            &plan["op"],
+            &plan["transa"],
+            &plan["transb"],
+            &plan["batch"],
+            &plan["a_type"],
+            &plan["compute"],
+            &plan["calls"]
+        ),
+        (
+            &"bmm".into(),
+            &"N".into(),
+            &"T".into(),
+            &4.into(),
+            &"bf16".into(),
+            &"32F".into(),
+            &rounds
+        )
+    );
+    assert_eq!(launches_of(plan).len(), 1);
+    let gemms = |s: &serde_json::Value| -> serde_json::Value {
+        s["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["gemms"].is_object())
+            .expect("a process with GEMMs")["gemms"]
+            .clone()
+    };
+    assert_eq!(gemms(&run.summary)["lt_without_shape"]["calls"], 0);
+    let off = trace_run_with_env(
+        "blas-lt-plan-off",
+        "t.jsonl",
+        &workload_bin(),
+        &args,
+        &[],
+        &[("GPUTRACE_NO_CALIBRATION", "1")],
+    );
+    let g = gemms(&off.summary);
+    assert_eq!(g["lt_without_shape"]["calls"], rounds);
+    assert!(
+        !g["shapes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["k"] == 2048),
+        "{g}"
+    );
+}
