@@ -2,6 +2,8 @@
 //! (tests/sim/cublas.c, cublaslt.c; `--gemms N`), traced from outside:
 //! the kernels they launch inside those libraries are seen and named.
 
+use std::time::Duration;
+
 use gputrace_tests::*;
 
 #[test]
@@ -302,4 +304,53 @@ fn lt_plans_made_before_the_attach_have_their_shapes() {
             .any(|r| r["k"] == 2048),
         "{g}"
     );
+}
+
+/// Node mode (`--all`): the calibration helpers gputrace starts call the
+/// libraries it probes (libcuda's, libcublasLt's); their calls are not a
+/// process of the node's. A second workload on the same libcublasLt has
+/// its Lt plan's shape from the first call (the file was calibrated once).
+#[test]
+fn node_mode_leaves_out_its_own_helpers_and_reads_lt_plans() {
+    let dir = scratch("blas-node");
+    let sum = dir.join("s.json");
+    let t = Tracer::attach(&[
+        "--all",
+        "--summary",
+        "json",
+        "--summary-file",
+        sum.to_str().unwrap(),
+    ]);
+    let args = ["--gemms", "4", "--gemms-lt-plan", "--launches", "0"];
+    let mut pids = Vec::new();
+    for _ in 0..2 {
+        let mut w = Workload::start(&args);
+        pids.push(w.pid);
+        // The node scan finds the libraries a new process maps.
+        std::thread::sleep(Duration::from_millis(1500));
+        w.go();
+        let (status, _) = w.finish();
+        assert!(status.success());
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    t.signal(libc::SIGINT);
+    let f = t.finish(Duration::from_secs(30));
+    assert!(f.status.success(), "{}", f.stderr_text());
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&sum).unwrap()).unwrap();
+    let procs = summary["processes"].as_array().unwrap();
+    let comms: Vec<&str> = procs.iter().filter_map(|p| p["comm"].as_str()).collect();
+    assert!(
+        !comms
+            .iter()
+            .any(|c| c.starts_with("gputrace") && !c.starts_with("gputrace-worklo")),
+        "{comms:?}"
+    );
+    let second = procs
+        .iter()
+        .find(|p| p["pid"] == pids[1])
+        .unwrap_or_else(|| panic!("no process {} in {comms:?}", pids[1]));
+    let one = serde_json::json!({"processes": [second]});
+    let rounds = shape(&one, 128, 256, 64)["calls"].clone();
+    assert_eq!(shape(&one, 256, 512, 2048)["calls"], rounds);
 }

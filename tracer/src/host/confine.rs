@@ -255,6 +255,7 @@ fn start(cmd: &HelperCommand<'_>, namespace: bool) -> std::io::Result<Running> {
         None => (spawn(0, true)?, false),
     };
     drop(write);
+    remember_helper(pid as u32);
     // SAFETY: fcntl on our read end.
     unsafe {
         let flags = libc::fcntl(read.as_raw_fd(), libc::F_GETFL);
@@ -378,6 +379,37 @@ impl Running {
 /// stdout; `cancel` stops it early. The helper and all it started are gone
 /// when this returns (see the module's notes for where that needs the
 /// kernel's help).
+/// The helpers this process started (host PID, start time in clock
+/// ticks), the last [`HELPERS_KEPT`]: node mode's probes fire in them too
+/// (a calibration calls the library it finds offsets in), and their calls
+/// are not the node's ([`is_helper`]).
+static HELPERS: std::sync::Mutex<std::collections::VecDeque<(u32, u64)>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
+const HELPERS_KEPT: usize = 64;
+
+fn remember_helper(pid: u32) {
+    // Not reaped yet: its /proc entry is there, even if it exited.
+    let Some(st) = crate::host::discover::stat(pid) else {
+        return;
+    };
+    let mut h = HELPERS.lock().unwrap_or_else(|p| p.into_inner());
+    if h.len() == HELPERS_KEPT {
+        h.pop_front();
+    }
+    h.push_back((pid, st.start_ticks));
+}
+
+/// Whether `pid` is (or was: its calls may be read after it ended) a
+/// helper this process started, and not a later process given its PID.
+pub(crate) fn is_helper(pid: u32) -> bool {
+    let h = HELPERS.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(&(_, start)) = h.iter().rev().find(|(p, _)| *p == pid) else {
+        return false;
+    };
+    drop(h);
+    crate::host::discover::stat(pid).is_none_or(|st| st.start_ticks == start)
+}
+
 pub(crate) fn run(
     cmd: &HelperCommand<'_>,
     timeout: Duration,

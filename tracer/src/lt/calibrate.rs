@@ -93,9 +93,7 @@ fn calibrate_here(path: &Path) -> Result<LtOffsets, String> {
     };
     let set_i32 = |set: SetAttribute, h: *mut c_void, attr: i32, v: i32, what: &str| {
         // SAFETY: a live descriptor, and a 4-byte value as the attribute takes.
-        check(what, unsafe {
-            set(h, attr, (&v as *const i32).cast(), 4)
-        })
+        check(what, unsafe { set(h, attr, (&v as *const i32).cast(), 4) })
     };
     // SAFETY: each copy is of the first PART bytes of an object the library
     // just made (its opaque structs are 64 and 256 bytes, cublasLt.h).
@@ -121,7 +119,13 @@ fn calibrate_here(path: &Path) -> Result<LtOffsets, String> {
         check("cublasLtMatrixLayoutCreate", unsafe {
             layout_create(&mut l, ty, rows, cols, rows as i64 + 8)
         })?;
-        let set = set_i32(layout_set, l, LAYOUT_BATCH_COUNT, batch, "setting BATCH_COUNT");
+        let set = set_i32(
+            layout_set,
+            l,
+            LAYOUT_BATCH_COUNT,
+            batch,
+            "setting BATCH_COUNT",
+        );
         let bytes = copy(l);
         // SAFETY: the layout made above.
         unsafe { layout_destroy(l) };
@@ -156,7 +160,8 @@ fn calibrate_here(path: &Path) -> Result<LtOffsets, String> {
     if let Ok(big) = make(14, WIDE, WIDE, 1) {
         for f in [&mut offsets.rows, &mut offsets.cols] {
             let off = usize::from(f.off);
-            if off + 8 <= PART && u64::from_le_bytes(big[off..off + 8].try_into().unwrap()) == WIDE {
+            if off + 8 <= PART && u64::from_le_bytes(big[off..off + 8].try_into().unwrap()) == WIDE
+            {
                 f.wide = true;
             }
         }
@@ -234,8 +239,12 @@ mod tests {
                 wide: false
             })
         );
-        assert!(find(&copies, &[9, 9, 9], "x").unwrap_err().contains("not found"));
+        assert!(find(&copies, &[9, 9, 9], "x")
+            .unwrap_err()
+            .contains("not found"));
         // Zeros everywhere: many places, refused.
-        assert!(find(&copies, &[0, 0, 0], "x").unwrap_err().contains("places"));
+        assert!(find(&copies, &[0, 0, 0], "x")
+            .unwrap_err()
+            .contains("places"));
     }
 }

@@ -350,6 +350,9 @@ impl Session {
                 continue;
             };
             let enriched = match self.enricher.enrich(&raw) {
+                // Node mode: gputrace's own calibration helper calling the
+                // library it calibrates (not a process of the node).
+                Err(DecodeError::Unseen(pid)) if crate::host::confine::is_helper(pid) => continue,
                 Err(DecodeError::Unseen(pid)) => {
                     // Its first call: say who it is first.
                     let comm = raw.event.comm;
