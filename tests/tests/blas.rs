@@ -6,8 +6,17 @@ use std::time::Duration;
 
 use gputrace_tests::*;
 
+/// The node-mode test sees every process on the machine, the other tests'
+/// workloads and calibration helpers too: it runs alone.
+static NODE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn beside_others() -> std::sync::RwLockReadGuard<'static, ()> {
+    NODE.read().unwrap_or_else(|p| p.into_inner())
+}
+
 #[test]
 fn kernels_launched_inside_cublas_are_named() {
+    let _g = beside_others();
     let run = trace_workload("blas-kernels", &["--gemms", "3", "--launches", "0"], &[]);
     let names: Vec<String> = kernels(&run.events, "cuLaunchKernel")
         .iter()
@@ -29,6 +38,7 @@ fn kernels_launched_inside_cublas_are_named() {
 /// for the Ex forms).
 #[test]
 fn gemm_calls_carry_their_shapes_and_types() {
+    let _g = beside_others();
     let run = trace_workload("blas-shapes", &["--gemms", "2", "--launches", "0"], &[]);
     let args_of = |api: &str| -> Vec<serde_json::Value> {
         of_api(&run.events, api)
@@ -121,6 +131,7 @@ fn launches_of(row: &serde_json::Value) -> Vec<(String, u64)> {
 /// kernels launched inside its calls; `stats` of the timeline says the same.
 #[test]
 fn gemms_by_shape_own_the_kernels_they_launched() {
+    let _g = beside_others();
     let run = trace_workload("blas-by-shape", &["--gemms", "3", "--launches", "0"], &[]);
     let lt = shape(&run.summary, 1024, 1024, 8192);
     assert_eq!(lt["calls"], 3);
@@ -160,6 +171,7 @@ fn gemms_by_shape_own_the_kernels_they_launched() {
 /// TFLOP/s is 2·b·m·n·k over it.
 #[test]
 fn with_gpu_time_each_shape_has_its_calls_gpu_spans() {
+    let _g = beside_others();
     let out = scratch("blas-gpu").join("t.jsonl");
     let mut w = Workload::start(&[
         "--map-cupti",
@@ -210,6 +222,7 @@ fn with_gpu_time_each_shape_has_its_calls_gpu_spans() {
 /// both and calls them at once, before a check for new mappings could).
 #[test]
 fn a_command_started_by_gputrace_has_its_first_gemms_traced() {
+    let _g = beside_others();
     let out = scratch("blas-cmd").join("t.jsonl");
     let wl = workload_bin();
     let f = run_gputrace(&[
@@ -250,6 +263,7 @@ fn a_command_started_by_gputrace_has_its_first_gemms_traced() {
 /// never guessed.
 #[test]
 fn lt_plans_made_before_the_attach_have_their_shapes() {
+    let _g = beside_others();
     let args = ["--gemms", "5", "--gemms-lt-plan", "--launches", "0"];
     let run = trace_workload("blas-lt-plan", &args, &[]);
     let rounds = shape(&run.summary, 128, 256, 64)["calls"].clone();
@@ -312,6 +326,7 @@ fn lt_plans_made_before_the_attach_have_their_shapes() {
 /// its Lt plan's shape from the first call (the file was calibrated once).
 #[test]
 fn node_mode_leaves_out_its_own_helpers_and_reads_lt_plans() {
+    let _alone = NODE.write().unwrap_or_else(|p| p.into_inner());
     let dir = scratch("blas-node");
     let sum = dir.join("s.json");
     let t = Tracer::attach(&[

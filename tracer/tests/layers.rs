@@ -21,6 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["cache"],
     &["graphs"],
     &["names"],
+    &["lt"],
     &["nccl"],
     &["stacks"],
     &["schema"],

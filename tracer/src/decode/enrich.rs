@@ -250,6 +250,8 @@ pub(crate) struct Enricher {
     clock: Clock,
     procs: HashMap<u32, ProcessState>,
     pub namer: KernelNamer,
+    /// The libcublasLt files' offsets (`lt`).
+    pub lt_files: crate::lt::files::LtFiles,
     /// The libnccl builds probed (their releases and layouts, by slot).
     pub nccl_libs: NcclLibraries,
     /// The overhead budget's sampler, when one is on: a stream capture
@@ -271,6 +273,7 @@ impl Enricher {
         Self {
             clock,
             procs: HashMap::default(),
+            lt_files: crate::lt::files::LtFiles::new(namer.calibrates()),
             namer,
             nccl_libs: NcclLibraries::default(),
             sampler: None,
@@ -323,6 +326,7 @@ impl Enricher {
     /// Starts the state of a process the session saw (its name read
     /// while it was alive, so calls decoded after it exited carry it).
     pub(crate) fn add(&mut self, pid: u32, comm: Arc<str>) {
+        self.lt_files.bind(pid);
         self.procs
             .entry(pid)
             .or_insert_with(|| ProcessState::with_comm(comm));
@@ -354,7 +358,7 @@ impl Enricher {
         let sampler = self.sampler.as_deref();
         let traced = |from: u64, to: u64| sampler.is_none_or(|s| s.busy_traced(from, to));
         let snapshot = raw.blob.filter(|b| b.len() == crate::lt::SNAPSHOT);
-        let lt_files = &mut self.namer.lt;
+        let lt_files = &mut self.lt_files;
         state.lt.apply(&mut args, ok, e.start_ns, &traced, &mut || {
             lt_files.offsets(e.pid)?.decode(snapshot?)
         });

@@ -23,6 +23,9 @@ const MAX_SANDBOXED: usize = 8;
 /// Loading libcublasLt takes about a second (it is half a gigabyte).
 const TRUSTED_TIMEOUT: Duration = Duration::from_secs(60);
 const SANDBOXED_TIMEOUT: Duration = Duration::from_secs(20);
+/// Processes whose libcublasLt is remembered, at most (kept past their
+/// exit; past the bound the map starts again and is looked up anew).
+const MAX_PROCESSES: usize = 1 << 16;
 
 enum State {
     Pending,
@@ -40,9 +43,11 @@ pub(crate) struct LtFiles {
 }
 
 impl LtFiles {
-    /// `enabled`: `GPUTRACE_NO_CALIBRATION` turns it off; `grace`: until
-    /// when calibrations are waited for.
-    pub(crate) fn new(enabled: bool, grace: Option<Instant>) -> Self {
+    /// `enabled`: `GPUTRACE_NO_CALIBRATION` turns it off. Calibrations
+    /// started within `names::namer::START_GRACE` from now are waited for,
+    /// until [`Self::end_grace`].
+    pub(crate) fn new(enabled: bool) -> Self {
+        let grace = Some(Instant::now() + crate::names::namer::START_GRACE);
         Self {
             by_file: HashMap::default(),
             procs: HashMap::default(),
@@ -57,10 +62,17 @@ impl LtFiles {
         self.grace = None;
     }
 
-    /// Looks for `pid`'s libcublasLt and starts its calibration (at
-    /// attach: a process found later is looked at with its first matmul).
+    /// Looks for `pid`'s libcublasLt and starts its calibration (waited
+    /// for within the start's grace): at attach, and when a process is first seen (a PID given to a new
+    /// process is looked at again). Where the process has gone, what was
+    /// found before stays: its last calls may be read after its exit.
     pub(crate) fn bind(&mut self, pid: u32) {
-        self.file_of(pid);
+        if let Ok(files) = discover::process_libraries(pid) {
+            let file = files.into_iter().find(|f| f.lib == Lib::CublasLt);
+            self.found(pid, file);
+        }
+        // Within the start's grace: waited for.
+        self.offsets(pid);
     }
 
     fn file_of(&mut self, pid: u32) -> Option<FileId> {
@@ -70,6 +82,13 @@ impl LtFiles {
         let file = discover::process_libraries(pid)
             .ok()
             .and_then(|files| files.into_iter().find(|f| f.lib == Lib::CublasLt));
+        self.found(pid, file)
+    }
+
+    fn found(&mut self, pid: u32, file: Option<LibraryFile>) -> Option<FileId> {
+        if self.procs.len() >= MAX_PROCESSES && !self.procs.contains_key(&pid) {
+            self.procs.clear();
+        }
         let id = file.map(|f| {
             let id = (f.dev, f.inode);
             if !self.by_file.contains_key(&id) {
@@ -141,9 +160,5 @@ impl LtFiles {
             State::Done(Ok(o)) => Some(*o),
             _ => None,
         }
-    }
-
-    pub(crate) fn forget(&mut self, pid: u32) {
-        self.procs.remove(&pid);
     }
 }

@@ -46,7 +46,7 @@ impl Field {
 
     fn is_plausible(self) -> bool {
         let len = if self.wide { 8 } else { 4 };
-        usize::from(self.off) + len <= PART && self.off % 4 == 0
+        usize::from(self.off) + len <= PART && self.off.is_multiple_of(4)
     }
 }
 

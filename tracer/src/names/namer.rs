@@ -83,8 +83,6 @@ pub(crate) struct KernelNamer {
     background: Background<Found>,
     /// Until when calibrations are waited for (the start of a session).
     grace: Option<Instant>,
-    /// The libcublasLt files' calibrations (`lt`).
-    pub(crate) lt: crate::lt::files::LtFiles,
 }
 
 impl KernelNamer {
@@ -93,7 +91,6 @@ impl KernelNamer {
     /// started within [`START_GRACE`] from now are waited for, until
     /// [`Self::end_grace`].
     pub(crate) fn new(cache: LayoutCache, enabled: bool) -> Self {
-        let grace = Some(Instant::now() + START_GRACE);
         Self {
             cache,
             by_file: HashMap::default(),
@@ -102,15 +99,19 @@ impl KernelNamer {
             enabled,
             sandboxed: 0,
             background: Background::new(crate::names::calibrate::run_helper),
-            grace,
-            lt: crate::lt::files::LtFiles::new(enabled, grace),
+            grace: Some(Instant::now() + START_GRACE),
         }
+    }
+
+    /// Whether libraries are calibrated at all (not with
+    /// `GPUTRACE_NO_CALIBRATION`).
+    pub(crate) fn calibrates(&self) -> bool {
+        self.enabled
     }
 
     /// The session has started: from now on nothing waits for a calibration.
     pub(crate) fn end_grace(&mut self) {
         self.grace = None;
-        self.lt.end_grace();
     }
 
     /// The names layout of a libcuda file: from memory, the disk cache, or
@@ -270,7 +271,6 @@ impl KernelNamer {
     pub(crate) fn bind(&mut self, pid: u32, file: &LibraryFile) {
         self.calibrate_all(file);
         self.procs.entry(pid).or_default().file = Some(Some((file.dev, file.inode)));
-        self.lt.bind(pid);
     }
 
     /// Keeps `pid`'s mappings, to name host stubs after it exits.
@@ -392,6 +392,5 @@ impl KernelNamer {
     pub(crate) fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
         self.stubs.forget(pid);
-        self.lt.forget(pid);
     }
 }

@@ -200,6 +200,7 @@ impl Session {
         // From here on calibrations run beside the tracing, waited for by
         // nothing.
         session.enricher.namer.end_grace();
+        session.enricher.lt_files.end_grace();
         Ok(session)
     }
 

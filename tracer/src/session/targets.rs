@@ -209,6 +209,8 @@ pub(super) fn attach_pids(
         for f in &files {
             attacher.attach(f, Scope::Process(pid), &mut enricher.namer)?;
         }
+        // Its libcublasLt's calibration starts now (`lt`).
+        enricher.lt_files.bind(pid);
         if let Some(s) = stacks {
             s.watch(pid, false);
         }
