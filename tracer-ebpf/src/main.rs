@@ -7,14 +7,17 @@
 #![no_main]
 #![feature(asm_experimental_arch)]
 
+mod blob;
 mod inflight;
 mod stack;
+
+use blob::{keep_blob, read_blob, send_blob};
 
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
-        bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes, generated,
+        bpf_probe_read_user_str_bytes, generated,
     },
     macros::{map, raw_tracepoint, uprobe, uretprobe},
     maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
@@ -23,11 +26,10 @@ use aya_ebpf::{
 };
 use tracer_common::{
     Blob, BlobCallEvent, CallEvent, CommLayout, EventKind, ExecEvent, LostReason, NamedCallEvent,
-    ProbeCookie, BLOB_FROM_STACK, BLOB_LEN, BLOB_LT_MATMUL, COMM_DEV_READ, COMM_DEV_SLOT,
-    COMM_HASH_READ, COMM_HASH_SLOT, COMM_LAYOUT_SLOTS, COMM_NRANKS_READ, COMM_RANKS_SLOT,
-    COMM_RANK_READ, COMM_SEQ_READ, COMM_SEQ_SLOT, COMM_SLOT_SHIFT, COMM_VALID_SLOT, DEREF_BYTES,
-    LOST_SLOTS, LT_ARGS, LT_PART, MAX_ARGS, NO_FIELD, NO_FUNC, NO_RETURN, READABLE_SLOT, REG_ARGS,
-    RUNTIME_SLOT, STACK_ARGS,
+    ProbeCookie, COMM_DEV_READ, COMM_DEV_SLOT, COMM_HASH_READ, COMM_HASH_SLOT, COMM_LAYOUT_SLOTS,
+    COMM_NRANKS_READ, COMM_RANKS_SLOT, COMM_RANK_READ, COMM_SEQ_READ, COMM_SEQ_SLOT,
+    COMM_SLOT_SHIFT, COMM_VALID_SLOT, DEREF_BYTES, LOST_SLOTS, MAX_ARGS, NO_FIELD, NO_FUNC,
+    NO_RETURN, READABLE_SLOT, REG_ARGS, RUNTIME_SLOT, STACK_ARGS,
 };
 
 /// Completed calls, drained by userspace. Its size is set at load time.
@@ -175,96 +177,6 @@ fn send(e: &CallEvent, cookie: ProbeCookie) {
             (*out).name[0] = 0;
         }
         (*out).name_len = len as u32;
-    }
-    entry.submit(submit_flags());
-}
-
-/// Copies the cookie's blob into `dst`; returns the bytes read (0 when the
-/// cookie asks for none, the pointer is NULL, or the read fails).
-#[inline(always)]
-fn read_blob(rsp: u64, e: &CallEvent, cookie: ProbeCookie, dst: &mut [u8; BLOB_LEN]) -> u32 {
-    let source = cookie.blob_source();
-    if source == BLOB_LT_MATMUL {
-        return read_lt_matmul(e, dst);
-    }
-    let src = if source == BLOB_FROM_STACK {
-        rsp + 8
-    } else {
-        match arg_at(e, source) {
-            Some(p) => p,
-            None => return 0,
-        }
-    };
-    if src == 0 {
-        return 0; // a NULL argument: the call fails, nothing is lost
-    }
-    let len = cookie.blob_len();
-    let Some(buf) = dst.get_mut(..len) else {
-        return 0;
-    };
-    // SAFETY: a user-memory read of `len` (≤ BLOB_LEN) bytes; failure is handled.
-    match unsafe { bpf_probe_read_user_buf(src as *const u8, buf) } {
-        Ok(()) => len as u32,
-        Err(_) => {
-            count_lost(LostReason::ReadFailed);
-            0
-        }
-    }
-}
-
-/// Copies the first [`LT_PART`] bytes of each of `cublasLtMatmul`'s four
-/// descriptors (`LT_ARGS`) into `dst`, one after the other; 0 unless all
-/// four were read.
-#[inline(always)]
-fn read_lt_matmul(e: &CallEvent, dst: &mut [u8; BLOB_LEN]) -> u32 {
-    macro_rules! part {
-        ($i:literal) => {{
-            let src = match arg_at(e, LT_ARGS[$i]) {
-                Some(p) if p != 0 => p,
-                _ => return 0,
-            };
-            let Some(buf) = dst.get_mut($i * LT_PART..($i + 1) * LT_PART) else {
-                return 0;
-            };
-            // SAFETY: a user-memory read of LT_PART bytes; failure is handled.
-            if unsafe { bpf_probe_read_user_buf(src as *const u8, buf) }.is_err() {
-                count_lost(LostReason::ReadFailed);
-                return 0;
-            }
-        }};
-    }
-    part!(0);
-    part!(1);
-    part!(2);
-    part!(3);
-    (4 * LT_PART) as u32
-}
-
-/// Sends a call with the blob its entry stored under `key` (if it is still
-/// there: the map is an LRU).
-#[inline(always)]
-fn send_blob(e: &CallEvent, key: u64) {
-    let Some(mut entry) = EVENTS.reserve::<BlobCallEvent>(0) else {
-        count_lost(LostReason::RingFull);
-        return;
-    };
-    let out = entry.as_mut_ptr();
-    // SAFETY: `out` points to a reserved record of the right size; every
-    // field is written (blob bytes past `blob_len` are never read).
-    unsafe {
-        (*out).call = *e;
-        (*out).call.kind = EventKind::BlobCall as u32;
-        (*out)._pad = 0;
-        match INFLIGHT_BLOB.get(&key) {
-            Some(b) => {
-                (*out).blob_len = b.len;
-                (*out).blob = b.data;
-            }
-            None => {
-                count_lost(LostReason::ReadFailed);
-                (*out).blob_len = 0;
-            }
-        }
     }
     entry.submit(submit_flags());
 }
@@ -501,29 +413,6 @@ pub fn call_entry(ctx: ProbeContext) -> u32 {
     }
     keep_blob(&ctx, cookie, e);
     0
-}
-
-/// A call with a return probe and a blob: its bytes wait for the return in
-/// `INFLIGHT_BLOB`, keyed like the call (thread, API).
-#[inline(always)]
-fn keep_blob(ctx: &ProbeContext, cookie: ProbeCookie, e: &CallEvent) {
-    if cookie.blob_source() == 0 {
-        return;
-    }
-    let key = ((e.tid as u64) << 32) | e.api as u64;
-    let Some(zero) = BLOB_TEMPLATE.get(0) else {
-        return;
-    };
-    if INFLIGHT_BLOB.insert(&key, zero, 0).is_err() {
-        return; // the return finds no blob and counts it
-    }
-    if let Some(b) = INFLIGHT_BLOB.get_ptr_mut(&key) {
-        // SAFETY: the entry just inserted under this thread's key.
-        let b = unsafe { &mut *b };
-        // SAFETY: uprobe programs get the user registers.
-        let rsp = unsafe { (*ctx.regs).rsp };
-        b.len = read_blob(rsp, e, cookie, &mut b.data);
-    }
 }
 
 #[uretprobe]
