@@ -2,11 +2,12 @@
 //! `--gpu-time`, GPU time (the span of each call's kernels, joined as the
 //! summary's "GEMMs by shape" joins them: [`Enclosing`]).
 //!
-//! Shape series are bounded ([`Ranked`]): every ten seconds the shapes
-//! with the most GPU time (then host time, for shapes with no GPU time)
-//! get series of their own, up to [`TOP_SHAPES`], later up to
-//! [`MAX_SHAPE_SERIES`]; the rest, and a shape's calls before it got its
-//! series, count in `shape="other"`.
+//! Shape series are bounded ([`Ranked`]): a process's first
+//! [`TOP_SHAPES`] shapes have series from their first call; then every ten
+//! seconds the shapes with the most GPU time (then host time, for shapes
+//! with no GPU time) get series of their own, up to [`MAX_SHAPE_SERIES`];
+//! the rest, and a later shape's calls before it got its series, count in
+//! `shape="other"`.
 
 use std::fmt::Write;
 use std::ops::{Add, Sub};

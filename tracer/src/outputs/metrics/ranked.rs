@@ -1,13 +1,14 @@
 //! Series for the keys of a process that weigh the most (kernels by GPU
 //! time, GEMM shapes by time), bounded.
 //!
-//! What a key does counts into an unexported tally first, and in the
-//! `other` series; every ten seconds the keys that weighed the most get a
-//! series of their own, up to `TOP`, and later past it (up to `MAX`) only
-//! those that weighed more since the last ranking than the series that
-//! weighed the least. Time counted before a key got its series stays in
-//! `other`: no counter ever goes down, no series is removed while the
-//! process lives.
+//! The first `TOP` keys of a process get a series at their first call (a
+//! short job's few kernels or shapes are counted whole, with no ranking
+//! to wait for). Past them, what a key does counts into an unexported
+//! tally, and in the `other` series; every ten seconds the keys that
+//! weighed more since the last ranking than the series that weighed the
+//! least get a series of their own, up to `MAX`. Time counted before a key
+//! got its series stays in `other`: no counter ever goes down, no series
+//! is removed while the process lives.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
@@ -53,11 +54,16 @@ impl<K, V: Default, W, const TOP: usize, const MAX: usize> Default for Ranked<K,
 impl<K: Ord + Hash + Clone, V: Default, W: Weight, const TOP: usize, const MAX: usize>
     Ranked<K, V, W, TOP, MAX>
 {
-    /// Where what `key` did, weighing `w`, counts: its series, else
-    /// `other` (and `key`'s tally, for the next ranking).
+    /// Where what `key` did, weighing `w`, counts: its series (made now
+    /// while fewer than `TOP` exist), else `other` (and `key`'s tally, for
+    /// the next ranking).
     pub(super) fn slot(&mut self, key: &K, w: W) -> &mut V {
-        if self.series.contains_key(key) {
-            let s = self.series.get_mut(key).expect("just found");
+        if !self.series.contains_key(key) && self.series.len() < TOP {
+            self.tally.remove(key);
+            self.series
+                .insert(key.clone(), (V::default(), W::default(), W::default()));
+        }
+        if let Some(s) = self.series.get_mut(key) {
             s.1 = s.1 + w;
             return &mut s.0;
         }
@@ -69,7 +75,7 @@ impl<K: Ord + Hash + Clone, V: Default, W: Weight, const TOP: usize, const MAX: 
     }
 
     /// Every ten seconds (called more often, it waits): the keys that
-    /// weighed the most get series.
+    /// weighed the most get series (past the first `TOP`, made at once).
     pub(super) fn rank(&mut self, now: Instant) {
         if self
             .ranked_at
