@@ -42,6 +42,7 @@ pub(crate) enum Pane {
     Processes,
     Apis,
     Kernels,
+    Gemms,
     Nccl,
 }
 
@@ -50,7 +51,8 @@ impl Pane {
         match self {
             Pane::Processes => Pane::Apis,
             Pane::Apis => Pane::Kernels,
-            Pane::Kernels => Pane::Nccl,
+            Pane::Kernels => Pane::Gemms,
+            Pane::Gemms => Pane::Nccl,
             Pane::Nccl => Pane::Processes,
         }
     }
@@ -60,7 +62,8 @@ impl Pane {
             Pane::Processes => Pane::Nccl,
             Pane::Apis => Pane::Processes,
             Pane::Kernels => Pane::Apis,
-            Pane::Nccl => Pane::Kernels,
+            Pane::Gemms => Pane::Kernels,
+            Pane::Nccl => Pane::Gemms,
         }
     }
 }
@@ -310,6 +313,7 @@ impl App {
         match self.detail_pane {
             Pane::Apis | Pane::Processes => d.apis.len(),
             Pane::Kernels => d.kernels.len(),
+            Pane::Gemms => d.gemms.len(),
             Pane::Nccl => d.nccl.len(),
         }
     }
@@ -349,7 +353,7 @@ impl App {
             Action::CycleSort => match self.pane {
                 Pane::Processes => self.sort = self.sort.next(),
                 Pane::Apis => self.api_sort = self.api_sort.next(),
-                Pane::Kernels | Pane::Nccl => {}
+                Pane::Kernels | Pane::Gemms | Pane::Nccl => {}
             },
             Action::StartFilter => {
                 // `/` types a new filter, as in less and vim.
@@ -507,6 +511,8 @@ mod tests {
         app.apply(Action::CycleSort);
         assert_eq!(app.api_sort, ApiSort::P50);
         app.apply(Action::NextPane);
+        app.apply(Action::NextPane);
+        assert_eq!(app.pane, Pane::Gemms);
         app.apply(Action::NextPane);
         assert_eq!(app.pane, Pane::Nccl);
         app.apply(Action::NextPane);

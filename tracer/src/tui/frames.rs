@@ -283,6 +283,8 @@ fn filter_active_and_other_panes() {
     app.apply(Action::NextPane);
     check("kernels_100x30", &render(&app, 100, 30));
     app.apply(Action::NextPane);
+    assert!(render(&app, 100, 30).contains("no cuBLAS GEMM in the last 10 s"));
+    app.apply(Action::NextPane);
     check("nccl_100x30", &render(&app, 100, 30));
 }
 
@@ -365,4 +367,81 @@ fn call_sites_of_the_api_under_the_cursor() {
         lines[2].contains("10.0%") && lines[2].ends_with("evaluate (/w/train.py:20)"),
         "{lines:#?}"
     );
+}
+
+/// The GEMMs pane: two shapes of one process with their GPU spans
+/// (`--gpu-time`), and cuBLASLt matmuls of unknown descriptors.
+#[test]
+fn gemms_pane_by_shape() {
+    use crate::model::fixtures::{gemm_args, gpu_kernel, launched_by};
+    use crate::model::lt::LtCall;
+    let scope = Scope {
+        what: "pid 7".into(),
+        probes: 300,
+        lost: 0,
+    };
+    let mut app = App::new(scope, GpuStatus::Unavailable("no NVML".into()), 1);
+    let m = &mut app.model;
+    for s in 0..3u64 {
+        for i in 0..20u64 {
+            let t = T0 + s * NS + i * 10_000_000;
+            // Every other GEMM is 4x as large in m: 20 µs on the GPU.
+            let (mm, gpu) = if i % 2 == 0 {
+                (64, 5_000)
+            } else {
+                (256, 20_000)
+            };
+            m.feed(
+                &call(
+                    7,
+                    "train",
+                    "cuLaunchKernel",
+                    t + 100,
+                    2_000,
+                    launch(Some("nvjet"), 4),
+                ),
+                T0,
+            );
+            m.feed(
+                &call(
+                    7,
+                    "train",
+                    "cublasGemmStridedBatchedEx",
+                    t,
+                    6_000,
+                    gemm_args(mm),
+                ),
+                T0,
+            );
+            let mut w = launched_by(gpu_kernel("nvjet", t + 50_000, gpu), 7, t + 100);
+            w.pid = 7;
+            m.gpu(&w, T0);
+        }
+        let lt = Args::Lt(LtCall::Matmul {
+            desc: 1,
+            a: 2,
+            b: 3,
+            c: 4,
+        });
+        m.feed(
+            &call(
+                7,
+                "train",
+                "cublasLtMatmul",
+                T0 + s * NS + 500_000_000,
+                9_000,
+                lt,
+            ),
+            T0,
+        );
+    }
+    let now = T0 + 3 * NS + SETTLE;
+    m.advance(now);
+    app.refresh(now, "12:00:00".into());
+    for _ in 0..3 {
+        app.apply(Action::NextPane);
+    }
+    let text = render(&app, 100, 24);
+    assert!(text.contains("[GEMMs]"), "{text}");
+    check("gemms_100x24", &text);
 }

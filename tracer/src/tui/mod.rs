@@ -9,6 +9,7 @@ mod columns;
 mod fixtures;
 #[cfg(test)]
 mod frames;
+mod gemm_pane;
 pub(crate) mod gpu;
 pub(crate) mod input;
 pub(crate) mod model;

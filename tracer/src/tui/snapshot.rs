@@ -84,6 +84,8 @@ pub(crate) struct Detail {
     pub comm: String,
     pub apis: Vec<ApiRow>,
     pub kernels: Vec<KernelRow>,
+    /// GEMMs by shape (`gemm_pane`).
+    pub gemms: Vec<crate::tui::gemm_pane::GemmRow>,
     pub nccl: Vec<NcclRow>,
     /// Per second, oldest first, [`HISTORY_SECS`] long.
     pub launches: Vec<u64>,
@@ -196,6 +198,7 @@ pub(crate) fn detail(p: &ProcessActivity, end: u64) -> Detail {
         comm: p.comm.clone(),
         apis,
         kernels,
+        gemms: crate::tui::gemm_pane::gemm_rows(&w, secs),
         nccl,
         launches: series(|t| t.launches),
         copy_bytes: series(|t| t.copy_bytes.iter().sum()),

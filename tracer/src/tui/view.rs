@@ -218,6 +218,7 @@ fn tab_title(app: &App) -> Line<'static> {
     for (pane, name) in [
         (Pane::Apis, "APIs"),
         (Pane::Kernels, "Kernels"),
+        (Pane::Gemms, "GEMMs"),
         (Pane::Nccl, "NCCL"),
     ] {
         let shown = app.detail_pane == pane;
@@ -257,11 +258,13 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
     let (table, empty) = match app.detail_pane {
         Pane::Apis | Pane::Processes => api_table(app),
         Pane::Kernels => kernel_table(d),
+        Pane::Gemms => crate::tui::gemm_pane::gemm_table(d),
         Pane::Nccl => nccl_table(d),
     };
     if empty {
         let what = match app.detail_pane {
             Pane::Kernels => "no kernel launch",
+            Pane::Gemms => "no cuBLAS GEMM",
             Pane::Nccl => "no NCCL operation",
             _ => "no call",
         };
@@ -297,12 +300,12 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
 }
 
 /// A right-aligned cell `w` wide.
-fn num(s: String, w: usize) -> Cell<'static> {
+pub(super) fn num(s: String, w: usize) -> Cell<'static> {
     Cell::from(format!("{s:>w$}"))
 }
 
 /// A header row: titles right-aligned to their width (0: left, free).
-fn head(cells: &[(&'static str, usize)]) -> Row<'static> {
+pub(super) fn head(cells: &[(&'static str, usize)]) -> Row<'static> {
     Row::new(cells.iter().map(|(t, w)| {
         if *w == 0 {
             Cell::from(*t)
@@ -507,7 +510,7 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
 const HELP: &[(&str, &str)] = &[
     ("↑ ↓  j k", "select a process / move in a table"),
     ("PgUp PgDn g G", "page up/down, first, last"),
-    ("Tab  Enter", "next pane: processes, APIs, kernels, NCCL"),
+    ("Tab  Enter", "next: processes, APIs, kernels, GEMMs, NCCL"),
     ("Shift-Tab", "previous pane"),
     ("s", "sort by the next column of this table"),
     ("/", "filter processes by command or PID"),

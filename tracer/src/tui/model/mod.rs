@@ -221,8 +221,17 @@ impl ProcessActivity {
         }
     }
 
-    /// `--gpu-time`: a piece of work its GPU ran, in the second it ended.
+    /// `--gpu-time`: a piece of work its GPU ran, in the second it ended;
+    /// and to the GEMMs of the second of the call that queued it (where
+    /// that call's GEMM is).
     fn gpu(&mut self, w: &crate::model::gpu::GpuWork) {
+        if let Some(summary) = w
+            .launch
+            .as_ref()
+            .and_then(|l| self.second(l.api_start_ns / NS))
+        {
+            summary.gemms.record_gpu(w);
+        }
         let Some(summary) = self.second(w.end_ns / NS) else {
             return;
         };
