@@ -21,7 +21,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::lt::{Field, LtOffsets, PART};
-use crate::names::calibrate::{dlopen_here, enter_sandbox, run_confined, sanitize, Helper};
+use crate::names::calibrate::{
+    dlopen_here, enter_sandbox, helper_sym, run_confined, sanitize, Helper,
+};
 
 type LayoutCreate = unsafe extern "C" fn(*mut *mut c_void, i32, u64, u64, i64) -> i32;
 type DescCreate = unsafe extern "C" fn(*mut *mut c_void, i32, i32) -> i32;
@@ -67,16 +69,11 @@ fn find(copies: &[[u8; PART]], values: &[u64], name: &str) -> Result<Field, Stri
 /// Runs in the helper process: loads the library and finds the offsets.
 fn calibrate_here(path: &Path) -> Result<LtOffsets, String> {
     let lib = dlopen_here(path)?;
+    // Each with its signature in cublasLt.h.
     macro_rules! sym {
-        ($name:literal, $ty:ty) => {{
-            // SAFETY: a symbol lookup in the library just opened.
-            let p = unsafe { libc::dlsym(lib, concat!($name, "\0").as_ptr().cast()) };
-            if p.is_null() {
-                return Err(format!("it exports no {}", $name));
-            }
-            // SAFETY: the symbol has this C signature (cublasLt.h).
-            unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
-        }};
+        ($name:literal, $ty:ty) => {
+            helper_sym!(lib, $name, $ty)
+        };
     }
     let layout_create = sym!("cublasLtMatrixLayoutCreate", LayoutCreate);
     let layout_set = sym!("cublasLtMatrixLayoutSetAttribute", SetAttribute);

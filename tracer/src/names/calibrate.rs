@@ -149,6 +149,22 @@ pub(crate) struct Found {
 /// sandbox, covers the names calibration too).
 const EXEC_SEARCH: Duration = Duration::from_secs(10);
 
+/// In a calibration helper: the function `$name` of `$lib` (a library it
+/// loaded) as a `$ty`, which must be its C signature; returns an error
+/// from the enclosing function where the library exports no such symbol.
+macro_rules! helper_sym {
+    ($lib:expr, $name:literal, $ty:ty) => {{
+        // SAFETY: a symbol lookup in the library just opened.
+        let p = unsafe { libc::dlsym($lib, concat!($name, "\0").as_ptr().cast()) };
+        if p.is_null() {
+            return Err(format!("it exports no {}", $name));
+        }
+        // SAFETY: the caller names the symbol's C signature (its header's).
+        unsafe { std::mem::transmute::<*mut std::ffi::c_void, $ty>(p) }
+    }};
+}
+pub(crate) use helper_sym;
+
 /// Loads the library at `path` into this (helper) process.
 pub(crate) fn dlopen_here(path: &Path) -> Result<*mut c_void, String> {
     let path = CString::new(path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
@@ -188,15 +204,9 @@ pub(crate) fn calibrate_here(
 ) -> Result<Found, String> {
     let lib = dlopen_here(libcuda)?;
     macro_rules! sym {
-        ($name:literal, $ty:ty) => {{
-            // SAFETY: a symbol lookup in the library just opened.
-            let p = unsafe { libc::dlsym(lib, concat!($name, "\0").as_ptr().cast()) };
-            if p.is_null() {
-                return Err(format!("it exports no {}", $name));
-            }
-            // SAFETY: the symbol has this C signature (cuda.h).
-            unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
-        }};
+        ($name:literal, $ty:ty) => {
+            helper_sym!(lib, $name, $ty)
+        };
     }
     let cu_init = sym!("cuInit", CuInit);
     let device_get = sym!("cuDeviceGet", CuDeviceGet);
