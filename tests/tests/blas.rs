@@ -369,3 +369,35 @@ fn node_mode_leaves_out_its_own_helpers_and_reads_lt_plans() {
     let rounds = shape(&one, 128, 256, 64)["calls"].clone();
     assert_eq!(shape(&one, 256, 512, 2048)["calls"], rounds);
 }
+
+/// A libcublasLt another user owns is not trusted: its calibration runs in
+/// the sandbox (said once), and the plan's shape is still read.
+#[test]
+fn an_untrusted_libcublaslt_is_calibrated_in_the_sandbox() {
+    let _g = beside_others();
+    let dir = scratch("blas-untrusted-lt");
+    for f in [
+        "gputrace-workload",
+        "libcuda.so.1",
+        "libnccl.so.2",
+        "libcudart.so.13",
+        "libcublas.so.13",
+        "libcublasLt.so.13",
+    ] {
+        std::fs::copy(sim_dir().join(f), dir.join(f)).unwrap();
+    }
+    let lt = dir.join("libcublasLt.so.13");
+    std::os::unix::fs::chown(&lt, Some(65534), Some(65534)).unwrap();
+    let args = ["--gemms", "3", "--gemms-lt-plan", "--launches", "0"];
+    let run = trace_run("blas-untrusted-run", &dir.join("gputrace-workload"), &args, &[]);
+    let said = run.gputrace.stderr_text();
+    assert_eq!(
+        said.lines()
+            .filter(|l| l.contains("libcublasLt.so.13 is not trusted") && l.contains("sandbox"))
+            .count(),
+        1,
+        "{said}"
+    );
+    let rounds = shape(&run.summary, 128, 256, 64)["calls"].clone();
+    assert_eq!(shape(&run.summary, 256, 512, 2048)["calls"], rounds, "{said}");
+}

@@ -116,7 +116,15 @@ impl LtFiles {
                 }
                 self.sandboxed += 1;
                 match file.open_checked() {
-                    Ok(f) => (f, Helper::Sandboxed, SANDBOXED_TIMEOUT),
+                    Ok(f) => {
+                        crate::say!(
+                            "{} is not trusted ({}): calibrating it in a sandbox (uid {}, no capabilities)",
+                            crate::text::printable_path(&file.found_at),
+                            crate::text::printable(&why),
+                            crate::host::sandbox::NOBODY
+                        );
+                        (f, Helper::Sandboxed, SANDBOXED_TIMEOUT)
+                    }
                     Err(e) => return State::Done(Err(e.to_string())),
                 }
             }
