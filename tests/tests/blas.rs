@@ -389,7 +389,12 @@ fn an_untrusted_libcublaslt_is_calibrated_in_the_sandbox() {
     let lt = dir.join("libcublasLt.so.13");
     std::os::unix::fs::chown(&lt, Some(65534), Some(65534)).unwrap();
     let args = ["--gemms", "3", "--gemms-lt-plan", "--launches", "0"];
-    let run = trace_run("blas-untrusted-run", &dir.join("gputrace-workload"), &args, &[]);
+    let run = trace_run(
+        "blas-untrusted-run",
+        &dir.join("gputrace-workload"),
+        &args,
+        &[],
+    );
     let said = run.gputrace.stderr_text();
     assert_eq!(
         said.lines()
@@ -399,5 +404,9 @@ fn an_untrusted_libcublaslt_is_calibrated_in_the_sandbox() {
         "{said}"
     );
     let rounds = shape(&run.summary, 128, 256, 64)["calls"].clone();
-    assert_eq!(shape(&run.summary, 256, 512, 2048)["calls"], rounds, "{said}");
+    assert_eq!(
+        shape(&run.summary, 256, 512, 2048)["calls"],
+        rounds,
+        "{said}"
+    );
 }

@@ -230,7 +230,7 @@ impl Probes {
                     Err(e) => {
                         crate::say!(
                             "{}: cannot give the probes its communicator layout: {e:#}",
-                            file.path.display()
+                            crate::text::printable_path(&file.path)
                         );
                         0
                     }

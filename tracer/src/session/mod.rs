@@ -478,9 +478,15 @@ impl Session {
                     Ok(0) => {}
                     Ok(n) => crate::say!(
                         "process {pid} mapped {} after start: attached {n} more probes (its earlier calls were not traced)",
-                        f.path.display()
+                        crate::text::printable_path(&f.path)
                     ),
-                    Err(e) => crate::say!("cannot attach to {}: {e:#}", f.path.display()),
+                    // Gone meanwhile (its files with it): nothing to trace.
+                    Err(_) if !self.processes.is_alive(pid) => {}
+                    Err(e) => crate::say!(
+                        "cannot attach to {}: {}",
+                        crate::text::printable_path(&f.path),
+                        crate::text::printable(&format!("{e:#}"))
+                    ),
                 }
             }
         }

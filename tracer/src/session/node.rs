@@ -214,7 +214,11 @@ impl NodeWatch {
                     Err(e) if first => return Err(e.into()),
                     Err(e) => {
                         if self.failed.insert(key) {
-                            crate::say!("cannot attach to {}: {e:#}", shown(&f.path));
+                            crate::say!(
+                                "cannot attach to {}: {}",
+                                shown(&f.path),
+                                crate::text::printable(&format!("{e:#}"))
+                            );
                         }
                     }
                 }
