@@ -1,11 +1,34 @@
 //! The process table's columns (what each shows, how wide, which go first
 //! when the terminal is narrow) and how `top` writes its numbers.
 
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::widgets::{Cell, Row};
+
 use crate::model::types::Direction;
 use crate::tui::app::ApiSort;
 use crate::tui::app::ProcessRow;
 use crate::tui::app::ProcessSort;
 use crate::units::fmt_ns;
+
+/// Table headers' style.
+pub(super) const HEADER: Style = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
+
+/// A right-aligned cell `w` wide.
+pub(super) fn num(s: String, w: usize) -> Cell<'static> {
+    Cell::from(format!("{s:>w$}"))
+}
+
+/// A header row: titles right-aligned to their width (0: left, free).
+pub(super) fn head(cells: &[(&'static str, usize)]) -> Row<'static> {
+    Row::new(cells.iter().map(|(t, w)| {
+        if *w == 0 {
+            Cell::from(*t)
+        } else {
+            Cell::from(format!("{t:>w$}", w = *w))
+        }
+    }))
+    .style(HEADER)
+}
 
 /// `15.0k`, `1.50M`, `950`, `2.5`: at most 5 characters.
 pub(super) fn fmt_rate(x: f64) -> String {

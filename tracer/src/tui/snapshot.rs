@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::model::types::NcclOp;
 use crate::stacks::sites::CallSites;
+use crate::summary::ProcessSummary;
 use crate::tui::model::waits_for_gpu;
 use crate::tui::model::Model;
 use crate::tui::model::ProcessActivity;
@@ -77,6 +78,49 @@ pub(crate) struct NcclRow {
     pub avg_bytes: f64,
 }
 
+/// One shape of the GEMMs pane.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct GemmRow {
+    /// `bmm N,T 4×256×512×2048`; `cublasLtMatmul (no shape)` for the
+    /// matmuls whose descriptors are not known.
+    pub shape: String,
+    /// `bf16,bf16→bf16 (32F)`.
+    pub types: String,
+    pub per_s: f64,
+    pub host_p50: Option<u64>,
+    /// `--gpu-time`: the average span of a call's kernels on the GPU.
+    pub gpu_avg_ns: Option<f64>,
+    pub tflops: Option<f64>,
+}
+
+/// The window's GEMM shapes, most GPU time (then host time) first.
+pub(crate) fn gemm_rows(w: &ProcessSummary, secs: f64) -> Vec<GemmRow> {
+    let shapes = w.gemms.settled();
+    let mut rows: Vec<GemmRow> = crate::summary::gemm::sorted(&shapes)
+        .into_iter()
+        .map(|(shape, s)| GemmRow {
+            shape: format!("{} {}", shape.op(), shape.label()),
+            types: shape.types(),
+            per_s: s.host.calls as f64 / secs,
+            host_p50: s.host.median_ns(),
+            gpu_avg_ns: s.gpu.avg_ns(),
+            tflops: s.tflops(shape),
+        })
+        .collect();
+    let unknown = &w.gemms.unknown;
+    if unknown.calls > 0 {
+        rows.push(GemmRow {
+            shape: "cublasLtMatmul (no shape)".into(),
+            types: String::new(),
+            per_s: unknown.calls as f64 / secs,
+            host_p50: unknown.median_ns(),
+            gpu_avg_ns: None,
+            tflops: None,
+        });
+    }
+    rows
+}
+
 /// The selected process in detail.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Detail {
@@ -84,8 +128,8 @@ pub(crate) struct Detail {
     pub comm: String,
     pub apis: Vec<ApiRow>,
     pub kernels: Vec<KernelRow>,
-    /// GEMMs by shape (`gemm_pane`).
-    pub gemms: Vec<crate::tui::gemm_pane::GemmRow>,
+    /// GEMMs by shape.
+    pub gemms: Vec<GemmRow>,
     pub nccl: Vec<NcclRow>,
     /// Per second, oldest first, [`HISTORY_SECS`] long.
     pub launches: Vec<u64>,
@@ -198,7 +242,7 @@ pub(crate) fn detail(p: &ProcessActivity, end: u64) -> Detail {
         comm: p.comm.clone(),
         apis,
         kernels,
-        gemms: crate::tui::gemm_pane::gemm_rows(&w, secs),
+        gemms: gemm_rows(&w, secs),
         nccl,
         launches: series(|t| t.launches),
         copy_bytes: series(|t| t.copy_bytes.iter().sum()),

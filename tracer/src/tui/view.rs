@@ -15,14 +15,16 @@ use crate::tui::columns::fitting_columns;
 use crate::tui::columns::fmt_bytes_short;
 use crate::tui::columns::fmt_opt_ns;
 use crate::tui::columns::fmt_rate;
+use crate::tui::columns::head;
+use crate::tui::columns::num;
 use crate::tui::columns::sort_title;
+use crate::tui::columns::HEADER;
 use crate::tui::gpu::GpuStatus;
 use crate::tui::snapshot::ApiRow;
 use crate::tui::snapshot::Detail;
 use crate::tui::snapshot::DETAIL_WINDOW_SECS;
 
 const TITLE: Style = Style::new().add_modifier(Modifier::BOLD);
-const HEADER: Style = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
 const DIM: Style = Style::new().fg(Color::DarkGray);
 
 pub(crate) fn draw(frame: &mut Frame, app: &App) {
@@ -297,23 +299,6 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
         .highlight_symbol("> ")
         .highlight_spacing(ratatui::widgets::HighlightSpacing::Always);
     frame.render_stateful_widget(table, area, &mut state);
-}
-
-/// A right-aligned cell `w` wide.
-pub(super) fn num(s: String, w: usize) -> Cell<'static> {
-    Cell::from(format!("{s:>w$}"))
-}
-
-/// A header row: titles right-aligned to their width (0: left, free).
-pub(super) fn head(cells: &[(&'static str, usize)]) -> Row<'static> {
-    Row::new(cells.iter().map(|(t, w)| {
-        if *w == 0 {
-            Cell::from(*t)
-        } else {
-            Cell::from(format!("{t:>w$}", w = *w))
-        }
-    }))
-    .style(HEADER)
 }
 
 /// The APIs pane: calls per second and latency percentiles; and whether
