@@ -23,6 +23,10 @@ const MAX_SANDBOXED: usize = 8;
 /// Loading libcublasLt takes about a second (it is half a gigabyte).
 const TRUSTED_TIMEOUT: Duration = Duration::from_secs(60);
 const SANDBOXED_TIMEOUT: Duration = Duration::from_secs(20);
+/// libcublasLt files calibrated per session, at most (a local user can
+/// make as many copies as they like; past it a file's matmuls of unknown
+/// descriptors have no shape).
+const MAX_FILES: usize = 256;
 /// Processes whose libcublasLt is remembered, at most (kept past their
 /// exit; past the bound the map starts again and is looked up anew).
 const MAX_PROCESSES: usize = 1 << 16;
@@ -40,6 +44,7 @@ pub(crate) struct LtFiles {
     enabled: bool,
     sandboxed: usize,
     grace: Option<Instant>,
+    said_full: bool,
 }
 
 impl LtFiles {
@@ -55,6 +60,7 @@ impl LtFiles {
             enabled,
             sandboxed: 0,
             grace,
+            said_full: false,
         }
     }
 
@@ -63,9 +69,10 @@ impl LtFiles {
     }
 
     /// Looks for `pid`'s libcublasLt and starts its calibration (waited
-    /// for within the start's grace): at attach, and when a process is first seen (a PID given to a new
-    /// process is looked at again). Where the process has gone, what was
-    /// found before stays: its last calls may be read after its exit.
+    /// for within the start's grace): at attach, and when a process is
+    /// first seen (a PID given to a new process is looked at again). Where
+    /// the process has gone, what was found before stays: its last calls
+    /// may be read after its exit.
     pub(crate) fn bind(&mut self, pid: u32) {
         if let Ok(files) = discover::process_libraries(pid) {
             let file = files.into_iter().find(|f| f.lib == Lib::CublasLt);
@@ -92,8 +99,15 @@ impl LtFiles {
         let id = file.map(|f| {
             let id = (f.dev, f.inode);
             if !self.by_file.contains_key(&id) {
-                let state = self.start(id, &f);
-                self.by_file.insert(id, state);
+                if self.by_file.len() < MAX_FILES {
+                    let state = self.start(id, &f);
+                    self.by_file.insert(id, state);
+                } else if !self.said_full {
+                    self.said_full = true;
+                    crate::say!(
+                        "more than {MAX_FILES} libcublasLt files: the cuBLASLt matmuls of unknown descriptors in the others have no shape"
+                    );
+                }
             }
             id
         });
