@@ -268,7 +268,8 @@ impl Api {
             // GEMMs and cuBLASLt's descriptor calls: a model makes hundreds
             // a step (11 calls per cublasLtMatmul), too many to trace in
             // full under a budget. A matmul whose descriptors were made
-            // while these were off has no shape (`decode::lt`).
+            // while these were off takes its shape from the descriptors'
+            // bytes its probe copied (`lt`), where its library is calibrated.
             Shape::Gemm { .. } | Shape::Lt(_) => true,
             _ => false,
         }

@@ -375,10 +375,6 @@ impl Running {
     }
 }
 
-/// Runs `cmd` for at most `timeout`, reading at most `max` bytes of its
-/// stdout; `cancel` stops it early. The helper and all it started are gone
-/// when this returns (see the module's notes for where that needs the
-/// kernel's help).
 /// The helpers this process started (host PID, start time in clock
 /// ticks), the last [`HELPERS_KEPT`]: node mode's probes fire in them too
 /// (a calibration calls the library it finds offsets in), and their calls
@@ -410,6 +406,10 @@ pub(crate) fn is_helper(pid: u32) -> bool {
     crate::host::discover::stat(pid).is_none_or(|st| st.start_ticks == start)
 }
 
+/// Runs `cmd` for at most `timeout`, reading at most `max` bytes of its
+/// stdout; `cancel` stops it early. The helper and all it started are gone
+/// when this returns (see the module's notes for where that needs the
+/// kernel's help).
 pub(crate) fn run(
     cmd: &HelperCommand<'_>,
     timeout: Duration,

@@ -131,26 +131,14 @@ fn calibrate_here(path: &Path) -> Result<LtOffsets, String> {
     for (ty, rows, cols, batch) in LAYOUTS {
         layouts.push(make(ty, rows, cols, batch)?);
     }
-    let of = |v: &[u64]| v.to_vec();
-    let col = |i: usize| -> Vec<u64> {
-        LAYOUTS
-            .iter()
-            .map(|l| match i {
-                0 => l.0 as u64,
-                1 => l.1,
-                2 => l.2,
-                _ => l.3 as u64,
-            })
-            .collect()
-    };
     let mut offsets = LtOffsets {
-        compute: find(&descs, &of(&DESCS.map(|d| d.0 as u64)), "the compute type")?,
-        transa: find(&descs, &of(&DESCS.map(|d| d.2 as u64)), "TRANSA")?,
-        transb: find(&descs, &of(&DESCS.map(|d| d.3 as u64)), "TRANSB")?,
-        dtype: find(&layouts, &col(0), "the layout's type")?,
-        rows: find(&layouts, &col(1), "the rows")?,
-        cols: find(&layouts, &col(2), "the columns")?,
-        batch: find(&layouts, &col(3), "the batch count")?,
+        compute: find(&descs, &DESCS.map(|d| d.0 as u64), "the compute type")?,
+        transa: find(&descs, &DESCS.map(|d| d.2 as u64), "TRANSA")?,
+        transb: find(&descs, &DESCS.map(|d| d.3 as u64), "TRANSB")?,
+        dtype: find(&layouts, &LAYOUTS.map(|l| l.0 as u64), "the layout's type")?,
+        rows: find(&layouts, &LAYOUTS.map(|l| l.1), "the rows")?,
+        cols: find(&layouts, &LAYOUTS.map(|l| l.2), "the columns")?,
+        batch: find(&layouts, &LAYOUTS.map(|l| l.3 as u64), "the batch count")?,
     };
     // 64-bit rows and columns: a layout of more than 2^32 of each (a
     // build that refuses it keeps 32 bits, or says so).

@@ -31,6 +31,13 @@ const MAX_FILES: usize = 256;
 /// exit; past the bound the map starts again and is looked up anew).
 const MAX_PROCESSES: usize = 1 << 16;
 
+/// The libcublasLt `pid` maps (`Err`: its mappings could not be read).
+fn lookup(pid: u32) -> std::io::Result<Option<LibraryFile>> {
+    Ok(discover::process_libraries(pid)?
+        .into_iter()
+        .find(|f| f.lib == Lib::CublasLt))
+}
+
 enum State {
     Pending,
     Done(Result<LtOffsets, String>),
@@ -74,8 +81,7 @@ impl LtFiles {
     /// the process has gone, what was found before stays: its last calls
     /// may be read after its exit.
     pub(crate) fn bind(&mut self, pid: u32) {
-        if let Ok(files) = discover::process_libraries(pid) {
-            let file = files.into_iter().find(|f| f.lib == Lib::CublasLt);
+        if let Ok(file) = lookup(pid) {
             self.found(pid, file);
         }
         // Within the start's grace: waited for.
@@ -86,9 +92,7 @@ impl LtFiles {
         if let Some(f) = self.procs.get(&pid) {
             return *f;
         }
-        let file = discover::process_libraries(pid)
-            .ok()
-            .and_then(|files| files.into_iter().find(|f| f.lib == Lib::CublasLt));
+        let file = lookup(pid).ok().flatten();
         self.found(pid, file)
     }
 

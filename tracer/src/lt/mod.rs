@@ -4,8 +4,8 @@
 //! knows only those it saw made).
 //!
 //! The probe on `cublasLtMatmul` copies, at entry, the first 64 bytes of
-//! the matmul descriptor and of the A, B and C layouts ([`Snapshot`]: the
-//! eBPF side's `BLOB_LT_MATMUL`). Where a build keeps each field in them
+//! the matmul descriptor and of the A, B and C layouts ([`SNAPSHOT`]
+//! bytes: the eBPF side's `BLOB_LT_MATMUL`). Where a build keeps each field in them
 //! is found from the library itself (`calibrate`: a helper process makes
 //! descriptors of known values with the library's own calls and finds the
 //! values' offsets), per library file (`files`). A field not found, or a
