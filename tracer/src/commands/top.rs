@@ -20,7 +20,6 @@ use crate::config::Config;
 use crate::error::Failure;
 use crate::error::Result;
 use crate::host::clock::Clock;
-use crate::host::discover;
 use crate::session::preflight;
 use crate::session::Session;
 use crate::session::TargetSpec;
@@ -82,10 +81,8 @@ pub(crate) fn run(args: TopArgs, config: &Config) -> Result<ExitCode> {
         let mut screen = Screen::enter()
             .map_err(|e| Failure::runtime(format!("setting up the terminal: {e}")))?;
         let events = EventStream::new();
-        let own_comm = discover::comm(std::process::id()).unwrap_or_default();
         let sources = Sources {
             session: &mut session,
-            own_comm: own_comm.clone(),
             clock,
             gpus: &gpus,
             stderr: &mut stderr,
@@ -103,7 +100,6 @@ pub(crate) fn run(args: TopArgs, config: &Config) -> Result<ExitCode> {
         session.stop(&mut ModelSink {
             model: &mut app.model,
             now_ns: clock.to_unix_ns(Clock::now_mono_ns()),
-            own_comm: &own_comm,
         });
         result
     })?;
@@ -115,7 +111,6 @@ struct Sources<'a> {
     session: &'a mut Session,
     /// Our own command name: gputrace's calibration helper maps libcuda
     /// and is not one of the user's processes.
-    own_comm: String,
     clock: Clock,
     gpus: &'a GpuMonitor,
     stderr: &'a mut StderrCapture,
@@ -131,7 +126,6 @@ impl Sources<'_> {
         let mut sink = ModelSink {
             model: &mut app.model,
             now_ns: self.now_ns(),
-            own_comm: &self.own_comm,
         };
         self.session.drain(&mut sink, DRAIN_BITE) < DRAIN_BITE
     }
@@ -141,7 +135,6 @@ impl Sources<'_> {
         let mut sink = ModelSink {
             model: &mut app.model,
             now_ns: self.now_ns(),
-            own_comm: &self.own_comm,
         };
         self.session.maintain(&mut sink);
     }

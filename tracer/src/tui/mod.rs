@@ -26,24 +26,17 @@ use model::Model;
 pub(crate) struct ModelSink<'a> {
     pub model: &'a mut Model,
     pub now_ns: u64,
-    /// gputrace's own name: its calibration helper maps libcuda and is not
-    /// one of the user's processes.
-    pub own_comm: &'a str,
 }
 
 impl Sink for ModelSink<'_> {
     fn event(&mut self, event: &Event) {
         match event {
+            // (gputrace's own calibration helpers are left out by the
+            // session.)
             Event::Call { call, device_bytes } => {
-                if &*call.comm != self.own_comm {
-                    self.model.record(call, *device_bytes, self.now_ns);
-                }
+                self.model.record(call, *device_bytes, self.now_ns)
             }
-            Event::ProcessSeen(info) => {
-                if &*info.comm != self.own_comm {
-                    self.model.seen(info.pid, &info.comm, self.now_ns);
-                }
-            }
+            Event::ProcessSeen(info) => self.model.seen(info.pid, &info.comm, self.now_ns),
             Event::ProcessGone { pid, exited_ns } => self.model.gone(*pid, *exited_ns),
             // The launch that follows carries what the graph runs.
             Event::Graph(_) => {}
