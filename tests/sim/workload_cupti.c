@@ -24,12 +24,12 @@
 struct cupti_opts copt;
 
 /* The agent's argument (tracer-common's gpu::AgentArgs, protocol 1). */
-#define AGENT_PROTOCOL 1
+#define AGENT_PROTOCOL 2
 #define AGENT_PATH_LEN 4096
 struct agent_args {
     uint32_t version, kinds;
     uint64_t ring_capacity, names_size;
-    uint32_t flush_period_ms, hello_timeout_ms, finalize_timeout_ms, buffer_count, buffer_size, reserved;
+    uint32_t flush_period_ms, hello_timeout_ms, finalize_timeout_ms, buffer_count, buffer_size, sample_percent;
     char cupti_path[AGENT_PATH_LEN];
 };
 _Static_assert(sizeof(struct agent_args) == 48 + AGENT_PATH_LEN, "AgentArgs layout");

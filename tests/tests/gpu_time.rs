@@ -162,6 +162,70 @@ fn every_timeline_format_carries_the_gpu_records_and_stats_reads_them_back() {
 }
 
 #[test]
+fn gpu_time_share_collects_in_windows_and_says_so() {
+    // 4,000 launches 1 ms apart (4 s); CUPTI on 25% of each second.
+    let out = scratch("gpu_share").join("t.jsonl");
+    let mut w = Workload::start(&[
+        "--map-cupti",
+        "--threads",
+        "1",
+        "--launches",
+        "4000",
+        "--pace-us",
+        "1000",
+        "--wait-stdin-end",
+    ]);
+    let t = attach_gpu(&w, &out, &["--gpu-time-share", "25"]);
+    w.go_and_hold(GPU_HOLD);
+    assert!(w.finish().0.success());
+    let f = t.finish(Duration::from_secs(60));
+    assert!(f.status.success(), "{}", f.stderr_text());
+    let (events, summary) = read_jsonl(&out);
+    assert_eq!(
+        of_api(&events, "cuLaunchKernel").len(),
+        4000,
+        "the probes see every launch"
+    );
+    let gpu = gpu_records(&events);
+    let kernels: Vec<&&Value> = gpu.iter().filter(|g| g["op"] == "kernel").collect();
+    // About a quarter (the windows' places are random; the launches take
+    // a little over 4 s): far from none and from all.
+    assert!(
+        (200..=2400).contains(&kernels.len()),
+        "{} kernel records of 4,000 launches",
+        kernels.len()
+    );
+    // The API callbacks come back with the kinds: every record is joined.
+    for k in &kernels {
+        assert!(k["launch"]["call_ts_ns"].as_u64().is_some(), "{k}");
+    }
+    // Said in the timeline and the summary.
+    let sampled: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "gpu_agent" && e["state"] == "sampled")
+        .collect();
+    assert!(!sampled.is_empty());
+    assert!(sampled.iter().all(|e| e["percent"] == 25));
+    let p = summary["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["gpu"].is_object())
+        .expect("a process with GPU time");
+    assert_eq!(p["gpu"]["sampled"]["percent"], 25);
+    let on = p["gpu"]["sampled"]["on_ns"].as_u64().unwrap();
+    // The agent ran some 4.6 s: about 1.15 s collected.
+    assert!((500_000_000..3_000_000_000).contains(&on), "on {on} ns");
+    let s = run_gputrace(&["stats", out.to_str().unwrap()]);
+    assert!(s.status.success(), "{}", s.stderr_text());
+    assert!(
+        s.stdout.contains("GPU time sampled (--gpu-time-share 25)"),
+        "{}",
+        s.stdout
+    );
+}
+
+#[test]
 fn twenty_attaches_and_detaches_leave_the_target_running_and_unloaded() {
     let mut w = Workload::start(&[
         "--map-cupti",

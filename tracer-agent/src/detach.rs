@@ -8,6 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use tracer_common::gpu::{AgentState, DetachReason, HELLO, STOP};
 
 use crate::cupti_abi::{ACTIVITY_FLAG_FLUSH_FORCED, CB_DOMAIN_DRIVER_API, CB_DOMAIN_RUNTIME_API};
+use crate::sample::Sampler;
 use crate::state::{self, Agent, AGENT, FINALIZED, IDLE, PHASE, PINNED, THREAD_GAVE_UP, WAITING};
 use crate::sys;
 
@@ -75,9 +76,11 @@ fn watch(a: &Agent) -> DetachReason {
     let mut last_flush = started;
     let mut hello = false;
     let flush_ns = a.flush_ms * 1_000_000;
+    let mut sampler = Sampler::new(started);
     loop {
         let now = sys::monotonic_ns();
         a.header().heartbeat_ns.store(now, Relaxed);
+        let switch_ms = sampler.tick(a, now);
         if now.saturating_sub(last_flush) >= flush_ns {
             flush(a, 0);
             last_flush = now;
@@ -85,7 +88,9 @@ fn watch(a: &Agent) -> DetachReason {
         if !hello && now.saturating_sub(started) >= a.hello_ms * 1_000_000 {
             return DetachReason::NoHello;
         }
-        let wait_ms = (flush_ns.saturating_sub(now.saturating_sub(last_flush)) / 1_000_000).max(1);
+        let wait_ms = (flush_ns.saturating_sub(now.saturating_sub(last_flush)) / 1_000_000)
+            .max(1)
+            .min(switch_ms.unwrap_or(u64::MAX));
         let mut pfd = libc::pollfd {
             fd: a.pipe_rd,
             events: libc::POLLIN,

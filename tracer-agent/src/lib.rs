@@ -21,6 +21,7 @@ mod cupti_lib;
 mod detach;
 mod names;
 mod pool;
+mod sample;
 mod start;
 mod state;
 mod sys;

@@ -26,6 +26,7 @@ struct Config {
     ring: u64,
     names: u64,
     flush_ms: u64,
+    sample_percent: u32,
     hello_ms: u64,
     finalize_ms: u64,
     buffers: usize,
@@ -62,6 +63,11 @@ fn config(a: &AgentArgs) -> Result<Config, Fail> {
         ring,
         names,
         flush_ms: or(a.flush_period_ms as u64, 100),
+        sample_percent: if (1..100).contains(&a.sample_percent) {
+            a.sample_percent
+        } else {
+            100
+        },
         hello_ms: or(a.hello_timeout_ms as u64, 10_000),
         finalize_ms: or(a.finalize_timeout_ms as u64, 5_000),
         buffers,
@@ -230,6 +236,7 @@ fn create(cfg: &Config) -> Result<(*mut Agent, i32, u32), Fail> {
     h.pid.store(unsafe { libc::getpid() } as u32, Relaxed);
     h.pipe_fd.store(pipe.1, Relaxed);
     h.started_ns.store(sys::monotonic_ns(), Relaxed);
+    h.sample_percent.store(cfg.sample_percent, Relaxed);
     let features = if cupti.preloaded {
         FEATURE_CUPTI_PRELOADED
     } else {
@@ -255,6 +262,8 @@ fn create(cfg: &Config) -> Result<(*mut Agent, i32, u32), Fail> {
         cupti_kinds: [0; 5],
         n_cupti_kinds: 0,
         flush_ms: cfg.flush_ms,
+        sample_percent: cfg.sample_percent,
+        api_kinds: false,
         hello_ms: cfg.hello_ms,
         finalize_ms: cfg.finalize_ms,
         api_records: AtomicBool::new(false),
@@ -344,6 +353,7 @@ fn enable(
         }
         if features & (FEATURE_API_BY_CBID | FEATURE_RUNTIME_API_BY_CBID) != 0 {
             kinds |= KIND_API;
+            a.api_kinds = true;
             features |= FEATURE_SYSTEM_TID;
         }
     }
@@ -371,7 +381,7 @@ fn run(a: &mut Agent, p: *mut Agent, memfd: i32) -> Result<i64, Fail> {
 
 /// The API callback for the cbids of `table` in `domain` (CUPTI calls
 /// back for nothing else). Whether every one was switched on.
-fn enable_cbids(a: &Agent, domain: u32, table: &[(u32, &str)]) -> bool {
+pub(crate) fn enable_cbids(a: &Agent, domain: u32, table: &[(u32, &str)]) -> bool {
     let mut ok = true;
     for &(cbid, _) in table {
         // SAFETY: resolved CUPTI function; our subscriber.

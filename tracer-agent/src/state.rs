@@ -63,6 +63,11 @@ pub(crate) struct Agent {
     pub cupti_kinds: [u32; 5],
     pub n_cupti_kinds: usize,
     pub flush_ms: u64,
+    /// GPU time sampled: the share of each period collected (100: all).
+    pub sample_percent: u32,
+    /// The API callbacks were switched on at start (the sampler switches
+    /// them with the kinds).
+    pub api_kinds: bool,
     pub hello_ms: u64,
     pub finalize_ms: u64,
     /// The API callbacks write API records (off from the detach on).

@@ -156,6 +156,9 @@ pub struct GpuArgs {
     /// With --gpu-time: the libcupti the traced processes load (as they see the path), where they map none and none lies beside their libcudart.
     #[arg(long, value_name = "PATH", requires = "gpu_time")]
     pub libcupti: Option<PathBuf>,
+    /// With --gpu-time: collect GPU records during this share of each second only (one window at a random place in it; CUPTI is off in the process between windows), to cut its cost on the process; the outputs say the share and count what ran in the windows (1-100, default 100: all the time).
+    #[arg(long, value_name = "PERCENT", requires = "gpu_time", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub gpu_time_share: Option<u32>,
 }
 
 #[derive(Debug, Args)]

@@ -29,7 +29,10 @@ pub struct AgentArgs {
     pub buffer_count: u32,
     /// ... of this many bytes each (0: 4 MiB; 4 KiB..=64 MiB, a multiple of 8).
     pub buffer_size: u32,
-    pub _reserved: u32,
+    /// GPU time sampled: CUPTI collects during this share of each
+    /// [`SAMPLE_PERIOD_MS`](super::SAMPLE_PERIOD_MS) (percent, 1..=99; 0 or
+    /// 100 and over: all the time).
+    pub sample_percent: u32,
     /// The libcupti to use, NUL-terminated (e.g. the path of the copy the
     /// process already maps).
     pub cupti_path: [u8; PATH_LEN],
@@ -58,7 +61,7 @@ impl AgentArgs {
             finalize_timeout_ms: 0,
             buffer_count: 0,
             buffer_size: 0,
-            _reserved: 0,
+            sample_percent: 0,
             cupti_path: p,
         }
     }

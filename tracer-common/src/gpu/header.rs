@@ -157,7 +157,8 @@ pub struct Header {
     pub started_ns: AtomicU64,
     /// [`DetachReason`].
     pub detach_reason: AtomicU32,
-    pub _reserved0: AtomicU32,
+    /// `AgentArgs::sample_percent` in force (100: not sampled).
+    pub sample_percent: AtomicU32,
     // --- written by the agent, its own cache lines (offset 128) ---
     /// Records published: slot `i % capacity` holds record `i` for `i < head`.
     pub head: AtomicU64,
@@ -179,7 +180,10 @@ pub struct Header {
     pub records_skipped: AtomicU64,
     /// `CLOCK_MONOTONIC` ns of the agent thread's last wake-up.
     pub heartbeat_ns: AtomicU64,
-    pub _reserved1: [AtomicU64; 6],
+    /// Time CUPTI collected since the start (ns; all of it unless sampled),
+    /// up to the agent thread's last wake-up.
+    pub sampled_on_ns: AtomicU64,
+    pub _reserved1: [AtomicU64; 5],
     // --- written by gputrace (offset 256) ---
     /// Records consumed: gputrace stores it (release) after reading them.
     pub tail: AtomicU64,

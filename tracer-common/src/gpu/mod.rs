@@ -42,7 +42,10 @@ pub use writer::RingWriter;
 /// `Header::magic`: "GPTRGPU\x01" little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPTRGPU\x01");
 /// Bumped on any incompatible change of the header, the records or [`AgentArgs`].
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
+/// The period of GPU-time sampling: CUPTI collects during one window of
+/// `sample_percent` of each period, placed at random in it.
+pub const SAMPLE_PERIOD_MS: u64 = 1000;
 /// Bytes before the ring: the header page.
 pub const HEADER_SIZE: usize = 4096;
 /// Bytes of one ring record.

@@ -28,6 +28,7 @@ fn gpu_options(args: &crate::cli::GpuArgs, config: &Config) -> Option<crate::gpu
     args.gpu_time.then(|| crate::gpu::GpuOptions {
         libcupti: args.libcupti.clone(),
         kinds: config.gpu_kinds,
+        share: args.gpu_time_share.unwrap_or(100),
     })
 }
 

@@ -111,6 +111,7 @@ impl Agent {
         pid: u32,
         cupti: &Path,
         kinds: u32,
+        share: u32,
         clock: Clock,
     ) -> Result<Agent, String> {
         let ipid = pid as i32;
@@ -128,6 +129,7 @@ impl Agent {
         let path = cupti.as_os_str().as_encoded_bytes();
         let mut args = AgentArgs::new(path);
         args.kinds = kinds;
+        args.sample_percent = share;
         let ret = match tracer_inject::call(
             ipid,
             &loaded,

@@ -27,23 +27,33 @@ use crate::model::call::{Args, Call};
 use crate::model::gpu::{GpuLaunch, GpuWork, NcclLaunch};
 use crate::model::types::Family;
 
-/// Calls kept per thread for joining.
-const CALLS_PER_THREAD: usize = 4096;
+/// Calls kept for joining, all threads of all processes together. A call
+/// must still be kept when its API record settles (`SETTLE_NS` after the
+/// agent flushed it): a busy training process makes some 80,000 such
+/// calls a second, most on one thread, so the bound holds several
+/// seconds of a few such processes (about 48 bytes a call: 50 MB at
+/// most). Past it, the busiest thread's oldest calls go first; records
+/// of calls gone join none (counted per process in the summary).
+const MAX_CALLS: usize = 1 << 20;
 /// Threads kept (least recently used dropped beyond).
 const MAX_THREADS: usize = 4096;
 /// Calls older than this (behind the newest of their thread) are dropped:
 /// the agent hands work over within a second or two.
-const CALL_AGE_NS: u64 = 30_000_000_000;
+const CALL_AGE_NS: u64 = 10_000_000_000;
 /// API records kept waiting for their work (all processes); a graph
 /// launch's record serves every node, so records stay until pushed out.
 const MAX_APIS: usize = 1 << 18;
 /// How long an API record waits before it is joined to the calls (Unix ns
 /// behind now); and how many wait (the oldest is joined early beyond).
-const SETTLE_NS: u64 = 1_000_000_000;
+/// The session reads the agents after draining the probes' ring, so only
+/// a call that returned between the two (microseconds) can be missing:
+/// a short wait is enough, and it keeps what waits for it small (a busy
+/// process launches some 50,000 kernels a second).
+const SETTLE_NS: u64 = 300_000_000;
 const MAX_SETTLING: usize = 1 << 18;
 /// Work waiting for its API record (all processes), and how long (longer
 /// than a record settles).
-const MAX_WAITING: usize = 1 << 16;
+const MAX_WAITING: usize = 1 << 18;
 const WAIT_NS: u64 = 3_000_000_000;
 
 /// A probed call kept for joining.
@@ -52,13 +62,27 @@ struct Seen {
     start_ns: u64,
     end_ns: u64,
     api: &'static str,
-    nccl: Option<NcclLaunch>,
+}
+
+/// NCCL calls kept per thread (a collective's kernel is launched inside
+/// it; a thread has few in flight).
+const NCCL_PER_THREAD: usize = 64;
+
+/// One thread's recent calls.
+#[derive(Default)]
+struct Thread {
+    /// Launch, copy and graph calls, in start order (they do not nest).
+    calls: VecDeque<Seen>,
+    /// NCCL calls (they hold launches), the latest last.
+    nccl: VecDeque<(Seen, NcclLaunch)>,
 }
 
 /// The GPU launch-related calls each thread made recently.
 #[derive(Default)]
 pub(crate) struct CallIndex {
-    threads: HashMap<(u32, u32), VecDeque<Seen>>,
+    threads: HashMap<(u32, u32), Thread>,
+    /// Launch, copy and graph calls kept, all threads.
+    total: usize,
     /// Threads in the order they were last fed (for dropping the idlest).
     uses: u64,
     last_use: HashMap<(u32, u32), u64>,
@@ -102,62 +126,115 @@ impl CallIndex {
         self.last_use.insert(key, self.uses);
         if !self.threads.contains_key(&key) && self.threads.len() >= MAX_THREADS {
             if let Some((&old, _)) = self.last_use.iter().min_by_key(|(_, u)| **u) {
-                self.threads.remove(&old);
-                self.last_use.remove(&old);
+                self.drop_thread(old);
             }
         }
-        let calls = self.threads.entry(key).or_default();
-        let end_ns = c.ts_ns.saturating_add(dur);
-        while calls.len() >= CALLS_PER_THREAD
-            || calls
-                .front()
-                .is_some_and(|f| f.start_ns.saturating_add(CALL_AGE_NS) < c.ts_ns)
-        {
-            calls.pop_front();
-        }
-        calls.push_back(Seen {
+        let t = self.threads.entry(key).or_default();
+        let seen = Seen {
             start_ns: c.ts_ns,
-            end_ns,
+            end_ns: c.ts_ns.saturating_add(dur),
             api: c.api,
-            nccl,
-        });
+        };
+        if let Some(n) = nccl {
+            if t.nccl.len() >= NCCL_PER_THREAD {
+                t.nccl.pop_front();
+            }
+            t.nccl.push_back((seen, n));
+            return;
+        }
+        let before = t.calls.len();
+        while t
+            .calls
+            .front()
+            .is_some_and(|f| f.start_ns.saturating_add(CALL_AGE_NS) < c.ts_ns)
+        {
+            t.calls.pop_front();
+        }
+        t.calls.push_back(seen);
+        self.total = self.total + t.calls.len() - before;
+        if self.total > MAX_CALLS {
+            self.trim(key);
+        }
+    }
+
+    /// Over the bound: the thread's oldest call goes (this thread is the
+    /// one calling most, as a rule); a thread with one call left takes
+    /// the idlest thread's oldest instead.
+    fn trim(&mut self, key: (u32, u32)) {
+        let victim = if self.threads.get(&key).is_some_and(|t| t.calls.len() > 1) {
+            key
+        } else {
+            match self
+                .last_use
+                .iter()
+                .filter(|(k, _)| **k != key)
+                .min_by_key(|(_, u)| **u)
+            {
+                Some((&k, _)) => k,
+                None => return,
+            }
+        };
+        if let Some(t) = self.threads.get_mut(&victim) {
+            if t.calls.pop_front().is_some() {
+                self.total -= 1;
+            }
+        }
+    }
+
+    fn drop_thread(&mut self, key: (u32, u32)) {
+        if let Some(t) = self.threads.remove(&key) {
+            self.total -= t.calls.len();
+        }
+        self.last_use.remove(&key);
     }
 
     /// Drops what is kept of a process.
     pub(crate) fn forget(&mut self, pid: u32) {
-        self.threads.retain(|k, _| k.0 != pid);
-        self.last_use.retain(|k, _| k.0 != pid);
+        let gone: Vec<_> = self
+            .threads
+            .keys()
+            .filter(|k| k.0 == pid)
+            .copied()
+            .collect();
+        for k in gone {
+            self.drop_thread(k);
+        }
     }
 
     /// The probed libcuda call CUPTI's record `a` (on `pid`) stands for,
-    /// and the NCCL call it was made in.
+    /// and the NCCL call it was made in. A driver record is held by the
+    /// latest call that started before it; a runtime record holds the
+    /// libcuda call its runtime made inside it: either way only the calls
+    /// next to it in start order are looked at.
     fn find(&self, pid: u32, a: &ApiCall) -> (Option<(u64, &'static str)>, Option<NcclLaunch>) {
-        let Some(calls) = self.threads.get(&(pid, a.tid)) else {
+        let Some(t) = self.threads.get(&(pid, a.tid)) else {
             return (None, None);
         };
-        // Calls are in start order: the candidates start before CUPTI's end.
-        let upto = calls.partition_point(|s| s.start_ns <= a.end_ns);
+        let holds = |s: &Seen| s.start_ns <= a.start_ns && a.end_ns <= s.end_ns;
+        let upto = t.calls.partition_point(|s| s.start_ns <= a.end_ns);
         let mut call = None;
-        let mut nccl = None;
-        for s in calls.range(..upto).rev() {
-            if s.end_ns < a.start_ns && s.nccl.is_none() {
-                // Ended before CUPTI's call began: neither it nor an
-                // earlier call (but an enclosing NCCL call) can hold it.
-                continue;
-            }
-            let holds = s.start_ns <= a.start_ns && a.end_ns <= s.end_ns;
-            let inside = a.start_ns <= s.start_ns && s.end_ns <= a.end_ns;
-            if s.nccl.is_some() {
-                if holds && nccl.is_none() {
-                    nccl = s.nccl.clone();
+        for s in t.calls.range(..upto).rev() {
+            if a.runtime {
+                if s.start_ns < a.start_ns {
+                    break;
                 }
-            } else if call.is_none() && if a.runtime { inside } else { holds } {
-                call = Some((s.start_ns, s.api));
-            }
-            if s.start_ns.saturating_add(CALL_AGE_NS) < a.start_ns {
+                if s.end_ns <= a.end_ns {
+                    call = Some((s.start_ns, s.api));
+                    break;
+                }
+            } else if s.start_ns <= a.start_ns {
+                if holds(s) {
+                    call = Some((s.start_ns, s.api));
+                }
                 break;
             }
         }
+        let nccl = t
+            .nccl
+            .iter()
+            .rev()
+            .find(|(s, _)| holds(s))
+            .map(|(_, n)| n.clone());
         (call, nccl)
     }
 }
@@ -178,6 +255,9 @@ pub(crate) struct Joiner {
     order: VecDeque<(u32, u32)>,
     waiting: HashMap<(u32, u32), Vec<Waiting>>,
     waiting_count: usize,
+    /// When each key began to wait, oldest first (keys since joined are
+    /// skipped when they come up).
+    waiting_order: VecDeque<(u64, (u32, u32))>,
     /// Work handed on without its API record (never came, or dropped).
     pub(crate) unjoined: u64,
 }
@@ -261,13 +341,30 @@ impl Joiner {
             return;
         }
         self.waiting_count += 1;
-        self.waiting
-            .entry((w.pid, w.correlation))
-            .or_default()
-            .push(Waiting {
-                work: w,
-                since_ns: now_ns,
-            });
+        let key = (w.pid, w.correlation);
+        let ws = self.waiting.entry(key).or_default();
+        let first = ws.is_empty();
+        ws.push(Waiting {
+            work: w,
+            since_ns: now_ns,
+        });
+        if first {
+            self.waiting_order.push_back((now_ns, key));
+            // Keys joined since stay in the order until they come up:
+            // bounded too (the oldest key still waiting is handed on).
+            while self.waiting_order.len() > 4 * MAX_WAITING {
+                if let Some((since, k)) = self.waiting_order.pop_front() {
+                    if self
+                        .waiting
+                        .get(&k)
+                        .and_then(|ws| ws.first())
+                        .is_some_and(|w| w.since_ns == since)
+                    {
+                        self.hand_on(k, out);
+                    }
+                }
+            }
+        }
     }
 
     /// Joins the API records that settled, then hands on work that waited
@@ -281,23 +378,43 @@ impl Joiner {
         out: &mut Vec<GpuWork>,
     ) {
         self.settle(now_ns, all, pid, out);
-        let keys: Vec<(u32, u32)> = self
-            .waiting
-            .iter()
-            .filter(|(k, ws)| {
-                all || pid == Some(k.0)
-                    || ws
-                        .first()
-                        .is_some_and(|w| w.since_ns.saturating_add(WAIT_NS) <= now_ns)
-            })
-            .map(|(k, _)| *k)
-            .collect();
-        for k in keys {
-            if let Some(ws) = self.waiting.remove(&k) {
-                self.waiting_count -= ws.len();
-                self.unjoined += ws.len() as u64;
-                out.extend(ws.into_iter().map(|w| w.work));
+        if all || pid.is_some() {
+            let keys: Vec<(u32, u32)> = self
+                .waiting
+                .keys()
+                .filter(|k| all || pid == Some(k.0))
+                .copied()
+                .collect();
+            for k in keys {
+                self.hand_on(k, out);
             }
+            if all {
+                self.waiting_order.clear();
+            }
+            return;
+        }
+        while let Some(&(since, k)) = self.waiting_order.front() {
+            if since.saturating_add(WAIT_NS) > now_ns {
+                break;
+            }
+            self.waiting_order.pop_front();
+            if self
+                .waiting
+                .get(&k)
+                .and_then(|ws| ws.first())
+                .is_some_and(|w| w.since_ns == since)
+            {
+                self.hand_on(k, out);
+            }
+        }
+    }
+
+    /// Hands on the work of `key` without its API record.
+    fn hand_on(&mut self, key: (u32, u32), out: &mut Vec<GpuWork>) {
+        if let Some(ws) = self.waiting.remove(&key) {
+            self.waiting_count -= ws.len();
+            self.unjoined += ws.len() as u64;
+            out.extend(ws.into_iter().map(|w| w.work));
         }
     }
 
@@ -450,12 +567,66 @@ mod tests {
     }
 
     #[test]
-    fn calls_kept_per_thread_are_bounded() {
+    fn calls_kept_are_bounded_and_the_busiest_thread_gives_way() {
         let mut j = Joiner::default();
-        for i in 0..(CALLS_PER_THREAD as u64 + 10) {
+        j.calls
+            .add(&call(6, "cuLaunchKernel", 0, 5, Family::Launch));
+        for i in 1..(MAX_CALLS as u64 + 10) {
             j.calls
                 .add(&call(5, "cuLaunchKernel", i * 10, 5, Family::Launch));
         }
-        assert_eq!(j.calls.threads[&(1, 5)].len(), CALLS_PER_THREAD);
+        assert_eq!(j.calls.total, MAX_CALLS);
+        assert_eq!(j.calls.threads[&(1, 5)].calls.len(), MAX_CALLS - 1);
+        assert_eq!(
+            j.calls.threads[&(1, 6)].calls.len(),
+            1,
+            "the quiet thread keeps its call"
+        );
+        // A record of a call still kept joins it, one of a call gone none.
+        let mut out = Vec::new();
+        let last = (MAX_CALLS as u64 + 9) * 10;
+        j.api(
+            1,
+            &api(5, "cuLaunchKernel", false, 1, last + 1, last + 4),
+            &mut out,
+        );
+        j.api(1, &api(5, "cuLaunchKernel", false, 2, 11, 14), &mut out);
+        j.work(kernel(1, last + 100), 0, &mut out);
+        j.work(kernel(2, last + 200), 0, &mut out);
+        j.expire(u64::MAX, true, None, &mut out);
+        let calls: Vec<_> = out
+            .iter()
+            .map(|w| w.launch.as_ref().unwrap().call)
+            .collect();
+        assert_eq!(calls, vec![Some((last, "cuLaunchKernel")), None]);
+        j.forget(1);
+        assert_eq!((j.calls.total, j.calls.threads.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_busy_thread_keeps_its_calls_for_as_long_as_records_settle() {
+        // 100,000 launches a second on one thread for 2 s: every record
+        // still finds its call when it settles, and its work waits for it.
+        let mut j = Joiner::default();
+        let mut out = Vec::new();
+        for i in 0..200_000u64 {
+            let ts = i * 10_000;
+            j.calls
+                .add(&call(5, "cuLaunchKernel", ts, 5_000, Family::Launch));
+            j.api(
+                1,
+                &api(5, "cuLaunchKernel", false, i as u32, ts + 1_000, ts + 4_000),
+                &mut out,
+            );
+            j.work(kernel(i as u32, ts + 9_000), ts, &mut out);
+            if i % 1_000 == 0 {
+                j.expire(ts, false, None, &mut out);
+            }
+        }
+        j.expire(u64::MAX, true, None, &mut out);
+        assert_eq!(out.len(), 200_000);
+        assert!(out
+            .iter()
+            .all(|w| w.launch.as_ref().unwrap().call.is_some()));
     }
 }

@@ -41,6 +41,8 @@ pub struct GpuOptions {
     pub libcupti: Option<PathBuf>,
     /// The CUPTI record kinds to enable (`Config::gpu_kinds`).
     pub kinds: u32,
+    /// `--gpu-time-share`: the percent of each second CUPTI collects.
+    pub share: u32,
 }
 
 /// The agents of every traced process, and the join of their records.
@@ -63,6 +65,48 @@ struct AgentState {
     /// Loss counters last said, and when.
     said: (u64, u64, u64),
     said_at: Option<Instant>,
+    /// `--gpu-time-share`: the time collected last said, and when.
+    said_on: u64,
+    said_on_at: Option<Instant>,
+}
+
+impl AgentState {
+    /// What changed since last said (at most every `LOST_EVERY`, unless
+    /// `now_anyway`: the agent is done).
+    fn news(&mut self, clock: Clock, now_anyway: bool, out: &mut Vec<Event>) {
+        let now = Instant::now();
+        let due = |at: Option<Instant>| {
+            now_anyway || at.is_none_or(|t| now.duration_since(t) >= LOST_EVERY)
+        };
+        let s = self.agent.snapshot();
+        let pid = self.agent.pid;
+        let lost = (s.ring_dropped, s.cupti_dropped, s.names_dropped);
+        if lost != self.said && due(self.said_at) {
+            self.said = lost;
+            self.said_at = Some(now);
+            out.push(note(
+                clock,
+                pid,
+                AgentNote::Lost {
+                    ring_dropped: lost.0,
+                    cupti_dropped: lost.1,
+                    names_dropped: lost.2,
+                },
+            ));
+        }
+        if s.sample_percent < 100 && s.sampled_on_ns != self.said_on && due(self.said_on_at) {
+            self.said_on = s.sampled_on_ns;
+            self.said_on_at = Some(now);
+            out.push(note(
+                clock,
+                pid,
+                AgentNote::Sampled {
+                    percent: s.sample_percent.max(1),
+                    on_ns: s.sampled_on_ns,
+                },
+            ));
+        }
+    }
 }
 
 fn note(clock: Clock, pid: u32, what: AgentNote) -> Event {
@@ -109,7 +153,6 @@ impl GpuTime {
     /// Reads every agent (after the calls drained, so that the calls the
     /// work joins are known); hands on the work and the agents' losses.
     pub(crate) fn read(&mut self, out: &mut Vec<Event>) {
-        let now = Instant::now();
         let now_ns = self.clock.to_unix_ns(Clock::now_mono_ns());
         let mut work = Vec::new();
         for st in self.agents.values_mut() {
@@ -120,25 +163,7 @@ impl GpuTime {
                 &mut work,
                 &mut self.undecodable,
             );
-            let s = st.agent.snapshot();
-            let lost = (s.ring_dropped, s.cupti_dropped, s.names_dropped);
-            if lost != st.said
-                && st
-                    .said_at
-                    .is_none_or(|t| now.duration_since(t) >= LOST_EVERY)
-            {
-                st.said = lost;
-                st.said_at = Some(now);
-                out.push(note(
-                    self.clock,
-                    st.agent.pid,
-                    AgentNote::Lost {
-                        ring_dropped: lost.0,
-                        cupti_dropped: lost.1,
-                        names_dropped: lost.2,
-                    },
-                ));
-            }
+            st.news(self.clock, false, out);
         }
         self.joiner.expire(now_ns, false, None, &mut work);
         out.extend(work.into_iter().map(Event::Gpu));
@@ -172,7 +197,13 @@ impl GpuTime {
                     continue;
                 }
             };
-            match Agent::attach(pid, &cupti, self.options.kinds, self.clock) {
+            match Agent::attach(
+                pid,
+                &cupti,
+                self.options.kinds,
+                self.options.share,
+                self.clock,
+            ) {
                 Ok(a) => {
                     out.push(note(
                         self.clock,
@@ -189,6 +220,8 @@ impl GpuTime {
                             agent: a,
                             said: (0, 0, 0),
                             said_at: None,
+                            said_on: 0,
+                            said_on_at: None,
                         },
                     );
                 }
@@ -215,6 +248,7 @@ impl GpuTime {
                 &mut work,
                 &mut self.undecodable,
             );
+            st.news(self.clock, true, out);
         }
         self.joiner.expire(now_ns, false, Some(pid), &mut work);
         self.joiner.forget(pid);
@@ -234,19 +268,7 @@ impl GpuTime {
                 .agent
                 .detach(|a| read(a, joiner, t, &mut work, undecodable));
             out.push(note(self.clock, pid, AgentNote::Detached { finalized }));
-            let s = st.agent.snapshot();
-            let lost = (s.ring_dropped, s.cupti_dropped, s.names_dropped);
-            if lost != st.said {
-                out.push(note(
-                    self.clock,
-                    pid,
-                    AgentNote::Lost {
-                        ring_dropped: lost.0,
-                        cupti_dropped: lost.1,
-                        names_dropped: lost.2,
-                    },
-                ));
-            }
+            st.news(self.clock, true, out);
         }
         self.joiner.expire(now_ns(), true, None, &mut work);
         out.extend(work.into_iter().map(Event::Gpu));
@@ -266,7 +288,7 @@ pub(crate) fn say(n: &GpuAgentNote) {
             "process {pid}: its GPU-time agent waits for the process's next CUDA call to let go of CUPTI (none came in {} s); it stops then, and its code stays mapped",
             agent::DETACH_WAIT.as_secs()
         ),
-        AgentNote::Lost { .. } => {}
+        AgentNote::Lost { .. } | AgentNote::Sampled { .. } => {}
     }
 }
 

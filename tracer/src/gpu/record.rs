@@ -119,6 +119,9 @@ pub fn note_record(n: &GpuAgentNote) -> Record {
         } => {
             json!({"state": "lost", "ring_dropped": ring_dropped, "cupti_dropped": cupti_dropped, "names_dropped": names_dropped})
         }
+        AgentNote::Sampled { percent, on_ns } => {
+            json!({"state": "sampled", "percent": percent, "on_ns": on_ns})
+        }
     };
     let Value::Object(fields) = fields else {
         unreachable!("json! of an object")
@@ -152,6 +155,10 @@ pub fn parse_note(v: &Value) -> Result<GpuAgentNote, String> {
             ring_dropped: n("ring_dropped"),
             cupti_dropped: n("cupti_dropped"),
             names_dropped: n("names_dropped"),
+        },
+        Some("sampled") => AgentNote::Sampled {
+            percent: u32::try_from(n("percent")).unwrap_or(100).clamp(1, 100),
+            on_ns: n("on_ns"),
         },
         other => return Err(format!("gpu_agent record of state {other:?}")),
     };

@@ -167,4 +167,7 @@ pub enum AgentNote {
         cupti_dropped: u64,
         names_dropped: u64,
     },
+    /// `--gpu-time-share`: CUPTI collects during `percent` of each second
+    /// only; it collected for `on_ns` since attach (so far).
+    Sampled { percent: u32, on_ns: u64 },
 }

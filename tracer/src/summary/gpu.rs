@@ -101,10 +101,14 @@ pub struct GpuProcess {
     pub last_ns: u64,
     /// Work whose launching call CUPTI did not say.
     pub unjoined: u64,
-    /// Of the kernels with a launch, those joined to a call the probes saw.
+    /// Work with CUPTI's record of its launching call, and of those, the
+    /// work joined to the call the probes saw.
+    pub with_launch: u64,
     pub joined_calls: u64,
     /// What the agent said last of itself, and its losses.
     pub agent: Option<AgentNote>,
+    /// `--gpu-time-share`: (percent of each second, time CUPTI collected).
+    pub sampled: Option<(u32, u64)>,
     pub lost: (u64, u64, u64),
 }
 
@@ -122,7 +126,10 @@ impl GpuProcess {
             .add(w.start_ns, w.end_ns);
         match &w.launch {
             None => self.unjoined += 1,
-            Some(l) => self.joined_calls += l.call.is_some() as u64,
+            Some(l) => {
+                self.with_launch += 1;
+                self.joined_calls += l.call.is_some() as u64;
+            }
         }
         match &w.op {
             GpuOp::Kernel { name, .. } => {
@@ -155,6 +162,7 @@ impl GpuProcess {
                 cupti_dropped,
                 names_dropped,
             } => self.lost = (*ring_dropped, *cupti_dropped, *names_dropped),
+            AgentNote::Sampled { percent, on_ns } => self.sampled = Some((*percent, *on_ns)),
             AgentNote::Detached { .. } if matches!(self.agent, Some(AgentNote::Refused { .. })) => {
             }
             other => self.agent = Some(other.clone()),
@@ -171,6 +179,11 @@ impl GpuProcess {
         self.queued.merge(&o.queued);
         self.nccl.merge(&o.nccl, |s| s.calls, ApiStats::merge);
         self.unjoined += o.unjoined;
+        if let Some((p, on)) = o.sampled {
+            let mine = self.sampled.map_or(0, |s| s.1);
+            self.sampled = Some((p, mine.saturating_add(on)));
+        }
+        self.with_launch += o.with_launch;
         self.joined_calls += o.joined_calls;
         self.lost = (
             self.lost.0 + o.lost.0,
@@ -202,18 +215,26 @@ impl GpuProcess {
 
 /// `window_ns`: the traced window (the process's calls and GPU work).
 pub fn render_text(out: &mut String, g: &GpuProcess, window_ns: u64, is_total: bool) {
+    if let Some((pct, on)) = g.sampled {
+        let _ = writeln!(
+            out,
+            "\nGPU time sampled (--gpu-time-share {pct}): CUPTI collected during {} ({pct}% of each second); the GPU tables count the work launched then",
+            fmt_ns(on as f64)
+        );
+    }
     render_kernels(out, g);
     render_copies(out, g);
     if !is_total {
-        render_busy(out, g, window_ns);
+        render_busy(out, g, observed_ns(g, window_ns));
     }
     render_queued(out, g);
     render_nccl(out, g);
-    if g.unjoined > 0 || g.lost != (0, 0, 0) {
+    let untraced = g.with_launch.saturating_sub(g.joined_calls);
+    if g.unjoined > 0 || untraced > 0 || g.lost != (0, 0, 0) {
         let _ = writeln!(
             out,
-            "\nGPU records: {} without their launching call; not recorded: {} (agent's ring full), {} (dropped by CUPTI), {} kernel names",
-            g.unjoined, g.lost.0, g.lost.1, g.lost.2
+            "\nGPU records: {} without their launching call, {} whose call the probes did not see; not recorded: {} (agent's ring full), {} (dropped by CUPTI), {} kernel names",
+            g.unjoined, untraced, g.lost.0, g.lost.1, g.lost.2
         );
     }
 }
@@ -294,13 +315,23 @@ fn render_copies(out: &mut String, g: &GpuProcess) {
 }
 
 /// Each device's busy share of the window, and its streams'.
+/// What busy shares are of: the traced window, or with
+/// `--gpu-time-share` the time CUPTI collected in it.
+fn observed_ns(g: &GpuProcess, window_ns: u64) -> u64 {
+    match g.sampled {
+        Some((_, on)) if on > 0 => on.min(window_ns),
+        _ => window_ns,
+    }
+}
+
 fn render_busy(out: &mut String, g: &GpuProcess, window_ns: u64) {
     if window_ns > 0 && !g.devices.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nGPU busy, of the traced window of {}:",
-            fmt_ns(window_ns as f64)
-        );
+        let of = if g.sampled.is_some() {
+            "the time sampled"
+        } else {
+            "the traced window"
+        };
+        let _ = writeln!(out, "\nGPU busy, of {of} ({}):", fmt_ns(window_ns as f64));
         for (dev, busy) in &g.devices {
             let streams: Vec<String> = g
                 .streams
@@ -411,7 +442,8 @@ pub fn render_json(g: &GpuProcess, window_ns: u64) -> Value {
             v
         })
         .collect();
-    let share = |ns: u64| (window_ns > 0).then(|| ns as f64 / window_ns as f64);
+    let observed = observed_ns(g, window_ns);
+    let share = |ns: u64| (observed > 0).then(|| ns as f64 / observed as f64);
     let devices: Vec<Value> = g
         .devices
         .iter()
@@ -448,6 +480,7 @@ pub fn render_json(g: &GpuProcess, window_ns: u64) -> Value {
         }),
         "copies": copies,
         "window_ns": window_ns,
+        "sampled": g.sampled.map(|(p, on)| json!({"percent": p, "on_ns": on})),
         "devices": devices,
         "queued_ns": {"p50": g.queued.median_ns(), "p90": q(0.9), "p99": q(0.99), "max": (g.queued.timed > 0).then_some(g.queued.max_ns)},
         "nccl": nccl,
@@ -458,6 +491,7 @@ pub fn render_json(g: &GpuProcess, window_ns: u64) -> Value {
             v
         }),
         "unjoined": g.unjoined,
+        "with_launch": g.with_launch,
         "joined_calls": g.joined_calls,
         "lost": {"ring": g.lost.0, "cupti": g.lost.1, "names": g.lost.2},
     })
@@ -510,7 +544,15 @@ mod tests {
             fmt_count((n - MAX_NCCL) as u64)
         );
         assert!(text.contains(&more), "{more}");
+        // Their launches' calls were not seen by the probes: said.
+        assert!(text.contains(&format!(
+            "0 without their launching call, {n} whose call the probes did not see"
+        )));
         let j = render_json(&g, 1_000);
+        assert_eq!(
+            (j["with_launch"].as_u64(), j["joined_calls"].as_u64()),
+            (Some(n as u64), Some(0))
+        );
         assert_eq!(j["other_kernels"]["names"], 9);
         assert_eq!(j["other_kernels"]["count"], 9);
         assert_eq!(j["nccl_other"]["count"], (n - MAX_NCCL) as u64);

@@ -50,7 +50,7 @@ impl Sink for ModelSink<'_> {
             Event::NcclCollective(_) => {}
             Event::Sampling(r) => self.model.sampling = Some(r.ratio()),
             Event::Gpu(w) => self.model.gpu(w, self.now_ns),
-            Event::GpuAgent(_) => {}
+            Event::GpuAgent(n) => self.model.gpu_note(n),
             Event::Exec(x) => self.model.exec(x.pid, &x.comm),
         }
     }

@@ -148,6 +148,9 @@ pub(crate) struct Snapshot {
 
 /// The process table's rows at `end` (exclusive, Unix seconds), rates over
 /// `window_secs`.
+///
+/// With `--gpu-time-share` the GPU shares are estimates: what was recorded
+/// (the work launched in the sampled windows) over the share sampled.
 pub(crate) fn process_rows(model: &Model, end: u64, window_secs: u64) -> Vec<ProcessRow> {
     model
         .processes
@@ -157,7 +160,9 @@ pub(crate) fn process_rows(model: &Model, end: u64, window_secs: u64) -> Vec<Pro
             comm: p.comm.clone(),
             rates: {
                 let secs = p.covered(end, window_secs);
-                p.totals(end, secs).per_sec(secs)
+                let mut r = p.totals(end, secs).per_sec(secs);
+                r.gpu_share = r.gpu_share.map(|s| s * sampled_scale(p));
+                r
             },
             device_bytes: p.device_bytes,
             peak_bytes: p.peak_bytes,
@@ -165,6 +170,13 @@ pub(crate) fn process_rows(model: &Model, end: u64, window_secs: u64) -> Vec<Pro
             exited: p.exited_at_ns.is_some(),
         })
         .collect()
+}
+
+/// What a process's GPU shares are multiplied by: 1, or with
+/// `--gpu-time-share` 100 over its percent.
+fn sampled_scale(p: &ProcessActivity) -> f64 {
+    p.gpu_sampled
+        .map_or(1.0, |pct| 100.0 / f64::from(pct.max(1)))
 }
 
 /// One process in detail, over the [`DETAIL_WINDOW_SECS`] before `end`.
@@ -217,7 +229,7 @@ pub(crate) fn detail(p: &ProcessActivity, end: u64) -> Detail {
                     .gpu
                     .as_ref()
                     .and_then(|g| g.kernels.get(name))
-                    .map(|s| s.total_ns as f64 / (secs * 1e9)),
+                    .map(|s| s.total_ns as f64 / (secs * 1e9) * sampled_scale(p)),
                 grid: cfg.map(|c| c.0),
                 block: cfg.map(|c| c.1),
             }

@@ -75,6 +75,11 @@ fn draw_title(frame: &mut Frame, app: &App, area: Rect) {
             " · budget: exact".to_string()
         }));
     }
+    if let Some(pct) = app.model.processes.values().find_map(|p| p.gpu_sampled) {
+        spans.push(Span::raw(format!(
+            " · GPU time sampled {pct}% of each second (GPU shares estimated)"
+        )));
+    }
     if let Some(line) = app.model.nccl_stalls.values().next_back() {
         let n = app.model.nccl_stalls.len();
         let what = line.trim_start_matches("gputrace: ");

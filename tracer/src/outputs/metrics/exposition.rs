@@ -71,8 +71,14 @@ const FAMILIES: &[Family] = &[
     Family {
         name: "gputrace_gpu_busy_ratio",
         kind: "gauge",
-        help: "--gpu-time: share of the last five seconds (or so) the device ran work of the process.",
+        help: "--gpu-time: share of the last five seconds (or so) the device ran work of the process (with --gpu-time-share, of the time sampled in them).",
         write: crate::outputs::metrics::gpu::busy_ratio,
+    },
+    Family {
+        name: "gputrace_gpu_sampled_seconds_total",
+        kind: "counter",
+        help: "--gpu-time-share: time the process's CUPTI collected GPU records; the GPU series count the work launched then (absent without --gpu-time-share).",
+        write: crate::outputs::metrics::gpu::sampled_seconds,
     },
     Family {
         name: "gputrace_gpu_kernel_seconds_total",

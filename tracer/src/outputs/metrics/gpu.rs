@@ -31,7 +31,11 @@ pub(super) struct GpuSeries {
     busy: BTreeMap<u32, Busy>,
     /// Busy share per device over the last interval, and where it was taken.
     ratio: BTreeMap<u32, f64>,
-    last: Option<(Instant, BTreeMap<u32, u64>)>,
+    /// Where the interval began: when, the busy times, and with
+    /// `--gpu-time-share` the time CUPTI had collected.
+    last: Option<(Instant, BTreeMap<u32, u64>, u64)>,
+    /// `--gpu-time-share`: the time CUPTI collected (the agent's last word).
+    sampled_on_ns: Option<u64>,
     /// GPU time per kernel name, ranked by it.
     kernels: Ranked<Arc<str>, u128, u128, TOP_KERNELS, MAX_KERNEL_SERIES>,
     nccl: BTreeMap<&'static str, u128>,
@@ -54,12 +58,22 @@ impl GpuSeries {
         *self.kernels.slot(&name, d) += d;
     }
 
+    /// `--gpu-time-share`: the agent says how long CUPTI collected.
+    pub(super) fn sampled(&mut self, on_ns: u64) {
+        self.sampled_on_ns = Some(on_ns);
+    }
+
     /// Every ten seconds: kernels promoted to series of their own, and the
-    /// busy shares of the interval.
+    /// busy shares of the interval (of the time sampled in it, with
+    /// `--gpu-time-share`).
     pub(super) fn sweep(&mut self, now: Instant) {
         let busy: BTreeMap<u32, u64> = self.busy.iter().map(|(d, b)| (*d, b.total_ns())).collect();
-        if let Some((then, before)) = &self.last {
-            let dt = now.saturating_duration_since(*then).as_nanos() as f64;
+        let on = self.sampled_on_ns.unwrap_or(0);
+        if let Some((then, before, on_before)) = &self.last {
+            let dt = match self.sampled_on_ns {
+                Some(_) => on.saturating_sub(*on_before) as f64,
+                None => now.saturating_duration_since(*then).as_nanos() as f64,
+            };
             if dt > 0.0 {
                 for (d, ns) in &busy {
                     let was = before.get(d).copied().unwrap_or(0);
@@ -71,9 +85,9 @@ impl GpuSeries {
         if self
             .last
             .as_ref()
-            .is_none_or(|(t, _)| now.saturating_duration_since(*t) >= Duration::from_secs(5))
+            .is_none_or(|(t, _, _)| now.saturating_duration_since(*t) >= Duration::from_secs(5))
         {
-            self.last = Some((now, busy));
+            self.last = Some((now, busy, on));
         }
         self.kernels.rank(now);
     }
@@ -89,6 +103,18 @@ pub(super) fn busy_seconds(o: &mut String, p: &ProcessSeries) {
             seconds(u128::from(b.total_ns()))
         );
     }
+}
+
+pub(super) fn sampled_seconds(o: &mut String, p: &ProcessSeries) {
+    let Some(on) = p.gpu.as_ref().and_then(|g| g.sampled_on_ns) else {
+        return;
+    };
+    let _ = writeln!(
+        o,
+        "gputrace_gpu_sampled_seconds_total{{{}}} {}",
+        p.labels,
+        seconds(u128::from(on))
+    );
 }
 
 pub(super) fn busy_ratio(o: &mut String, p: &ProcessSeries) {
@@ -168,6 +194,19 @@ mod tests {
         let t0 = Instant::now();
         g.sweep(t0);
         g.record(&kernel("a", 0, 2_500_000_000));
+        g.sweep(t0 + Duration::from_secs(5));
+        assert!((g.ratio[&0] - 0.5).abs() < 1e-9, "{:?}", g.ratio);
+    }
+
+    #[test]
+    fn sampled_busy_ratio_is_the_share_of_the_time_sampled() {
+        // --gpu-time-share 10: 0.5 s collected in 5 s, 0.25 s of it busy.
+        let mut g = GpuSeries::default();
+        let t0 = Instant::now();
+        g.sampled(1_000_000_000);
+        g.sweep(t0);
+        g.record(&kernel("a", 0, 250_000_000));
+        g.sampled(1_500_000_000);
         g.sweep(t0 + Duration::from_secs(5));
         assert!((g.ratio[&0] - 0.5).abs() < 1e-9, "{:?}", g.ratio);
     }

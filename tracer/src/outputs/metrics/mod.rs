@@ -290,6 +290,14 @@ impl Metrics {
         }
     }
 
+    /// `--gpu-time-share`: how long a process's CUPTI collected.
+    pub(crate) fn gpu_sampled(&mut self, pid: u32, on_ns: u64) {
+        let key = self.key(pid);
+        if let Some(p) = self.procs.get_mut(&key) {
+            p.gpu.get_or_insert_with(Default::default).sampled(on_ns);
+        }
+    }
+
     /// Drops the series of processes gone longer than `keep_exited`; ranks
     /// kernels and GEMM shapes (every ten seconds).
     pub(crate) fn sweep(&mut self, now: Instant) {
@@ -391,7 +399,11 @@ impl Sink for MetricsSink {
             Event::Sampling(r) => lock(&self.metrics).sampling(r),
             Event::Gpu(w) => lock(&self.metrics).gpu(w),
             // The agents' news go to stderr; their losses to the summary.
-            Event::GpuAgent(_) => {}
+            Event::GpuAgent(n) => {
+                if let crate::model::gpu::AgentNote::Sampled { on_ns, .. } = n.what {
+                    lock(&self.metrics).gpu_sampled(n.pid, on_ns);
+                }
+            }
             Event::Exec(x) => lock(&self.metrics).exec(x.pid, &x.comm, Instant::now()),
         }
     }

@@ -161,6 +161,8 @@ pub(crate) struct ProcessActivity {
     pub first_sec: u64,
     /// Communicator → (nranks, rank), from the init calls seen.
     comms: HashMap<u64, (i64, Option<i64>)>,
+    /// `--gpu-time-share`: the percent of each second its CUPTI collects.
+    pub gpu_sampled: Option<u32>,
 }
 
 impl ProcessActivity {
@@ -173,6 +175,7 @@ impl ProcessActivity {
             complete_before: settled_sec(now_ns),
             device_bytes: 0,
             peak_bytes: 0,
+            gpu_sampled: None,
             lost: 0,
             exited_at_ns: None,
             first_sec: now_ns / NS,
@@ -337,6 +340,15 @@ pub(crate) struct Model {
 }
 
 impl Model {
+    /// `--gpu-time-share`: a process's agent collects a share of the time.
+    pub(crate) fn gpu_note(&mut self, n: &crate::model::gpu::GpuAgentNote) {
+        if let crate::model::gpu::AgentNote::Sampled { percent, .. } = n.what {
+            if let Some(p) = self.processes.get_mut(&n.pid) {
+                p.gpu_sampled = Some(percent);
+            }
+        }
+    }
+
     /// `--gpu-time`: a piece of work a process's GPU ran.
     pub(crate) fn gpu(&mut self, w: &crate::model::gpu::GpuWork, _now_ns: u64) {
         if let Some(p) = self.processes.get_mut(&w.pid) {
