@@ -23,14 +23,6 @@ fn flush(a: &Agent, flag: u32) {
     }
 }
 
-/// Disables every activity kind the agent enabled.
-pub(crate) fn disable_all(a: &Agent) {
-    for &k in &a.cupti_kinds[..a.n_cupti_kinds] {
-        // SAFETY: resolved CUPTI function; disabling is always allowed.
-        unsafe { (a.cupti.disable)(k) };
-    }
-}
-
 /// Stops the API records: no callback of ours is enabled after it, and
 /// none is running (waits up to ~2 s for those that were).
 ///
@@ -141,7 +133,7 @@ fn detach(a: &Agent, reason: DetachReason) {
     a.set_state(AgentState::Detaching);
     // SAFETY: the agent is subscribed until finalized.
     unsafe { stop_api_records(a) };
-    disable_all(a);
+    a.disable_kinds();
     flush(a, ACTIVITY_FLAG_FLUSH_FORCED);
     // SAFETY: as above; API records stopped.
     unsafe { arm_finalize(a) };

@@ -12,8 +12,6 @@ use core::sync::atomic::Ordering::{Relaxed, Release};
 use tracer_common::gpu::{API_CBIDS, RUNTIME_API_CBIDS, SAMPLE_PERIOD_MS};
 
 use crate::cupti_abi::{CB_DOMAIN_DRIVER_API, CB_DOMAIN_RUNTIME_API};
-use crate::detach::disable_all;
-use crate::start::enable_cbids;
 use crate::state::Agent;
 
 pub(crate) struct Sampler {
@@ -101,8 +99,8 @@ fn switch(a: &Agent, on: bool) {
         }
         if a.api_kinds {
             a.api_records.store(true, Release);
-            enable_cbids(a, CB_DOMAIN_DRIVER_API, API_CBIDS);
-            enable_cbids(a, CB_DOMAIN_RUNTIME_API, RUNTIME_API_CBIDS);
+            a.enable_cbids(CB_DOMAIN_DRIVER_API, API_CBIDS);
+            a.enable_cbids(CB_DOMAIN_RUNTIME_API, RUNTIME_API_CBIDS);
         }
     } else {
         a.api_records.store(false, Release);
@@ -112,6 +110,6 @@ fn switch(a: &Agent, on: bool) {
             (a.cupti.enable_domain)(0, a.subscriber, CB_DOMAIN_RUNTIME_API);
             (a.cupti.enable_domain)(0, a.subscriber, CB_DOMAIN_DRIVER_API);
         }
-        disable_all(a);
+        a.disable_kinds();
     }
 }

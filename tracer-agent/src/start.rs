@@ -345,10 +345,10 @@ fn enable(
         // The callbacks write API records (with the Linux tid) from the
         // first one enabled on.
         a.api_records.store(true, Release);
-        if enable_cbids(a, CB_DOMAIN_DRIVER_API, API_CBIDS) {
+        if a.enable_cbids(CB_DOMAIN_DRIVER_API, API_CBIDS) {
             features |= FEATURE_API_BY_CBID;
         }
-        if enable_cbids(a, CB_DOMAIN_RUNTIME_API, RUNTIME_API_CBIDS) {
+        if a.enable_cbids(CB_DOMAIN_RUNTIME_API, RUNTIME_API_CBIDS) {
             features |= FEATURE_RUNTIME_API_BY_CBID;
         }
         if features & (FEATURE_API_BY_CBID | FEATURE_RUNTIME_API_BY_CBID) != 0 {
@@ -379,18 +379,6 @@ fn run(a: &mut Agent, p: *mut Agent, memfd: i32) -> Result<i64, Fail> {
     }
 }
 
-/// The API callback for the cbids of `table` in `domain` (CUPTI calls
-/// back for nothing else). Whether every one was switched on.
-pub(crate) fn enable_cbids(a: &Agent, domain: u32, table: &[(u32, &str)]) -> bool {
-    let mut ok = true;
-    for &(cbid, _) in table {
-        // SAFETY: resolved CUPTI function; our subscriber.
-        let r = unsafe { (a.cupti.enable_callback)(1, a.subscriber, domain, cbid) };
-        ok &= r == CUPTI_SUCCESS;
-    }
-    ok
-}
-
 fn refuse(a: &Agent, e: AgentError, r: u32, what: &str, hint: &str) {
     let h = a.header();
     h.error_code.store(e as u32, Relaxed);
@@ -409,7 +397,7 @@ fn late_failure(a: &Agent, e: AgentError, r: u32, what: &str) -> Result<i64, Fai
     // SAFETY: resolved CUPTI functions; our subscriber.
     unsafe {
         detach::stop_api_records(a);
-        detach::disable_all(a);
+        a.disable_kinds();
         (a.cupti.flush_all)(ACTIVITY_FLAG_FLUSH_FORCED);
         detach::arm_finalize(a);
     }

@@ -97,6 +97,26 @@ impl Agent {
         self.header().state.store(s as u32, Ordering::Release);
     }
 
+    /// Disables every activity kind the agent enabled.
+    pub(crate) fn disable_kinds(&self) {
+        for &k in &self.cupti_kinds[..self.n_cupti_kinds] {
+            // SAFETY: resolved CUPTI function; disabling is always allowed.
+            unsafe { (self.cupti.disable)(k) };
+        }
+    }
+
+    /// The API callback for the cbids of `table` in `domain` (CUPTI calls
+    /// back for nothing else). Whether every one was switched on.
+    pub(crate) fn enable_cbids(&self, domain: u32, table: &[(u32, &str)]) -> bool {
+        let mut ok = true;
+        for &(cbid, _) in table {
+            // SAFETY: resolved CUPTI function; our subscriber.
+            let r = unsafe { (self.cupti.enable_callback)(1, self.subscriber, domain, cbid) };
+            ok &= r == crate::cupti_abi::CUPTI_SUCCESS;
+        }
+        ok
+    }
+
     /// Runs `f` on the producer under the producer lock.
     pub(crate) fn with_producer<R>(&self, f: impl FnOnce(&mut Producer) -> R) -> R {
         let _g = self.producer_lock.lock();
