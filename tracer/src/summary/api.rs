@@ -139,8 +139,9 @@ impl ApiStats {
             .map(|v| v.clamp(self.min_ns, self.max_ns))
     }
 
-    /// `{"count","total_ns","avg_ns","med_ns","p99_ns","min_ns","max_ns"}`
-    /// of the timed calls (the summary's STATS of GEMMs and collectives).
+    /// `{"count","total_ns","avg_ns","med_ns","p99_ns","min_ns","max_ns","stddev_ns"}`
+    /// of the timed calls (the summary's STATS: GPU kernels, copies, NCCL
+    /// kernels, GEMMs and collectives).
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "count": self.timed,
@@ -150,6 +151,7 @@ impl ApiStats {
             "p99_ns": self.p99_ns(),
             "min_ns": (self.timed > 0).then_some(self.min_ns),
             "max_ns": (self.timed > 0).then_some(self.max_ns),
+            "stddev_ns": self.stddev_ns(),
         })
     }
 }

@@ -407,25 +407,13 @@ fn render_nccl(out: &mut String, g: &GpuProcess) {
     }
 }
 
-fn stats_json(s: &ApiStats) -> Value {
-    json!({
-        "count": s.timed,
-        "total_ns": s.total_ns,
-        "avg_ns": s.avg_ns(),
-        "med_ns": s.median_ns(),
-        "min_ns": (s.timed > 0).then_some(s.min_ns),
-        "max_ns": (s.timed > 0).then_some(s.max_ns),
-        "stddev_ns": s.stddev_ns(),
-    })
-}
-
 pub fn render_json(g: &GpuProcess, window_ns: u64) -> Value {
     let all = g.kernel_ns().max(1) as f64;
     let kernels: Vec<Value> = g
         .kernel_rows()
         .iter()
         .map(|(name, s)| {
-            let mut v = stats_json(s);
+            let mut v = s.to_json();
             v["name"] = name.as_deref().map_or(Value::Null, Value::from);
             v["time_pct"] = json!(s.total_ns as f64 * 100.0 / all);
             v
@@ -435,7 +423,7 @@ pub fn render_json(g: &GpuProcess, window_ns: u64) -> Value {
         .copies
         .iter()
         .map(|(d, c)| {
-            let mut v = stats_json(&c.time);
+            let mut v = c.time.to_json();
             v["direction"] = Value::from(d.name());
             v["bytes"] = Value::from(c.bytes);
             v["gb_per_s"] = json!(c.bytes as f64 / c.time.total_ns.max(1) as f64);
@@ -461,7 +449,7 @@ pub fn render_json(g: &GpuProcess, window_ns: u64) -> Value {
         .nccl_rows()
         .into_iter()
         .map(|((op, comm, rank), s)| {
-            let mut v = stats_json(s);
+            let mut v = s.to_json();
             v["op"] = op.map_or(Value::Null, Value::from);
             v["comm_id"] = comm.map_or(Value::Null, |c| Value::from(format_comm_id(c)));
             v["rank"] = rank.map_or(Value::Null, Value::from);
@@ -472,7 +460,7 @@ pub fn render_json(g: &GpuProcess, window_ns: u64) -> Value {
     json!({
         "kernels": kernels,
         "other_kernels": g.kernels.other().map(|s| {
-            let mut v = stats_json(s);
+            let mut v = s.to_json();
             v["names"] = Value::from(g.kernels.overflow().keys());
             v["names_exact"] = Value::from(g.kernels.overflow().exact());
             v["time_pct"] = json!(s.total_ns as f64 * 100.0 / all);
@@ -485,7 +473,7 @@ pub fn render_json(g: &GpuProcess, window_ns: u64) -> Value {
         "queued_ns": {"p50": g.queued.median_ns(), "p90": q(0.9), "p99": q(0.99), "max": (g.queued.timed > 0).then_some(g.queued.max_ns)},
         "nccl": nccl,
         "nccl_other": g.nccl.other().map(|s| {
-            let mut v = stats_json(s);
+            let mut v = s.to_json();
             v["rows"] = Value::from(g.nccl.overflow().keys());
             v["rows_exact"] = Value::from(g.nccl.overflow().exact());
             v
