@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tracer_common::gpu::{AgentState, DetachReason, HELLO, STOP};
 
-use crate::cupti_abi::{ACTIVITY_FLAG_FLUSH_FORCED, CB_DOMAIN_DRIVER_API, CB_DOMAIN_RUNTIME_API};
+use crate::cupti_abi::{ACTIVITY_FLAG_FLUSH_FORCED, CB_DOMAIN_DRIVER_API};
 use crate::sample::Sampler;
 use crate::state::{self, Agent, AGENT, FINALIZED, IDLE, PHASE, PINNED, THREAD_GAVE_UP, WAITING};
 use crate::sys;
@@ -29,12 +29,8 @@ fn flush(a: &Agent, flag: u32) {
 /// # Safety
 /// The agent must be subscribed.
 pub(crate) unsafe fn stop_api_records(a: &Agent) {
-    a.api_records.store(false, Release);
-    // SAFETY: resolved CUPTI functions; our subscriber (the caller's promise).
-    unsafe {
-        (a.cupti.enable_domain)(0, a.subscriber, CB_DOMAIN_RUNTIME_API);
-        (a.cupti.enable_domain)(0, a.subscriber, CB_DOMAIN_DRIVER_API);
-    }
+    // SAFETY: the caller's promise.
+    unsafe { a.callbacks_off() };
     state::drain_guards(0);
 }
 

@@ -103,13 +103,9 @@ fn switch(a: &Agent, on: bool) {
             a.enable_cbids(CB_DOMAIN_RUNTIME_API, RUNTIME_API_CBIDS);
         }
     } else {
-        a.api_records.store(false, Release);
-        // SAFETY: resolved CUPTI functions; our subscriber (subscribed
-        // until the detach, which runs on this thread after the sampler).
-        unsafe {
-            (a.cupti.enable_domain)(0, a.subscriber, CB_DOMAIN_RUNTIME_API);
-            (a.cupti.enable_domain)(0, a.subscriber, CB_DOMAIN_DRIVER_API);
-        }
+        // SAFETY: subscribed until the detach, which runs on this thread
+        // after the sampler.
+        unsafe { a.callbacks_off() };
         a.disable_kinds();
     }
 }

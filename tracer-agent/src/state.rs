@@ -105,6 +105,20 @@ impl Agent {
         }
     }
 
+    /// No API record from now on, no callback of ours enabled (those
+    /// running may still finish).
+    ///
+    /// # Safety
+    /// The agent must be subscribed.
+    pub(crate) unsafe fn callbacks_off(&self) {
+        self.api_records.store(false, Ordering::Release);
+        // SAFETY: resolved CUPTI functions; our subscriber (the caller's promise).
+        unsafe {
+            (self.cupti.enable_domain)(0, self.subscriber, crate::cupti_abi::CB_DOMAIN_RUNTIME_API);
+            (self.cupti.enable_domain)(0, self.subscriber, crate::cupti_abi::CB_DOMAIN_DRIVER_API);
+        }
+    }
+
     /// The API callback for the cbids of `table` in `domain` (CUPTI calls
     /// back for nothing else). Whether every one was switched on.
     pub(crate) fn enable_cbids(&self, domain: u32, table: &[(u32, &str)]) -> bool {
