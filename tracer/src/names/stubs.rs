@@ -20,9 +20,8 @@ struct SymbolTable {
 }
 
 impl SymbolTable {
-    fn load(path: &std::path::Path) -> Option<Self> {
-        let data = std::fs::read(path).ok()?;
-        let file = object::File::parse(&*data).ok()?;
+    fn parse(data: &[u8]) -> Option<Self> {
+        let file = object::File::parse(data).ok()?;
         let mut funcs: Vec<(u64, u64, Arc<str>)> = Vec::new();
         for sym in file.dynamic_symbols().chain(file.symbols()) {
             if sym.is_undefined() || sym.address() == 0 || sym.kind() != SymbolKind::Text {
@@ -93,29 +92,49 @@ impl StubSymbols {
         // A zombie's maps read back empty (a leader thread that exited
         // while others go on: read through one of those).
         let via = crate::host::discover::reader_id(pid);
-        let (maps, live) = match std::fs::read_to_string(format!("/proc/{via}/maps")) {
-            Ok(m) if !m.is_empty() => (m, true),
-            _ => (self.maps.get(&pid)?.clone(), false),
-        };
-        for m in Mapping::all(&maps) {
-            let (start, end, off, path) = (m.start, m.end, m.offset, m.path);
-            if addr < start || addr >= end || !path.starts_with('/') {
-                continue;
+        let live = std::fs::read_to_string(format!("/proc/{via}/maps"))
+            .ok()
+            .filter(|m| !m.is_empty());
+        self.name_from(pid, via, live.as_deref(), addr)
+    }
+
+    /// Looks `addr` up in the live mappings `live` (files opened through
+    /// `/proc/VIA/root`), then in those kept at attach (files opened by
+    /// their path): a process that exits between its maps being read and
+    /// its file being opened is named from what was kept.
+    fn name_from(&mut self, pid: u32, via: u32, live: Option<&str>, addr: u64) -> Option<Arc<str>> {
+        if let Some(maps) = live {
+            if let Some(name) = self.lookup(maps, addr, Some(via)) {
+                return Some(name);
             }
-            let host = if live {
-                PathBuf::from(format!("/proc/{via}/root{path}"))
-            } else {
-                PathBuf::from(path)
-            };
-            let meta = std::fs::metadata(&host).ok()?;
-            let table = self
-                .tables
-                .entry((meta.dev(), meta.ino()))
-                .or_insert_with(|| SymbolTable::load(&host).map(Arc::new))
-                .clone()?;
-            return table.name_at(addr - start + off);
         }
-        None
+        let kept = self.maps.get(&pid)?.clone();
+        self.lookup(&kept, addr, None)
+    }
+
+    /// The symbol at `addr` in the file `maps` maps there, opened through
+    /// `/proc/ROOT/root` when `root` is given.
+    fn lookup(&mut self, maps: &str, addr: u64, root: Option<u32>) -> Option<Arc<str>> {
+        let m = Mapping::all(maps)
+            .find(|m| addr >= m.start && addr < m.end && m.path.starts_with('/'))?;
+        let host = match root {
+            Some(via) => PathBuf::from(format!("/proc/{via}/root{}", m.path)),
+            None => PathBuf::from(m.path),
+        };
+        let meta = std::fs::metadata(&host).ok()?;
+        let id = (meta.dev(), meta.ino());
+        let table = match self.tables.get(&id) {
+            Some(t) => t.clone()?,
+            None => {
+                // A file that cannot be read now (its process just went)
+                // is tried again; one that is not ELF is remembered so.
+                let data = std::fs::read(&host).ok()?;
+                let t = SymbolTable::parse(&data).map(Arc::new);
+                self.tables.insert(id, t.clone());
+                t?
+            }
+        };
+        table.name_at(addr - m.start + m.offset)
     }
 }
 
@@ -138,5 +157,26 @@ mod tests {
             Some("gputrace_test_stub_symbol")
         );
         assert_eq!(s.name(std::process::id(), 16), None);
+    }
+
+    #[test]
+    fn a_file_gone_from_the_live_maps_is_named_from_the_maps_kept() {
+        // The process exits between its maps being read and its file being
+        // opened: the live lookup fails, the maps kept at attach name it.
+        let pid = std::process::id();
+        let mut s = StubSymbols::default();
+        s.remember(pid);
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let gone = maps.replace(exe.to_str().unwrap(), "/nonexistent/gputrace-test-exe");
+        assert_ne!(gone, maps);
+        let addr = gputrace_test_stub_symbol as *const () as u64;
+        assert_eq!(
+            s.name_from(pid, pid, Some(&gone), addr).as_deref(),
+            Some("gputrace_test_stub_symbol")
+        );
+        // Nothing kept: nothing named, and nothing guessed.
+        let mut bare = StubSymbols::default();
+        assert_eq!(bare.name_from(pid, pid, Some(&gone), addr), None);
     }
 }
