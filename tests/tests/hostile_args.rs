@@ -111,7 +111,39 @@ fn bad_arguments_are_one_line_and_exit_2() {
         ),
         (
             &["--pid", "1", "--probes", "launch,launch:args"],
-            "`launch` is given both with and without `:args`",
+            "`launch` is given in two modes",
+        ),
+        // `:counts` is the daemon's, without what needs each call.
+        (
+            &["--pid", "1", "--probes", "launch:counts"],
+            "`:counts` is the daemon's",
+        ),
+        (
+            &["daemon", "--probes", "launch:counts"],
+            "which --overhead-budget above 0 needs",
+        ),
+        (
+            &[
+                "daemon",
+                "--overhead-budget",
+                "0",
+                "--probes",
+                "sync:counts",
+                "--output-dir",
+                "/tmp",
+            ],
+            "which --output-dir needs",
+        ),
+        (
+            &[
+                "daemon",
+                "--overhead-budget",
+                "0",
+                "--probes",
+                "launch:counts",
+                "--gpu-time",
+            ],
+            "which --gpu-time needs",
         ),
         // Outputs
         (&["--pid", "1", "--output", ""], "must end in .jsonl"),
@@ -160,6 +192,14 @@ fn bad_arguments_are_one_line_and_exit_2() {
         &[("GPUTRACE_RING_BYTES", "5000")],
         2,
         "GPUTRACE_RING_BYTES=5000",
+    );
+    // `:counts` keeps its calls' starts in task storage: with the in-flight
+    // map forced, it is refused (a runtime failure: the kernel decides).
+    expect_failure(
+        &["daemon", "--overhead-budget", "0", "--probes", "launch:counts"],
+        &[("GPUTRACE_INFLIGHT", "map")],
+        1,
+        "`:counts` needs task storage",
     );
 }
 

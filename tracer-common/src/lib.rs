@@ -219,9 +219,89 @@ pub enum LostReason {
     /// CPU's scratch buffer in use by a preempted probe); the call itself is
     /// recorded, without its stack.
     StackDropped = 4,
+    /// A call counted in the kernel (`ProbeCookie::COUNTED`) whose process
+    /// and API found no room in the map of counts.
+    CountsFull = 5,
 }
 
-pub const LOST_SLOTS: u32 = 5;
+pub const LOST_SLOTS: u32 = 6;
+
+/// Upper bounds of the latency histogram's buckets, in nanoseconds (a call
+/// of `d` ns goes in the first bucket whose bound is at least `d`; past the
+/// last, in the +Inf bucket): host-side API latencies run from about a
+/// microsecond (a queued launch) to seconds (a synchronisation, a
+/// communicator's creation). The daemon's histograms and the calls counted
+/// in the kernel use the same.
+#[rustfmt::skip]
+pub const BUCKETS_NS: [u64; 22] = [
+    1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000, 25_000_000, 50_000_000,
+    100_000_000, 250_000_000, 500_000_000, 1_000_000_000, 2_500_000_000,
+    5_000_000_000, 10_000_000_000,
+];
+
+/// The bucket of a latency of `d` ns: the first bound of [`BUCKETS_NS`] at
+/// or above it, else the +Inf slot (a binary search: five halvings cover
+/// the 22 bounds, cheap enough for a probe).
+#[inline(always)]
+pub fn bucket_of(d: u64) -> usize {
+    let (mut lo, mut hi) = (0usize, BUCKETS_NS.len());
+    for _ in 0..5 {
+        if lo < hi {
+            let mid = (lo + hi) / 2;
+            let b = match BUCKETS_NS.get(mid) {
+                Some(b) => *b,
+                None => break,
+            };
+            if b < d {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+    }
+    lo
+}
+
+/// Slots of a histogram over [`BUCKETS_NS`]: one per bound, then +Inf.
+pub const HISTOGRAM_SLOTS: usize = BUCKETS_NS.len() + 1;
+
+/// The calls of one API in one process counted in the kernel
+/// (`ProbeCookie::COUNTED`), on one CPU; keyed by [`counted_key`]. Each
+/// field only grows; the calls are the buckets added up.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counted {
+    pub sum_ns: u64,
+    /// Per bucket of [`BUCKETS_NS`] (not cumulative); the last is +Inf.
+    pub buckets: [u64; HISTOGRAM_SLOTS],
+}
+
+impl Counted {
+    pub const fn zeroed() -> Self {
+        Self {
+            sum_ns: 0,
+            buckets: [0; HISTOGRAM_SLOTS],
+        }
+    }
+
+    /// The calls counted (each is in one bucket).
+    pub fn calls(&self) -> u64 {
+        let mut n = 0u64;
+        let mut i = 0;
+        while i < HISTOGRAM_SLOTS {
+            n = n.wrapping_add(self.buckets[i]);
+            i += 1;
+        }
+        n
+    }
+}
+
+/// The key of a [`Counted`]: the process (tgid) and the API id.
+#[inline(always)]
+pub const fn counted_key(tgid: u32, api: u32) -> u64 {
+    ((tgid as u64) << 32) | api as u64
+}
 
 /// The attach cookie: which API this probe is, and what the probe must read.
 ///
@@ -229,6 +309,7 @@ pub const LOST_SLOTS: u32 = 5;
 /// - 0..16: API id
 /// - 16: entry only (no return probe; send at entry)
 /// - 17: read the five stack arguments
+/// - 18: counted in the kernel ([`Counted`], per process and API): no record
 /// - 20..24: argument (1-based) pointing to a struct of [`DEREF_BYTES`] copied to `extra` at entry
 /// - 24..28: argument (1-based) that is an out-pointer whose u64 is read at return into `extra[0]`
 /// - 28..32: same, into `extra[1]`
@@ -262,6 +343,7 @@ impl ProbeCookie {
     pub const RUNTIME_GET: u64 = 1 << 37;
     pub const STACKS: u64 = 1 << 38;
     pub const STACKS_SAMPLED: u64 = 1 << 39;
+    pub const COUNTED: u64 = 1 << 18;
 
     #[inline(always)]
     pub const fn api(self) -> u32 {
@@ -270,6 +352,10 @@ impl ProbeCookie {
     #[inline(always)]
     pub const fn entry_only(self) -> bool {
         self.0 & Self::ENTRY_ONLY != 0
+    }
+    #[inline(always)]
+    pub const fn counted(self) -> bool {
+        self.0 & Self::COUNTED != 0
     }
     #[inline(always)]
     pub const fn stack_args(self) -> bool {
@@ -335,6 +421,10 @@ impl ProbeCookie {
     pub const fn with_entry_only(self) -> Self {
         Self(self.0 | Self::ENTRY_ONLY)
     }
+    /// Counted in the kernel: no record, no argument read.
+    pub const fn with_counted(self) -> Self {
+        Self(self.0 | Self::COUNTED)
+    }
     pub const fn with_stack(self) -> Self {
         Self(self.0 | Self::STACK)
     }
@@ -397,6 +487,8 @@ mod user {
     unsafe impl aya::Pod for super::Blob {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::CommLayout {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Counted {}
 }
 
 #[cfg(test)]
@@ -468,5 +560,28 @@ mod tests {
         );
         assert_eq!(ProbeCookie(63 << 48 | 1 << 44).blob_len(), BLOB_LEN);
         assert_eq!(c.api(), 9);
+    }
+}
+
+#[cfg(test)]
+mod bucket_tests {
+    use super::*;
+
+    #[test]
+    fn bucket_of_is_the_first_bound_at_or_above() {
+        let mut at = [0u64; 3 * BUCKETS_NS.len() + 3];
+        let mut n = 0;
+        for b in BUCKETS_NS {
+            for d in [b - 1, b, b + 1] {
+                at[n] = d;
+                n += 1;
+            }
+        }
+        at[n] = 0;
+        at[n + 1] = u64::MAX;
+        for d in at {
+            assert_eq!(bucket_of(d), BUCKETS_NS.partition_point(|b| *b < d), "{d}");
+        }
+        assert_eq!(bucket_of(u64::MAX), HISTOGRAM_SLOTS - 1);
     }
 }

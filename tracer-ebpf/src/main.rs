@@ -8,6 +8,7 @@
 #![feature(asm_experimental_arch)]
 
 mod blob;
+mod counting;
 mod inflight;
 mod stack;
 
@@ -105,11 +106,18 @@ fn per_task_for(cookie: ProbeCookie) -> bool {
 /// migration disabled but may be preempted, so another task's program can
 /// run on this CPU in the middle: the add must be atomic.
 #[inline(always)]
-fn bump(slot: *mut u64) {
-    // SAFETY: `slot` is a valid, aligned u64 in a map value; BPF_XADD is
-    // the eBPF atomic add (core's atomics are not offered for this target).
+pub(crate) fn bump(slot: *mut u64) {
+    // `slot` is a valid, aligned u64 in a map value; BPF_XADD is the eBPF
+    // atomic add (core's atomics are not offered for this target).
+    add(slot, 1);
+}
+
+/// Adds `v` to a counter in a per-CPU slot, atomically (see [`bump`]).
+#[inline(always)]
+pub(crate) fn add(slot: *mut u64, v: u64) {
+    // SAFETY: as in `bump`.
     unsafe {
-        core::arch::asm!("lock *(u64 *)({p} + 0) += {v}", p = in(reg) slot, v = in(reg) 1u64, options(nostack));
+        core::arch::asm!("lock *(u64 *)({p} + 0) += {v}", p = in(reg) slot, v = in(reg) v, options(nostack));
     }
 }
 
@@ -349,9 +357,18 @@ fn read_comm(cookie: ProbeCookie, e: &mut CallEvent) {
 pub fn call_entry(ctx: ProbeContext) -> u32 {
     // SAFETY: the helper reads the cookie of the link that ran us.
     let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
-    let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: the helper returns the time.
     let start_ns = unsafe { bpf_ktime_get_ns() };
+    if cookie.counted() {
+        // Only its start, for the return to time it (userspace sets the
+        // bit only where calls in flight live in task storage).
+        if per_task() {
+            // SAFETY: uprobe programs get the user registers.
+            counting::enter(cookie.api(), unsafe { (*ctx.regs).rsp }, start_ns);
+        }
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
     // The stack goes first: userspace holds it until its call arrives.
     if stack::wanted(cookie) {
         stack::capture(&ctx, cookie.api(), pid_tgid, start_ns);
@@ -423,6 +440,14 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
     let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
     // SAFETY: uretprobe programs get the user registers.
     let regs = unsafe { &*ctx.regs };
+    if cookie.counted() {
+        if !per_task() {
+            return 0;
+        }
+        let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        counting::leave(cookie.api(), regs.rsp, tgid, now);
+        return 0;
+    }
     let tid = bpf_get_current_pid_tgid() as u32;
     let key = ((tid as u64) << 32) | cookie.api() as u64;
     let per_task = per_task_for(cookie);

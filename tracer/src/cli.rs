@@ -233,6 +233,9 @@ pub struct DaemonArgs {
     /// Say more on stderr (the probe hit cost, what the overhead budget decides).
     #[arg(long)]
     pub verbose: bool,
+    /// Probe families, as trace's --probes (default: all); FAMILY:counts counts that family's busy calls (launches, event records, stream waits, capture queries) in the kernel, per process and API, with no record of each: the cheapest a traced call gets. Needs --overhead-budget 0 and no --output-dir, --gpu-time or --stacks.
+    #[arg(long, value_name = "LIST", value_parser = parse_probes)]
+    pub probes: Option<ProbeSelection>,
 }
 
 /// `--overhead-budget`: a percentage, 0 (off) to 100.

@@ -275,6 +275,24 @@ impl Api {
         }
     }
 
+    /// Whether `--probes FAMILY:counts` counts this API in the kernel: the
+    /// busy calls whose metrics are their count and latency alone (kernel
+    /// launches, event records and stream waits, capture status queries).
+    /// What carries more (copies' bytes, graph launches' kernels, GEMMs'
+    /// shapes, the runtime's host stubs) keeps its records.
+    pub fn countable(&self) -> bool {
+        matches!(
+            self.shape,
+            Shape::Launch
+                | Shape::LaunchEx
+                | Shape::Sync {
+                    stream: Some(_),
+                    event: Some(_),
+                }
+                | Shape::Graph(GraphOp::IsCapturing | GraphOp::CaptureInfo)
+        )
+    }
+
     /// The cookie as attached with `selection`: launches look up the
     /// runtime's host stub when `runtime_stubs` (the runtime family is
     /// traced and handles cannot be named: the lookup costs a map access per
@@ -290,6 +308,10 @@ impl Api {
             && selection.mode(Family::Runtime).is_some()
         {
             c = c.with_runtime_get();
+        }
+        if selection.probe_mode(self.family) == Some(ProbeMode::Counts) && self.countable() {
+            // Counted: no record, so no argument read either.
+            return (ProbeCookie::new(self.id).with_counted(), false);
         }
         let args_only = selection.mode(self.family) == Some(true) && self.family != Family::Runtime;
         if args_only {
@@ -448,48 +470,61 @@ pub fn api_by_name(name: &str) -> Option<&'static Api> {
     catalogue().iter().find(|a| a.name == name)
 }
 
-/// Which families to attach, and whether each gets a return probe.
+/// How a family's calls are recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeMode {
+    /// Each call recorded at its return: arguments, result, latency.
+    Full,
+    /// `:args`: each call recorded at its entry, no return probe.
+    Args,
+    /// `:counts`: its busy calls ([`Api::countable`]) counted in the kernel
+    /// per process and API (calls and a latency histogram), with no
+    /// record of each; its other calls as `Full`. For the daemon's metrics.
+    Counts,
+}
+
+/// Which families to attach, and how each is recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeSelection {
-    /// (family, args only)
-    families: Vec<(Family, bool)>,
+    families: Vec<(Family, ProbeMode)>,
 }
 
 impl Default for ProbeSelection {
     fn default() -> Self {
         Self {
-            families: Family::ALL.iter().map(|f| (*f, false)).collect(),
+            families: Family::ALL.iter().map(|f| (*f, ProbeMode::Full)).collect(),
         }
     }
 }
 
 impl ProbeSelection {
-    /// Parses `launch,memory:args,...`.
+    /// Parses `launch,memory:args,sync:counts,...`.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let mut families: Vec<(Family, bool)> = Vec::new();
+        let mut families: Vec<(Family, ProbeMode)> = Vec::new();
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            let (name, args_only) = match item.split_once(':') {
-                Some((n, "args")) => (n, true),
+            let (name, mode) = match item.split_once(':') {
+                Some((n, "args")) => (n, ProbeMode::Args),
+                Some((n, "counts")) => (n, ProbeMode::Counts),
                 Some((_, mode)) => {
                     return Err(format!(
-                        "unknown probe mode `{mode}` in `{item}` (only `:args`)"
+                        "unknown probe mode `{mode}` in `{item}` (`:args` or `:counts`)"
                     ))
                 }
-                None => (item, false),
+                None => (item, ProbeMode::Full),
             };
             let family = Family::parse(name).ok_or_else(|| {
                 let known: Vec<_> = Family::ALL.iter().map(|f| f.name()).collect();
                 format!("unknown probe family `{name}` (known: {})", known.join(","))
             })?;
             match families.iter().find(|(f, _)| *f == family) {
-                // The same twice is harmless; both modes at once is a contradiction.
-                Some((_, a)) if *a != args_only => {
+                // The same twice is harmless; two modes at once is a contradiction.
+                Some((_, m)) if *m != mode => {
                     return Err(format!(
-                        "`{name}` is given both with and without `:args`: choose one"
+                        "`{name}` is given in two modes (plain, `:args`, `:counts`): choose one"
                     ))
                 }
                 Some(_) => {}
-                None => families.push((family, args_only)),
+                None => families.push((family, mode)),
             }
         }
         if families.is_empty() {
@@ -500,10 +535,20 @@ impl ProbeSelection {
 
     /// `None` when the family is not selected, else whether it is args-only.
     pub fn mode(&self, family: Family) -> Option<bool> {
+        self.probe_mode(family).map(|m| m == ProbeMode::Args)
+    }
+
+    /// How the family is recorded; `None` when it is not selected.
+    pub fn probe_mode(&self, family: Family) -> Option<ProbeMode> {
         self.families
             .iter()
             .find(|(f, _)| *f == family)
-            .map(|(_, a)| *a)
+            .map(|(_, m)| *m)
+    }
+
+    /// Whether some family is counted in the kernel (`:counts`).
+    pub fn counts_any(&self) -> bool {
+        self.families.iter().any(|(_, m)| *m == ProbeMode::Counts)
     }
 
     pub fn wants_lib(&self, lib: Lib) -> bool {

@@ -107,5 +107,51 @@ fn probe_selection_parses() {
         .unwrap_err()
         .contains("unknown probe family"));
     assert!(ProbeSelection::parse("launch:ret").is_err());
+    assert!(ProbeSelection::parse("launch:args,launch:counts")
+        .unwrap_err()
+        .contains("two modes"));
     assert!(!s.wants_lib(Lib::Cudart));
+    let c = ProbeSelection::parse("launch:counts,sync").unwrap();
+    assert_eq!(c.probe_mode(Family::Launch), Some(ProbeMode::Counts));
+    assert_eq!(c.mode(Family::Launch), Some(false));
+    assert!(c.counts_any() && !s.counts_any());
+}
+
+/// `:counts` counts the busy calls whose metrics are a count and a
+/// latency, and keeps the records of what carries more.
+#[test]
+fn counted_apis_carry_only_the_counted_bit() {
+    let sel = ProbeSelection::parse(
+        "launch:counts,sync:counts,graphs:counts,memcpy:counts,memory:counts",
+    )
+    .unwrap();
+    let mut counted: Vec<&str> = catalogue()
+        .iter()
+        .filter(|a| a.cookie_for(&sel, true).0.counted())
+        .map(|a| a.name.trim_end_matches("_ptsz"))
+        .collect();
+    counted.dedup();
+    assert_eq!(
+        counted,
+        [
+            "cuLaunchKernel",
+            "cuLaunchKernelEx",
+            "cuLaunchCooperativeKernel",
+            "cuStreamWaitEvent",
+            "cuEventRecord",
+            "cuEventRecordWithFlags",
+            "cuStreamIsCapturing",
+            "cuStreamGetCaptureInfo",
+            "cuStreamGetCaptureInfo_v2",
+            "cuStreamGetCaptureInfo_v3",
+        ]
+    );
+    for a in catalogue()
+        .iter()
+        .filter(|a| a.cookie_for(&sel, true).0.counted())
+    {
+        let (c, args_only) = a.cookie_for(&sel, true);
+        assert_eq!(c, ProbeCookie::new(a.id).with_counted(), "{}", a.name);
+        assert!(!args_only);
+    }
 }

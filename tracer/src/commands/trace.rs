@@ -56,6 +56,11 @@ pub(crate) fn run(args: TraceArgs, config: &Config) -> Result<ExitCode> {
             "--summary-file and --output name the same file",
         ));
     }
+    if spec.probes.as_ref().is_some_and(|p| p.counts_any()) {
+        return Err(Failure::usage(
+            "`:counts` is the daemon's (its metrics need only counts): trace records each call, so give the family without `:counts`",
+        ));
+    }
     preflight(&spec)?;
     let clock = Clock::measure();
     let origin = clock.to_unix_ns(Clock::now_mono_ns());

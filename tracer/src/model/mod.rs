@@ -77,6 +77,26 @@ pub enum Event {
     /// `--gpu-time`: the agent in a process attached, was refused, detached,
     /// or could not record some work.
     GpuAgent(gpu::GpuAgentNote),
+    /// `--probes FAMILY:counts`: calls of one API in one process counted in
+    /// the kernel since the last such event (read every second, and a
+    /// process's last before its `ProcessGone`).
+    Counted(CountedCalls),
+}
+
+/// Calls of one API in one process counted in the kernel (`:counts`),
+/// since the last report of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CountedCalls {
+    pub pid: u32,
+    /// The process's name when they were read.
+    pub comm: Arc<str>,
+    pub api: &'static str,
+    pub calls: u64,
+    /// Their host time added up.
+    pub sum_ns: u64,
+    /// Per bucket of `tracer_common::BUCKETS_NS` (not cumulative; the last
+    /// is +Inf).
+    pub buckets: [u64; tracer_common::HISTOGRAM_SLOTS],
 }
 
 /// Who a process is, read once while it is alive.

@@ -190,12 +190,20 @@ pub struct LostCounts {
     /// full, or the CPU's scratch buffer in use (the call was still
     /// recorded, without its stack).
     pub stacks_dropped: u64,
+    /// Calls counted in the kernel (`--probes FAMILY:counts`) whose process
+    /// found no room in the map of counts (absent from the JSON when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub counts_full: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl LostCounts {
     /// Calls that were made but are missing from the trace.
     pub fn events_lost(&self) -> u64 {
-        self.ring_full + self.inflight_full + self.unpaired
+        self.ring_full + self.inflight_full + self.unpaired + self.counts_full
     }
 
     /// What was lost since `then` (each count only grows).
@@ -206,6 +214,7 @@ impl LostCounts {
             unpaired: self.unpaired.saturating_sub(then.unpaired),
             read_failed: self.read_failed.saturating_sub(then.read_failed),
             stacks_dropped: self.stacks_dropped.saturating_sub(then.stacks_dropped),
+            counts_full: self.counts_full.saturating_sub(then.counts_full),
         }
     }
 }

@@ -93,7 +93,9 @@ impl Sink for PrintSink {
             | Event::NcclCollective(_)
             | Event::NcclStall(_)
             | Event::NcclStallEnded(_)
-            | Event::Sampling(_) => {}
+            | Event::Sampling(_)
+            // `:counts` is the daemon's (refused here).
+            | Event::Counted(_) => {}
         }
     }
 

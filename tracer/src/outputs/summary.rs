@@ -54,7 +54,9 @@ impl Sink for SummarySink {
             Event::NcclCollective(_)
             | Event::ProcessSeen(_)
             | Event::ProcessGone { .. }
-            | Event::Graph(_) => {}
+            | Event::Graph(_)
+            // `:counts` is the daemon's (refused here).
+            | Event::Counted(_) => {}
         }
     }
 }

@@ -86,6 +86,11 @@ impl Probes {
         if !config.inflight_map {
             match Self::load_with(selection.clone(), ring_bytes, perf_events, stacks, true) {
                 Ok(p) => return Ok(p),
+                Err(e) if selection.counts_any() => {
+                    return Err(e.context(
+                        "`:counts` needs task storage in uprobe programs: trace those families without `:counts`",
+                    ));
+                }
                 Err(e) => {
                     if let Ok(p) =
                         Self::load_with(selection, ring_bytes, perf_events, stacks, false)
@@ -98,6 +103,11 @@ impl Probes {
                     return Err(e);
                 }
             }
+        }
+        if selection.counts_any() {
+            anyhow::bail!(
+                "`:counts` needs task storage in uprobe programs, which this kernel (or GPUTRACE_INFLIGHT=map) does not give: trace those families without `:counts`"
+            );
         }
         Self::load_with(selection, ring_bytes, perf_events, stacks, false)
     }
@@ -504,6 +514,17 @@ impl Probes {
             .take_map("LOST")
             .ok_or_else(|| anyhow!("LOST map missing"))?;
         Ok(LostCounter(PerCpuArray::try_from(map)?))
+    }
+
+    /// A handle on the calls counted in the kernel (`:counts`).
+    pub fn take_counts(&mut self) -> anyhow::Result<crate::probes::counts::CountsMap> {
+        let map = self
+            .ebpf
+            .take_map("COUNTS")
+            .ok_or_else(|| anyhow!("COUNTS map missing"))?;
+        Ok(crate::probes::counts::CountsMap(PerCpuHashMap::try_from(
+            map,
+        )?))
     }
 
     /// A handle on the per-process counts of calls not recorded.

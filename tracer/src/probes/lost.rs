@@ -33,13 +33,14 @@ impl LostCounter {
                 .map(|v| v.iter().sum())
                 .unwrap_or(0)
         };
-        let _: [(); 5] = [(); LOST_SLOTS as usize];
+        let _: [(); 6] = [(); LOST_SLOTS as usize];
         LostCounts {
             ring_full: slot(LostReason::RingFull),
             inflight_full: slot(LostReason::InflightFull),
             unpaired: slot(LostReason::Unpaired),
             read_failed: slot(LostReason::ReadFailed),
             stacks_dropped: slot(LostReason::StackDropped),
+            counts_full: slot(LostReason::CountsFull),
         }
     }
 }

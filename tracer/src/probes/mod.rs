@@ -3,6 +3,7 @@
 //! calls the probes could not record.
 
 pub mod attach;
+pub(crate) mod counts;
 pub(crate) mod hot;
 pub(crate) mod links;
 pub(crate) mod lost;

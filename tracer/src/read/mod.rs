@@ -101,6 +101,7 @@ pub(crate) fn lost_from(v: &Value) -> Option<LostCounts> {
         unpaired: d.get("unpaired")?.as_u64()?,
         read_failed: d.get("read_failed").and_then(Value::as_u64).unwrap_or(0),
         stacks_dropped: d.get("stacks_dropped").and_then(Value::as_u64).unwrap_or(0),
+        counts_full: d.get("counts_full").and_then(Value::as_u64).unwrap_or(0),
     })
 }
 

@@ -16,6 +16,7 @@ mod node;
 mod processes;
 mod run;
 mod stacks;
+mod tallies;
 mod targets;
 
 use std::time::{Duration, Instant};
@@ -57,10 +58,6 @@ use targets::{attach_pids, start_command, Targets};
 pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// How often the ring buffer is drained when the probes did not wake us.
 pub(crate) const DRAIN_EVERY: Duration = Duration::from_millis(20);
-/// Per-process lost counts are read at most this often (reading them walks
-/// a per-CPU hash map).
-const LOST_BY_PID_EVERY: Duration = Duration::from_secs(1);
-
 /// A running session. Its parts are private: commands use its methods.
 pub(crate) struct Session {
     ring: AsyncFd<RingBuf<MapData>>,
@@ -90,6 +87,9 @@ pub(crate) struct Session {
     budget: Option<crate::budget::Budget>,
     /// `--gpu-time`: the agents in the traced processes.
     gpu: Option<crate::gpu::GpuTime>,
+    /// `--probes FAMILY:counts`: the calls counted in the kernel, and when
+    /// they were last read.
+    counts: Option<(crate::probes::counts::Counts, Option<Instant>)>,
 }
 
 impl Session {
@@ -117,6 +117,13 @@ impl Session {
         let ring = probes.take_ring()?;
         let lost = probes.take_lost()?;
         let lost_by_pid = probes.take_lost_by_pid()?;
+        let counts = match selection.counts_any() {
+            true => Some((
+                crate::probes::counts::Counts::new(probes.take_counts()?),
+                None,
+            )),
+            false => None,
+        };
         let inflight = match probes.take_inflight() {
             Ok(m) => Some(m),
             Err(e) => {
@@ -192,6 +199,7 @@ impl Session {
             signals: None,
             budget,
             gpu: spec.gpu.clone().map(|o| crate::gpu::GpuTime::new(o, clock)),
+            counts,
         };
         for e in pending {
             session.note(&e);
@@ -426,7 +434,11 @@ impl Session {
                 self.processes.found(pid, &mut events);
             }
         }
-        let exited = self.processes.check(now, &mut events);
+        // A process's last counts go before it is said gone.
+        let mut gone = Vec::new();
+        let exited = self.processes.check(now, &mut gone);
+        self.read_counts(now, false, &gone, &mut events);
+        events.append(&mut gone);
         for (pid, at_ns, status) in self.processes.take_exits() {
             self.nccl.process_exited(pid, at_ns, status);
         }
@@ -494,27 +506,6 @@ impl Session {
 
     /// Reads the lost counters; says [`Event::Lost`] when they changed
     /// (or always, at the `end`).
-    fn read_lost(&mut self, now: Instant, end: bool, out: &mut Vec<Event>) {
-        let total = self.lost.read();
-        let changed = total != self.reported.total || self.undecodable != self.reported.undecodable;
-        let by_pid_due = self
-            .by_pid_read
-            .is_none_or(|t| now.saturating_duration_since(t) >= LOST_BY_PID_EVERY);
-        let due = end || (changed && by_pid_due);
-        if !due {
-            return;
-        }
-        let mut by_pid: Vec<(u32, u64)> = self.lost_by_pid.read().into_iter().collect();
-        by_pid.sort_unstable();
-        self.by_pid_read = Some(now);
-        self.reported = LostReport {
-            total,
-            by_pid,
-            undecodable: self.undecodable,
-        };
-        out.push(Event::Lost(self.reported.clone()));
-    }
-
     /// Ends tracing: detaches every probe (returns first, so no call is
     /// half seen), drains what the ring still holds, reports what was lost,
     /// and ends a command gputrace started if it still runs.
@@ -530,6 +521,7 @@ impl Session {
         if let Some(g) = &mut self.gpu {
             g.stop(&mut events);
         }
+        self.read_counts(Instant::now(), true, &[], &mut events);
         self.read_lost(Instant::now(), true, &mut events);
         for e in &events {
             if let Event::GpuAgent(n) = e {

@@ -52,6 +52,8 @@ impl Sink for ModelSink<'_> {
             Event::Gpu(w) => self.model.gpu(w, self.now_ns),
             Event::GpuAgent(n) => self.model.gpu_note(n),
             Event::Exec(x) => self.model.exec(x.pid, &x.comm),
+            // `:counts` is the daemon's (refused here).
+            Event::Counted(_) => {}
         }
     }
 

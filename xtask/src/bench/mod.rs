@@ -31,10 +31,13 @@ pub(crate) enum Mode {
     /// gputrace with calls in flight in the eBPF hash map instead of task
     /// storage (`GPUTRACE_INFLIGHT=map`): what the task storage saves.
     GputraceMap,
+    /// The daemon with `--probes launch:counts`: launches counted in the
+    /// kernel (calls and a latency histogram), no record of each.
+    GputraceCounts,
 }
 
 impl Mode {
-    pub(crate) const ALL: [Mode; 8] = [
+    pub(crate) const ALL: [Mode; 9] = [
         Mode::None,
         Mode::Bare,
         Mode::BareRet,
@@ -43,6 +46,7 @@ impl Mode {
         Mode::GputraceStacks,
         Mode::GputraceStacks64,
         Mode::GputraceMap,
+        Mode::GputraceCounts,
     ];
 
     fn name(self) -> &'static str {
@@ -55,6 +59,7 @@ impl Mode {
             Mode::GputraceStacks => "gputrace --stacks",
             Mode::GputraceStacks64 => "gputrace --stacks 1/64",
             Mode::GputraceMap => "gputrace (in-flight map)",
+            Mode::GputraceCounts => "daemon launch:counts",
         }
     }
 
@@ -69,6 +74,7 @@ impl Mode {
             Mode::GputraceStacks => "stacks",
             Mode::GputraceStacks64 => "stacks64",
             Mode::GputraceMap => "map",
+            Mode::GputraceCounts => "counts",
         }
     }
 
@@ -90,10 +96,16 @@ impl Mode {
         )
     }
 
+    /// Whether the row means anything for the workload `kind`: only
+    /// launches are counted in the kernel.
+    fn applies(self, kind: &str) -> bool {
+        self != Mode::GputraceCounts || kind == "launch"
+    }
+
     /// The row this one is compared with.
     fn floor(self) -> Option<Mode> {
         match self {
-            Mode::Gputrace | Mode::GputraceMap => Some(Mode::BareRet),
+            Mode::Gputrace | Mode::GputraceMap | Mode::GputraceCounts => Some(Mode::BareRet),
             Mode::GputraceArgs => Some(Mode::Bare),
             Mode::GputraceStacks | Mode::GputraceStacks64 => Some(Mode::Gputrace),
             _ => None,
@@ -213,6 +225,7 @@ impl Bench {
         let jsonl = self.scratch.join("bench.jsonl");
         let tracer_args = self.tracer_args(mode, kind, &pid, &jsonl);
         let mut cpu_at_attach = 0.0;
+        let mut said = None;
         let mut tracer = match &tracer_args {
             Some(a) => {
                 let mut t = Command::new(&self.gputrace)
@@ -237,10 +250,11 @@ impl Bench {
                 // is not the cost of events.
                 cpu_at_attach = cpu_seconds(t.id());
                 // Keep reading stderr so gputrace never blocks on it.
-                std::thread::spawn(move || {
-                    let mut sink = String::new();
-                    let _ = err.read_to_string(&mut sink);
-                });
+                said = Some(std::thread::spawn(move || {
+                    let mut text = String::new();
+                    let _ = err.read_to_string(&mut text);
+                    text
+                }));
                 Some(t)
             }
             None => None,
@@ -263,7 +277,18 @@ impl Bench {
             }
             s.cpu_s = (cpu - cpu_at_attach).max(0.0);
             s.max_rss_kb = rss;
-            if mode.traced() {
+            if mode == Mode::GputraceCounts {
+                // The daemon's last line: "(N calls traced, M of them
+                // counted in the kernel, L lost)".
+                let text = said.take().and_then(|h| h.join().ok()).unwrap_or_default();
+                let figure = |after: &str| -> u64 {
+                    text.rsplit_once(after)
+                        .and_then(|(before, _)| before.rsplit([' ', '(']).next()?.parse().ok())
+                        .unwrap_or(0)
+                };
+                s.events = figure(" calls traced");
+                s.lost = figure(" lost)");
+            } else if mode.traced() {
                 let v: Value = serde_json::from_str(stdout.trim())
                     .with_context(|| format!("summary: {stdout}"))?;
                 s.events = v["events"].as_u64().unwrap_or(0);
@@ -283,6 +308,19 @@ impl Bench {
         let (lib, symbol) = kind_symbol(kind);
         match mode {
             Mode::None => None,
+            Mode::GputraceCounts => Some(
+                [
+                    "daemon",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--overhead-budget",
+                    "0",
+                    "--probes",
+                    "launch:counts",
+                ]
+                .map(String::from)
+                .to_vec(),
+            ),
             Mode::Bare | Mode::BareRet => {
                 let mut a = vec![
                     "__bare".to_string(),
@@ -416,7 +454,9 @@ pub(crate) fn run(bench: &Bench, o: &Options) -> Result<()> {
             // Interleave the modes so drift hits them all alike.
             for _ in 0..o.reps {
                 for (i, mode) in o.modes.iter().enumerate() {
-                    samples[i].push(bench.run(*mode, kind, threads, o.calls)?);
+                    if mode.applies(kind) {
+                        samples[i].push(bench.run(*mode, kind, threads, o.calls)?);
+                    }
                 }
             }
             let med = |i: usize, f: &dyn Fn(&Sample) -> f64| {
@@ -424,6 +464,9 @@ pub(crate) fn run(bench: &Bench, o: &Options) -> Result<()> {
             };
             let floor = |m: Mode| m.floor().and_then(|f| o.modes.iter().position(|x| *x == f));
             for (i, mode) in o.modes.iter().enumerate() {
+                if !mode.applies(kind) {
+                    continue;
+                }
                 let ns = med(i, &|s| s.ns_per_call);
                 let lo = samples[i]
                     .iter()
@@ -433,7 +476,7 @@ pub(crate) fn run(bench: &Bench, o: &Options) -> Result<()> {
                 let ratio = floor(*mode).map(|f| ns / med(f, &|s| s.ns_per_call));
                 let cpu = med(i, &|s| s.cpu_ns_per_call);
                 let cpu_ratio = floor(*mode).map(|f| cpu / med(f, &|s| s.cpu_ns_per_call));
-                let traced = mode.traced();
+                let traced = mode.traced() || *mode == Mode::GputraceCounts;
                 let events_s = med(i, &|s| s.events as f64 / s.busy_s.max(1e-9));
                 let lost = samples[i].iter().map(|s| s.lost).sum::<u64>();
                 let cpu_us = med(i, &|s| {

@@ -39,8 +39,22 @@ pub(crate) fn run(args: DaemonArgs, config: &Config) -> Result<ExitCode> {
         nccl_stall: crate::cli::stall_threshold(args.nccl_stall),
         overhead_budget: crate::cli::budget(Some(args.overhead_budget)),
         verbose: args.verbose,
+        probes: args.probes.clone(),
         ..TargetSpec::default()
     };
+    if spec.probes.as_ref().is_some_and(|p| p.counts_any()) {
+        let with = [
+            (spec.overhead_budget.is_some(), "--overhead-budget above 0"),
+            (args.output_dir.is_some(), "--output-dir"),
+            (spec.gpu.is_some(), "--gpu-time"),
+            (spec.stacks.is_some(), "--stacks"),
+        ];
+        if let Some((_, flag)) = with.iter().find(|(given, _)| *given) {
+            return Err(Failure::usage(format!(
+                "`:counts` keeps no record of each call, which {flag} needs: give --overhead-budget 0 and leave the others out, or the family without `:counts`"
+            )));
+        }
+    }
     preflight(&spec)?;
     let timelines = match &args.output_dir {
         Some(dir) => {
@@ -150,8 +164,12 @@ async fn daemon(
         Stop::Signal(name) => name,
         _ => "stopped",
     };
+    let counted = match sink.counted {
+        0 => String::new(),
+        n => format!(", {n} of them counted in the kernel"),
+    };
     crate::say!(
-        "{signal}: detached every probe and stopped in {} ms ({} calls traced, {} lost)",
+        "{signal}: detached every probe and stopped in {} ms ({} calls traced{counted}, {} lost)",
         stopping.elapsed().as_millis(),
         sink.calls,
         sink.lost.events_lost()

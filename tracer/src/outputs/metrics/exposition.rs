@@ -206,12 +206,13 @@ impl Metrics {
             o,
             "gputrace_events_lost_total",
             "counter",
-            "Calls made but not recorded, by reason: ring_full (the ring buffer was full), inflight_full, unpaired (a return without its entry).",
+            "Calls made but not recorded, by reason: ring_full (the ring buffer was full), inflight_full, unpaired (a return without its entry), counts_full (no room to count a process's calls in the kernel).",
         );
         for (reason, n) in [
             ("ring_full", self.lost.ring_full),
             ("inflight_full", self.lost.inflight_full),
             ("unpaired", self.lost.unpaired),
+            ("counts_full", self.lost.counts_full),
         ] {
             let _ = writeln!(o, "gputrace_events_lost_total{{reason=\"{reason}\"}} {n}");
         }

@@ -31,16 +31,7 @@ use crate::model::Container;
 use crate::model::Event;
 use crate::model::ProcessInfo;
 
-/// Upper bounds of the latency histogram's buckets, in nanoseconds: host-side
-/// API latencies run from about a microsecond (a queued launch) to seconds
-/// (a synchronisation, a communicator's creation).
-#[rustfmt::skip]
-pub(crate) const BUCKETS_NS: [u64; 22] = [
-    1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
-    1_000_000, 2_500_000, 5_000_000, 10_000_000, 25_000_000, 50_000_000,
-    100_000_000, 250_000_000, 500_000_000, 1_000_000_000, 2_500_000_000,
-    5_000_000_000, 10_000_000_000,
-];
+pub(crate) use tracer_common::BUCKETS_NS;
 
 #[derive(Clone, Debug, Default)]
 struct ApiSeries {
@@ -211,15 +202,16 @@ impl Metrics {
         self.seen.insert(info.pid, info.clone());
     }
 
-    /// Counts one call.
-    pub(crate) fn record(&mut self, c: &Call, device_bytes: Option<u64>) {
-        let info = self.seen.remove(&c.pid);
+    /// The series of `pid`, begun at its first call (`comm`: the name
+    /// its calls carry, where the session did not say who it is).
+    fn series(&mut self, pid: u32, comm: &str) -> &mut ProcessSeries {
+        let info = self.seen.remove(&pid);
         let fresh = || match &info {
-            Some(i) => ProcessSeries::new(c.pid, &i.comm, &i.container),
-            None => ProcessSeries::new(c.pid, &c.comm, &Container::default()),
+            Some(i) => ProcessSeries::new(pid, &i.comm, &i.container),
+            None => ProcessSeries::new(pid, comm, &Container::default()),
         };
-        let key = self.key(c.pid);
-        let p = match self.procs.entry(key) {
+        let key = self.key(pid);
+        match self.procs.entry(key) {
             std::collections::btree_map::Entry::Vacant(v) => v.insert(fresh()),
             std::collections::btree_map::Entry::Occupied(o) => {
                 let p = o.into_mut();
@@ -229,7 +221,24 @@ impl Metrics {
                 }
                 p
             }
-        };
+        }
+    }
+
+    /// Adds calls counted in the kernel (`:counts`).
+    pub(crate) fn counted(&mut self, c: &crate::model::CountedCalls) {
+        let p = self.series(c.pid, &c.comm);
+        let a = p.apis.entry(c.api).or_default();
+        a.calls += c.calls;
+        a.timed += c.calls;
+        a.sum_ns += u128::from(c.sum_ns);
+        for (mine, theirs) in a.buckets.iter_mut().zip(c.buckets.iter()) {
+            *mine += theirs;
+        }
+    }
+
+    /// Counts one call.
+    pub(crate) fn record(&mut self, c: &Call, device_bytes: Option<u64>) {
+        let p = self.series(c.pid, &c.comm);
         p.apis.entry(c.api).or_default().record(c.dur_ns);
         if let Some(b) = device_bytes {
             p.device_bytes = b;
@@ -357,8 +366,10 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 pub(crate) struct MetricsSink {
     metrics: Arc<Mutex<Metrics>>,
     last_sweep: Instant,
-    /// Calls counted, and the last lost counts (for the daemon's last line).
+    /// Calls counted, of them those counted in the kernel (`:counts`), and
+    /// the last lost counts (for the daemon's last line).
     pub calls: u64,
+    pub counted: u64,
     pub lost: LostCounts,
 }
 
@@ -373,6 +384,7 @@ impl MetricsSink {
             metrics,
             last_sweep: Instant::now(),
             calls: 0,
+            counted: 0,
             lost: LostCounts::default(),
         }
     }
@@ -405,6 +417,11 @@ impl Sink for MetricsSink {
                 }
             }
             Event::Exec(x) => lock(&self.metrics).exec(x.pid, &x.comm, Instant::now()),
+            Event::Counted(c) => {
+                self.calls += c.calls;
+                self.counted += c.calls;
+                lock(&self.metrics).counted(c);
+            }
         }
     }
 

@@ -229,7 +229,11 @@ impl<T: TimelineFile> Sink for TimelineSink<T> {
             Event::Gpu(w) => self.record(crate::gpu::record::work_record(w)),
             Event::GpuAgent(n) => self.record(crate::gpu::record::note_record(n)),
             Event::Exec(x) => self.record(x.record()),
-            Event::Sampling(_) | Event::ProcessSeen(_) | Event::ProcessGone { .. } => {}
+            // `:counts` is the daemon's, refused with a timeline.
+            Event::Sampling(_)
+            | Event::ProcessSeen(_)
+            | Event::ProcessGone { .. }
+            | Event::Counted(_) => {}
         }
     }
 

@@ -1,0 +1,111 @@
+//! `daemon --probes FAMILY:counts`: the busy calls of a family counted in
+//! the kernel (per process and API: calls and a latency histogram, no record
+//! of each) give the same metrics, exactly, as calls recorded one by one;
+//! the family's other calls keep their records.
+
+use std::time::Duration;
+
+use gputrace_tests::node::*;
+use gputrace_tests::*;
+
+fn calls(m: &str, pid: u32, api: &str) -> Option<f64> {
+    sample(
+        m,
+        "gputrace_api_calls_total",
+        &[("api", api), ("pid", &pid.to_string())],
+    )
+}
+
+fn timed(m: &str, pid: u32, api: &str) -> Option<f64> {
+    sample(
+        m,
+        "gputrace_api_duration_seconds_count",
+        &[("api", api), ("pid", &pid.to_string())],
+    )
+}
+
+#[test]
+fn counted_calls_are_exact_in_the_metrics() {
+    // Started first: the daemon attaches to it at its start.
+    let mut w = Workload::start(&[
+        "--threads",
+        "2",
+        "--launches",
+        "3000",
+        "--launch-ex",
+        "7",
+        "--syncs",
+        "40",
+        "--capture-checks",
+        "25",
+        "--copies",
+        "2",
+    ]);
+    let d = Daemon::start(
+        &[
+            "--probes",
+            "launch:counts,memory,memcpy,sync:counts,names,graphs:counts",
+        ],
+        &[],
+    );
+    w.go();
+    let pid = w.pid;
+    let (status, _) = w.finish();
+    assert!(status.success());
+    let m = d.wait_metrics(Duration::from_secs(30), |m| {
+        calls(m, pid, "cuModuleUnload").is_some()
+            && calls(m, pid, "cuLaunchKernel").is_some_and(|n| n >= 6000.0)
+    });
+    // Counted in the kernel: calls, and as many timed in the histogram.
+    for (api, n) in [
+        ("cuLaunchKernel", 6000.0),
+        ("cuLaunchKernelEx", 14.0),
+        ("cuEventRecord", 80.0),
+        ("cuStreamWaitEvent", 80.0),
+        ("cuStreamIsCapturing", 50.0),
+        ("cuStreamGetCaptureInfo_v3", 50.0),
+    ] {
+        assert_eq!(calls(&m, pid, api), Some(n), "{api}:\n{m}");
+        assert_eq!(timed(&m, pid, api), Some(n), "{api}:\n{m}");
+        let inf = sample(
+            &m,
+            "gputrace_api_duration_seconds_bucket",
+            &[("api", api), ("pid", &pid.to_string()), ("le", "+Inf")],
+        );
+        assert_eq!(inf, Some(n), "{api}");
+        let sum = sample(
+            &m,
+            "gputrace_api_duration_seconds_sum",
+            &[("api", api), ("pid", &pid.to_string())],
+        )
+        .unwrap();
+        assert!(sum > 0.0, "{api}: sum {sum}");
+    }
+    // Recorded one by one: the synchronisations of the same family, and
+    // copies with their bytes.
+    assert_eq!(calls(&m, pid, "cuEventSynchronize"), Some(80.0));
+    assert_eq!(calls(&m, pid, "cuCtxSynchronize"), Some(80.0));
+    assert_eq!(calls(&m, pid, "cuMemcpyHtoD_v2"), Some(4.0));
+    assert_eq!(
+        sample(
+            &m,
+            "gputrace_events_lost_total",
+            &[("reason", "counts_full")]
+        ),
+        Some(0.0)
+    );
+    // They were counted in the kernel, not recorded one by one (other
+    // tests' workloads may add to the count, never take from it).
+    let Daemon { tracer, .. } = d;
+    tracer.signal(libc::SIGTERM);
+    let f = tracer.finish(Duration::from_secs(30));
+    assert!(f.status.success(), "{}", f.stderr_text());
+    let text = f.stderr_text();
+    let counted: u64 = text
+        .split(" of them counted in the kernel")
+        .next()
+        .and_then(|before| before.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of calls counted in the kernel: {text}"));
+    assert!(counted >= 6000 + 14 + 80 + 80 + 50 + 50, "{text}");
+}
