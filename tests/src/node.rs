@@ -110,6 +110,15 @@ pub fn try_http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
     Ok((status, body.to_string()))
 }
 
+/// `gputrace_api_calls_total` of `api` in process `pid`.
+pub fn api_calls(metrics: &str, pid: u32, api: &str) -> Option<f64> {
+    sample(
+        metrics,
+        "gputrace_api_calls_total",
+        &[("api", api), ("pid", &pid.to_string())],
+    )
+}
+
 /// The value of the sample `name{...}` whose labels include every pair of
 /// `labels` (the first such line).
 pub fn sample(metrics: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {

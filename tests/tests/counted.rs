@@ -8,14 +8,6 @@ use std::time::Duration;
 use gputrace_tests::node::*;
 use gputrace_tests::*;
 
-fn calls(m: &str, pid: u32, api: &str) -> Option<f64> {
-    sample(
-        m,
-        "gputrace_api_calls_total",
-        &[("api", api), ("pid", &pid.to_string())],
-    )
-}
-
 fn timed(m: &str, pid: u32, api: &str) -> Option<f64> {
     sample(
         m,
@@ -53,8 +45,8 @@ fn counted_calls_are_exact_in_the_metrics() {
     let (status, _) = w.finish();
     assert!(status.success());
     let m = d.wait_metrics(Duration::from_secs(30), |m| {
-        calls(m, pid, "cuModuleUnload").is_some()
-            && calls(m, pid, "cuLaunchKernel").is_some_and(|n| n >= 6000.0)
+        api_calls(m, pid, "cuModuleUnload").is_some()
+            && api_calls(m, pid, "cuLaunchKernel").is_some_and(|n| n >= 6000.0)
     });
     // Counted in the kernel: calls, and as many timed in the histogram.
     for (api, n) in [
@@ -65,7 +57,7 @@ fn counted_calls_are_exact_in_the_metrics() {
         ("cuStreamIsCapturing", 50.0),
         ("cuStreamGetCaptureInfo_v3", 50.0),
     ] {
-        assert_eq!(calls(&m, pid, api), Some(n), "{api}:\n{m}");
+        assert_eq!(api_calls(&m, pid, api), Some(n), "{api}:\n{m}");
         assert_eq!(timed(&m, pid, api), Some(n), "{api}:\n{m}");
         let inf = sample(
             &m,
@@ -83,9 +75,9 @@ fn counted_calls_are_exact_in_the_metrics() {
     }
     // Recorded one by one: the synchronisations of the same family, and
     // copies with their bytes.
-    assert_eq!(calls(&m, pid, "cuEventSynchronize"), Some(80.0));
-    assert_eq!(calls(&m, pid, "cuCtxSynchronize"), Some(80.0));
-    assert_eq!(calls(&m, pid, "cuMemcpyHtoD_v2"), Some(4.0));
+    assert_eq!(api_calls(&m, pid, "cuEventSynchronize"), Some(80.0));
+    assert_eq!(api_calls(&m, pid, "cuCtxSynchronize"), Some(80.0));
+    assert_eq!(api_calls(&m, pid, "cuMemcpyHtoD_v2"), Some(4.0));
     assert_eq!(
         sample(
             &m,

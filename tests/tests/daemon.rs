@@ -17,19 +17,7 @@ use gputrace_tests::node::*;
 use gputrace_tests::*;
 
 fn launches(m: &str, pid: u32) -> Option<f64> {
-    sample(
-        m,
-        "gputrace_api_calls_total",
-        &[("api", "cuLaunchKernel"), ("pid", &pid.to_string())],
-    )
-}
-
-fn calls(m: &str, pid: u32, api: &str) -> Option<f64> {
-    sample(
-        m,
-        "gputrace_api_calls_total",
-        &[("api", api), ("pid", &pid.to_string())],
-    )
+    api_calls(m, pid, "cuLaunchKernel")
 }
 
 #[test]
@@ -62,7 +50,7 @@ fn daemon_counts_processes_started_before_after_and_in_another_mount_namespace()
     let m = d.wait_metrics(Duration::from_secs(30), |m| {
         [pa, pb, pc]
             .iter()
-            .all(|p| calls(m, *p, "cuModuleUnload").is_some())
+            .all(|p| api_calls(m, *p, "cuModuleUnload").is_some())
     });
     for pid in [pa, pb, pc] {
         assert_eq!(launches(&m, pid), Some(7.0), "pid {pid}:\n{m}");
@@ -81,8 +69,8 @@ fn daemon_counts_processes_started_before_after_and_in_another_mount_namespace()
     }
     // c started after the daemon: traced from its first call (its setup
     // looks up three kernels); a's setup happened before the daemon came.
-    assert_eq!(calls(&m, pc, "cuModuleGetFunction"), Some(3.0));
-    assert_eq!(calls(&m, pa, "cuModuleGetFunction"), None);
+    assert_eq!(api_calls(&m, pc, "cuModuleGetFunction"), Some(3.0));
+    assert_eq!(api_calls(&m, pa, "cuModuleGetFunction"), None);
     // a's copies: 4096 + 4096 (HtoD_v2, HtoDAsync_v2) + 1000 (cuMemcpy, inferred).
     assert_eq!(
         sample(
@@ -93,7 +81,7 @@ fn daemon_counts_processes_started_before_after_and_in_another_mount_namespace()
         Some(9192.0),
         "{m}"
     );
-    assert_eq!(calls(&m, pa, "cuMemcpyHtoD_v2"), Some(1.0));
+    assert_eq!(api_calls(&m, pa, "cuMemcpyHtoD_v2"), Some(1.0));
     for line in [
         "# TYPE gputrace_api_calls_total counter",
         "# TYPE gputrace_api_duration_seconds histogram",
