@@ -18,6 +18,19 @@ fn timed(m: &str, pid: u32, api: &str) -> Option<f64> {
 
 #[test]
 fn counted_calls_are_exact_in_the_metrics() {
+    // Where the kernel has uprobe sessions (Linux 6.13+), one program runs
+    // at each call's entry and return.
+    counted_exactly(&[]);
+}
+
+#[test]
+fn counted_calls_are_exact_without_uprobe_sessions() {
+    // One perf event per probe: no sessions, each call's start kept in
+    // task storage from its entry to its return.
+    counted_exactly(&[("GPUTRACE_ATTACH", "perf")]);
+}
+
+fn counted_exactly(env: &[(&str, &str)]) {
     // Started first: the daemon attaches to it at its start.
     let mut w = Workload::start(&[
         "--threads",
@@ -38,7 +51,7 @@ fn counted_calls_are_exact_in_the_metrics() {
             "--probes",
             "launch:counts,memory,memcpy,sync:counts,names,graphs:counts",
         ],
-        &[],
+        env,
     );
     w.go();
     let pid = w.pid;

@@ -196,7 +196,13 @@ fn bad_arguments_are_one_line_and_exit_2() {
     // `:counts` keeps its calls' starts in task storage: with the in-flight
     // map forced, it is refused (a runtime failure: the kernel decides).
     expect_failure(
-        &["daemon", "--overhead-budget", "0", "--probes", "launch:counts"],
+        &[
+            "daemon",
+            "--overhead-budget",
+            "0",
+            "--probes",
+            "launch:counts",
+        ],
         &[("GPUTRACE_INFLIGHT", "map")],
         1,
         "`:counts` needs task storage",

@@ -297,6 +297,14 @@ impl Counted {
     }
 }
 
+/// Placeholders of the counted session program (`counted_session`) for
+/// calls of the kernel's `bpf_session_cookie` and `bpf_session_is_return`
+/// kfuncs: the eBPF side emits a helper call with this number, which
+/// userspace turns into the kfunc call (the BTF id of the running kernel's
+/// function) before loading it. No helper has such a number.
+pub const KFUNC_SESSION_COOKIE: i32 = 0x7ff0_0001;
+pub const KFUNC_SESSION_IS_RETURN: i32 = 0x7ff0_0002;
+
 /// The key of a [`Counted`]: the process (tgid) and the API id.
 #[inline(always)]
 pub const fn counted_key(tgid: u32, api: u32) -> u64 {

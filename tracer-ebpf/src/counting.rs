@@ -129,7 +129,7 @@ pub fn leave(api: u32, sp: u64, tgid: u32, now: u64) {
 
 /// Adds a call of `api` in process `tgid` that took `dur_ns`.
 #[inline(always)]
-fn count(tgid: u32, api: u32, dur_ns: u64) {
+pub fn count(tgid: u32, api: u32, dur_ns: u64) {
     let key = counted_key(tgid, api);
     let c = match COUNTS.get_ptr_mut(&key) {
         Some(c) => c,

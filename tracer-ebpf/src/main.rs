@@ -490,6 +490,38 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
     0
 }
 
+/// Counted calls where the kernel has uprobe sessions (Linux 6.13+): one
+/// program runs at a call's entry and again at its return, and the kernel
+/// keeps 8 bytes for it in between (the session cookie), so the start time
+/// needs no per-thread store. Loaded by userspace with the attach type
+/// `BPF_TRACE_UPROBE_SESSION`, its two placeholder calls patched into the
+/// kfuncs (`tracer_common::KFUNC_SESSION_*`).
+#[uprobe]
+pub fn counted_session(ctx: ProbeContext) -> u32 {
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let is_return: u64;
+    let slot: *mut u64;
+    // SAFETY: calls of kfuncs without arguments (placeholders patched at
+    // load): r0 is the result, r1-r5 are the callee's to clobber.
+    unsafe {
+        core::arch::asm!("call 2146435074", lateout("r0") is_return, out("r1") _, out("r2") _, out("r3") _, out("r4") _, out("r5") _);
+        core::arch::asm!("call 2146435073", lateout("r0") slot, out("r1") _, out("r2") _, out("r3") _, out("r4") _, out("r5") _);
+    }
+    if is_return == 0 {
+        // SAFETY: the session's own 8 bytes.
+        unsafe { *slot = now };
+        return 0; // 0: run this program again at the return
+    }
+    // SAFETY: the helper reads the cookie of the link that ran us.
+    let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: as above.
+    let start = unsafe { *slot };
+    counting::count(tgid, cookie.api(), now.wrapping_sub(start));
+    0
+}
+
 /// A process began a new program: said in the ring, in order with the
 /// calls, so userspace names what follows by the new program. Every exec
 /// on the host comes here (rare next to calls); userspace keeps those of

@@ -23,6 +23,7 @@ use crate::nccl::libs::Slot;
 use crate::probes::hot::HotSet;
 use crate::probes::multi::MultiLink;
 use crate::probes::multi::MultiPrograms;
+use crate::probes::multi::SessionProgram;
 use crate::probes::symbols::resolve_symbols;
 use crate::probes::symbols::Prologues;
 use crate::probes::symbols::ResolvedSymbol;
@@ -48,6 +49,9 @@ pub struct Probes {
     /// Programs for multi-uprobe links, when the kernel has them (shared
     /// with the sampler's thread).
     multi: Option<Arc<MultiPrograms>>,
+    /// `:counts` where the kernel has uprobe sessions: the counted calls'
+    /// program (else they keep their starts in task storage).
+    session: Option<SessionProgram>,
     /// `--overhead-budget`: samplable symbols go to a [`HotSet`] of their
     /// own instead of this file's links.
     split_hot: bool,
@@ -164,12 +168,25 @@ impl Probes {
                 .ok()
                 .map(Arc::new)
         };
+        let session = match (&multi, selection.counts_any()) {
+            (Some(_), true) => match SessionProgram::load(&ebpf, crate::EBPF_OBJECT) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    crate::debug!(
+                        "counted calls keep their starts in task storage (no uprobe sessions: {e:#})"
+                    );
+                    None
+                }
+            },
+            _ => None,
+        };
         Ok(Self {
             ebpf,
             selection,
             symbols: HashMap::new(),
             prologues: Arc::default(),
             multi,
+            session,
             split_hot: false,
             stacks,
             per_task,
@@ -311,8 +328,9 @@ impl Probes {
         let runtime_stubs = (runtime_stubs, self.layout_slot(file));
         if let Some(multi) = self.multi.clone() {
             match self.attach_multi(&multi, file, scope, &symbols, runtime_stubs) {
-                Ok((entry, ret, hot)) => {
+                Ok((entry, ret, session, hot)) => {
                     att.entry.extend(entry.map(Link::Multi));
+                    att.ret.extend(session.map(Link::Multi));
                     att.ret.extend(ret.map(Link::Multi));
                     att.hot = hot;
                     return Ok(att);
@@ -354,17 +372,28 @@ impl Probes {
         scope: Scope,
         symbols: &[ResolvedSymbol],
         (runtime_stubs, slot): (bool, u32),
-    ) -> std::io::Result<(Option<MultiLink>, Option<MultiLink>, Option<HotSet>)> {
+    ) -> std::io::Result<(
+        Option<MultiLink>,
+        Option<MultiLink>,
+        Option<MultiLink>,
+        Option<HotSet>,
+    )> {
         let pid = match scope {
             Scope::Process(pid) => Some(pid),
             Scope::All => None,
         };
         let mut entry = (Vec::new(), Vec::new());
         let mut ret = (Vec::new(), Vec::new());
+        let mut counted = (Vec::new(), Vec::new());
         let mut hot = HotSet::new(pid);
         for sym in symbols {
             let (cookie, args_only) = self.cookie(sym, runtime_stubs);
             let cookie = cookie.with_comm_layout(slot);
+            if cookie.counted() && self.session.is_some() {
+                counted.0.push(sym.file_offset);
+                counted.1.push(cookie.0);
+                continue;
+            }
             if self.split_hot && sym.api.samplable() {
                 hot.push(sym.file_offset, cookie, !args_only);
                 continue;
@@ -390,6 +419,13 @@ impl Probes {
                 Ok(Some(multi.attach(&file.path, &o.0, &o.1, pid, is_ret)?))
             }
         };
+        // One link runs the counted calls' program at entry and return.
+        let session = match &self.session {
+            Some(p) if !counted.0.is_empty() => {
+                Some(p.attach(&file.path, &counted.0, &counted.1, pid)?)
+            }
+            _ => None,
+        };
         if self.per_task {
             // Returns first: a call entered before the entry probe is
             // attached then returns to no slot, which is not counted (it
@@ -398,12 +434,12 @@ impl Probes {
             // comes, counted as lost (tens of milliseconds of calls).
             let ret_link = link(&ret, true)?;
             let entry_link = link(&entry, false)?;
-            Ok((entry_link, ret_link, hot))
+            Ok((entry_link, ret_link, session, hot))
         } else {
             // Entry first, so no return fires without its entry record (the
             // map counts a return without one as lost).
             let entry_link = link(&entry, false)?;
-            Ok((entry_link, link(&ret, true)?, hot))
+            Ok((entry_link, link(&ret, true)?, session, hot))
         }
     }
 

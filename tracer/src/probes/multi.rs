@@ -67,13 +67,31 @@ pub(crate) struct MultiLink {
 }
 
 fn load_one(insns: &[bpf_insn], name: &str, license: &CString) -> anyhow::Result<OwnedFd> {
+    load_as(
+        insns,
+        name,
+        license,
+        bpf_attach_type::BPF_TRACE_UPROBE_MULTI as u32,
+    )
+}
+
+/// `BPF_TRACE_UPROBE_SESSION` (Linux 6.13+), past what aya-obj's bindings
+/// name.
+const BPF_TRACE_UPROBE_SESSION: u32 = 57;
+
+fn load_as(
+    insns: &[bpf_insn],
+    name: &str,
+    license: &CString,
+    attach_type: u32,
+) -> anyhow::Result<OwnedFd> {
     let mut log = vec![0u8; 1 << 20];
     // SAFETY: bpf_attr is plain data; all-zero is its default.
     let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
     // SAFETY: writing the prog-load member of the union.
     let u = unsafe { &mut attr.__bindgen_anon_3 };
     u.prog_type = bpf_prog_type::BPF_PROG_TYPE_KPROBE as u32;
-    u.expected_attach_type = bpf_attach_type::BPF_TRACE_UPROBE_MULTI as u32;
+    u.expected_attach_type = attach_type;
     u.insn_cnt = insns.len() as u32;
     u.insns = insns.as_ptr() as u64;
     u.license = license.as_ptr() as u64;
@@ -114,30 +132,9 @@ impl MultiPrograms {
         entry: &str,
         ret: &str,
     ) -> anyhow::Result<Self> {
-        let mut obj = aya_obj::Object::parse(object).context("parsing the eBPF object")?;
-        let objmaps = obj.maps.clone();
-        let mut maps = Vec::new();
-        for (name, m) in ebpf.maps() {
-            let fd = map_fd(m).ok_or_else(|| anyhow!("map {name}: unexpected type"))?;
-            let om = objmaps
-                .get(name)
-                .ok_or_else(|| anyhow!("map {name} not in the object"))?;
-            maps.push((name, fd, om));
-        }
-        let text: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
-        obj.relocate_maps(maps.into_iter(), &text)
-            .context("relocating maps")?;
-        obj.relocate_calls(&text).context("relocating calls")?;
+        let obj = relocated(ebpf, object)?;
         let load = |name: &str| -> anyhow::Result<OwnedFd> {
-            let prog = obj
-                .programs
-                .get(name)
-                .ok_or_else(|| anyhow!("program {name} missing"))?;
-            let func = obj
-                .functions
-                .get(&prog.function_key())
-                .ok_or_else(|| anyhow!("function of {name} missing"))?;
-            load_one(&func.instructions, name, &obj.license)
+            load_one(&instructions(&obj, name)?, name, &obj.license)
         };
         Ok(Self {
             entry: load(entry)?,
@@ -155,27 +152,144 @@ impl MultiPrograms {
         pid: Option<u32>,
         ret: bool,
     ) -> std::io::Result<MultiLink> {
-        assert_eq!(offsets.len(), cookies.len());
-        let cpath = CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-        // SAFETY: bpf_attr is plain data; all-zero is its default.
-        let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: writing the link-create member of the union.
-        let lc = unsafe { &mut attr.link_create };
         let prog = if ret { &self.ret } else { &self.entry };
-        lc.__bindgen_anon_1.prog_fd = prog.as_raw_fd() as u32;
-        lc.attach_type = bpf_attach_type::BPF_TRACE_UPROBE_MULTI as u32;
-        // SAFETY: writing the uprobe_multi member of the inner union.
-        let um = unsafe { &mut lc.__bindgen_anon_3.uprobe_multi };
-        um.path = cpath.as_ptr() as u64;
-        um.offsets = offsets.as_ptr() as u64;
-        um.cookies = cookies.as_ptr() as u64;
-        um.cnt = offsets.len() as u32;
-        um.flags = if ret { BPF_F_UPROBE_MULTI_RETURN } else { 0 };
-        um.pid = pid.unwrap_or(0);
-        let fd = sys_bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)?;
-        Ok(MultiLink {
-            _fd: fd,
-            probes: offsets.len(),
-        })
+        let flags = if ret { BPF_F_UPROBE_MULTI_RETURN } else { 0 };
+        let attach_type = bpf_attach_type::BPF_TRACE_UPROBE_MULTI as u32;
+        link_uprobes(prog, attach_type, flags, path, offsets, cookies, pid)
     }
+}
+
+/// The program of calls counted in the kernel where the kernel has uprobe
+/// sessions (`counted_session`): one link runs it at each call's entry and
+/// return.
+pub(crate) struct SessionProgram {
+    prog: OwnedFd,
+}
+
+impl SessionProgram {
+    /// Relocates and loads `counted_session`, its kfunc placeholders made
+    /// calls of this kernel's `bpf_session_cookie` and
+    /// `bpf_session_is_return`; an error where the kernel has no sessions.
+    pub(crate) fn load(ebpf: &Ebpf, object: &[u8]) -> anyhow::Result<Self> {
+        let obj = relocated(ebpf, object)?;
+        let mut insns = instructions(&obj, "counted_session")?;
+        let btf = aya_obj::btf::Btf::from_sys_fs().context("reading the kernel's BTF")?;
+        let id = |name: &str| {
+            btf.id_by_type_name_kind(name, aya_obj::btf::BtfKind::Func)
+                .with_context(|| format!("no kfunc {name} in this kernel"))
+        };
+        let cookie = id("bpf_session_cookie")?;
+        let is_return = id("bpf_session_is_return")?;
+        let mut patched = 0;
+        for insn in &mut insns {
+            // BPF_JMP | BPF_CALL with a helper number (src_reg 0).
+            if insn.code != 0x85 || insn.src_reg() != 0 {
+                continue;
+            }
+            let target = match insn.imm {
+                tracer_common::KFUNC_SESSION_COOKIE => cookie,
+                tracer_common::KFUNC_SESSION_IS_RETURN => is_return,
+                _ => continue,
+            };
+            insn.set_src_reg(2); // BPF_PSEUDO_KFUNC_CALL
+            insn.off = 0; // the kfunc is vmlinux's
+            insn.imm = target as i32;
+            patched += 1;
+        }
+        if patched != 2 {
+            anyhow::bail!("counted_session: {patched} kfunc placeholders found, not 2");
+        }
+        let prog = load_as(
+            &insns,
+            "counted_session",
+            &obj.license,
+            BPF_TRACE_UPROBE_SESSION,
+        )?;
+        Ok(Self { prog })
+    }
+
+    /// One session link at `offsets` of `path`, each with its cookie;
+    /// `pid` limits it to one process.
+    pub(crate) fn attach(
+        &self,
+        path: &Path,
+        offsets: &[u64],
+        cookies: &[u64],
+        pid: Option<u32>,
+    ) -> std::io::Result<MultiLink> {
+        link_uprobes(
+            &self.prog,
+            BPF_TRACE_UPROBE_SESSION,
+            0,
+            path,
+            offsets,
+            cookies,
+            pid,
+        )
+    }
+}
+
+/// `object` with its maps relocated against those aya created in `ebpf`.
+fn relocated(ebpf: &Ebpf, object: &[u8]) -> anyhow::Result<aya_obj::Object> {
+    let mut obj = aya_obj::Object::parse(object).context("parsing the eBPF object")?;
+    let objmaps = obj.maps.clone();
+    let mut maps = Vec::new();
+    for (name, m) in ebpf.maps() {
+        let fd = map_fd(m).ok_or_else(|| anyhow!("map {name}: unexpected type"))?;
+        let om = objmaps
+            .get(name)
+            .ok_or_else(|| anyhow!("map {name} not in the object"))?;
+        maps.push((name, fd, om));
+    }
+    let text: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
+    obj.relocate_maps(maps.into_iter(), &text)
+        .context("relocating maps")?;
+    obj.relocate_calls(&text).context("relocating calls")?;
+    Ok(obj)
+}
+
+/// The instructions of program `name` of a relocated object.
+fn instructions(obj: &aya_obj::Object, name: &str) -> anyhow::Result<Vec<bpf_insn>> {
+    let prog = obj
+        .programs
+        .get(name)
+        .ok_or_else(|| anyhow!("program {name} missing"))?;
+    let func = obj
+        .functions
+        .get(&prog.function_key())
+        .ok_or_else(|| anyhow!("function of {name} missing"))?;
+    Ok(func.instructions.clone())
+}
+
+/// A link of `prog` at `offsets` of `path`, one cookie each.
+fn link_uprobes(
+    prog: &OwnedFd,
+    attach_type: u32,
+    flags: u32,
+    path: &Path,
+    offsets: &[u64],
+    cookies: &[u64],
+    pid: Option<u32>,
+) -> std::io::Result<MultiLink> {
+    assert_eq!(offsets.len(), cookies.len());
+    let cpath = CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: bpf_attr is plain data; all-zero is its default.
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: writing the link-create member of the union.
+    let lc = unsafe { &mut attr.link_create };
+    lc.__bindgen_anon_1.prog_fd = prog.as_raw_fd() as u32;
+    lc.attach_type = attach_type;
+    // SAFETY: writing the uprobe_multi member of the inner union.
+    let um = unsafe { &mut lc.__bindgen_anon_3.uprobe_multi };
+    um.path = cpath.as_ptr() as u64;
+    um.offsets = offsets.as_ptr() as u64;
+    um.cookies = cookies.as_ptr() as u64;
+    um.cnt = offsets.len() as u32;
+    um.flags = flags;
+    um.pid = pid.unwrap_or(0);
+    let fd = sys_bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)?;
+    Ok(MultiLink {
+        _fd: fd,
+        probes: offsets.len(),
+    })
 }
