@@ -114,3 +114,30 @@ fn counted_exactly(env: &[(&str, &str)]) {
         .unwrap_or_else(|| panic!("no count of calls counted in the kernel: {text}"));
     assert!(counted >= 6000 + 14 + 80 + 80 + 50 + 50, "{text}");
 }
+
+#[test]
+fn a_process_seen_only_by_its_counted_calls_is_said_gone() {
+    // Only launches are probed, and counted: a process that runs and exits
+    // between two reads of the counts is known by them alone. It is said
+    // gone after the grace, so its series go after --keep-exited (and its
+    // entries leave the map), never kept for ever.
+    let mut a = Workload::start(&["--loop", "--launches", "10", "--sync-us", "2000"]);
+    a.go();
+    let d = Daemon::start(&["--probes", "launch:counts", "--keep-exited", "1s"], &[]);
+    let mut b = Workload::start(&["--launches", "1000"]);
+    b.go();
+    let pid = b.pid;
+    let (status, _) = b.finish();
+    assert!(status.success());
+    let m = d.wait_metrics(Duration::from_secs(30), |m| {
+        api_calls(m, pid, "cuLaunchKernel").is_some()
+    });
+    assert_eq!(api_calls(&m, pid, "cuLaunchKernel"), Some(1000.0), "{m}");
+    let m = d.wait_metrics(Duration::from_secs(30), |m| {
+        api_calls(m, pid, "cuLaunchKernel").is_none()
+    });
+    assert!(!m.contains(&format!("pid=\"{pid}\"")), "{m}");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(a.pid as i32, libc::SIGTERM) };
+    let _ = a.finish();
+}

@@ -130,6 +130,11 @@ impl Processes {
         std::mem::take(&mut self.exits)
     }
 
+    /// Whether `pid` is known (alive, or exited and not yet said gone).
+    pub(super) fn knows(&self, pid: u32) -> bool {
+        self.known.contains_key(&pid)
+    }
+
     /// Whether `pid` is known and has not exited.
     pub(super) fn is_alive(&self, pid: u32) -> bool {
         self.known.get(&pid).is_some_and(|k| k.exited.is_none())
@@ -247,9 +252,13 @@ mod tests {
         assert_eq!(&*p.first_call(11, "t").comm, "p11");
         assert_eq!(&*p.first_call(13, "short").comm, "short");
         assert!(p.is_alive(11) && !p.is_alive(13));
+        // Known until said gone (counted calls read for 13 meanwhile do
+        // not make it a first call again).
+        assert!(p.knows(13));
         let t1 = Instant::now();
         p.check(t1 + GONE_AFTER, &mut out);
         assert_eq!(names(&out), ["gone 13"]);
+        assert!(!p.knows(13));
 
         // 11's PID is reused: another start time is another process.
         set(&[(11, 999, false)]);

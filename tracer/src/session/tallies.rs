@@ -47,8 +47,15 @@ impl Session {
         let news = counts.read(&mut comm);
         counts.forget(&gone);
         for c in news {
-            // A process whose only calls were counted is seen by them.
-            self.processes.found(c.pid, out);
+            // A process whose only calls were counted is seen by them; one
+            // gone before anything saw it is known by them, and said gone
+            // after the grace (its entries then deleted, not left to fill
+            // the map).
+            if !self.processes.knows(c.pid) && !self.processes.found(c.pid, out) {
+                out.push(Event::ProcessSeen(
+                    self.processes.first_call(c.pid, &c.comm),
+                ));
+            }
             out.push(Event::Counted(c));
         }
     }
