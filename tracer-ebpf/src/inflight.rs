@@ -70,7 +70,7 @@ impl<T> TaskStorage<T> {
 
     /// The current thread's value, created zeroed when `create`.
     #[inline(always)]
-    pub(crate) fn current(&self, create: bool) -> *mut T {
+    fn current(&self, create: bool) -> *mut T {
         // SAFETY: the helper returns the current task as a trusted BTF pointer.
         let task: *mut task_struct = unsafe { bpf_get_current_task_btf() };
         let flags = if create {
