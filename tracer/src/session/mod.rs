@@ -504,8 +504,6 @@ impl Session {
         }
     }
 
-    /// Reads the lost counters; says [`Event::Lost`] when they changed
-    /// (or always, at the `end`).
     /// Ends tracing: detaches every probe (returns first, so no call is
     /// half seen), drains what the ring still holds, reports what was lost,
     /// and ends a command gputrace started if it still runs.

@@ -60,6 +60,8 @@ impl Session {
         }
     }
 
+    /// Reads the lost counters; says [`Event::Lost`] when they changed
+    /// (or always, at the `end`).
     pub(super) fn read_lost(&mut self, now: Instant, end: bool, out: &mut Vec<Event>) {
         let total = self.lost.read();
         let changed = total != self.reported.total || self.undecodable != self.reported.undecodable;

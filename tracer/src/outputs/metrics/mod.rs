@@ -52,6 +52,16 @@ impl ApiSeries {
             self.sum_ns += u128::from(d);
         }
     }
+
+    /// Adds calls counted in the kernel (each timed, in the same buckets).
+    fn add(&mut self, c: &crate::model::CountedCalls) {
+        self.calls += c.calls;
+        self.timed += c.calls;
+        self.sum_ns += u128::from(c.sum_ns);
+        for (mine, theirs) in self.buckets.iter_mut().zip(c.buckets.iter()) {
+            *mine += theirs;
+        }
+    }
 }
 
 /// The series of one process.
@@ -227,13 +237,7 @@ impl Metrics {
     /// Adds calls counted in the kernel (`:counts`).
     pub(crate) fn counted(&mut self, c: &crate::model::CountedCalls) {
         let p = self.series(c.pid, &c.comm);
-        let a = p.apis.entry(c.api).or_default();
-        a.calls += c.calls;
-        a.timed += c.calls;
-        a.sum_ns += u128::from(c.sum_ns);
-        for (mine, theirs) in a.buckets.iter_mut().zip(c.buckets.iter()) {
-            *mine += theirs;
-        }
+        p.apis.entry(c.api).or_default().add(c);
     }
 
     /// Counts one call.
