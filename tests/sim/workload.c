@@ -213,7 +213,7 @@ static const char *usage_text =
     "[--duration-ms N] [--sync-us US] [--print-handles] "
     "[--varied N] [--map-cupti] [--subscribe-cupti] [--load-agent PATH [--agent-cupti PATH] [--agent-kinds N] "
     "[--agent-ring N] [--agent-names N] [--agent-flush-ms N] [--agent-hello-ms N] [--agent-finalize-ms N] "
-    "[--agent-buffers N] [--agent-buffer-size N] [--agent-join]] [--cupti-report] [--wait-stdin-end] [--fork-child] "
+    "[--agent-buffers N] [--agent-buffer-size N] [--agent-join]] [--cupti-report] [--wait-stdin-end] [--fork-child] [--take-cupti] "
     "[--end-launches N] "
     "[--bench launch|launch-ex|memcpy|nccl|alloc [--calls N]] [--exec-then PROGRAM [ARG...]]";
 
@@ -1046,6 +1046,7 @@ int main(int argc, char **argv)
         load_names();
     }
 
+    wcupti_take_start(); /* --take-cupti */
     clock_gettime(CLOCK_MONOTONIC, &g_start);
     pthread_barrier_wait(&g_go);
     /* --exit-main: the workers go on alone; the process ends (status 0)

@@ -87,6 +87,7 @@ int parse_cupti_flag(const char *a, const char *val, int argc, char **argv, int 
     else if (!strcmp(a, "--wait-stdin-end")) { CUPTI_SWITCH(); copt.end_wait = 1; }
     else if (!strcmp(a, "--fork-child")) { CUPTI_SWITCH(); copt.fork_child = 1; }
     else if (!strcmp(a, "--end-launches")) copt.end_launches = parse_u64(a, CUPTI_VALUE());
+    else if (!strcmp(a, "--take-cupti")) { CUPTI_SWITCH(); copt.take_cupti = 1; }
     else return 0;
     return 1;
 #undef CUPTI_VALUE
@@ -127,6 +128,39 @@ void wcupti_setup(void)
         snprintf(msg, sizeof(msg), "CUptiResult %d", (int)r);
         cupti_die("cuptiSubscribe", msg);
     }
+}
+
+/* --take-cupti: a tool that wants CUPTI while the workers launch (as
+ * torch.profiler started mid-run): tries to subscribe every 2 ms, for 10 s
+ * at most, and keeps the subscription it gets. */
+static void *take_cupti(void *arg)
+{
+    (void)arg;
+    CUptiResult (*sub)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *) =
+        (CUptiResult(*)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *))dlsym(g_cupti_handle, "cuptiSubscribe");
+    if (sub == NULL) cupti_die("dlsym(cuptiSubscribe)", dlerror());
+    for (unsigned tries = 1; tries <= 5000; tries++) {
+        CUpti_SubscriberHandle h = NULL;
+        if (sub(&h, own_callback, NULL) == CUPTI_SUCCESS) {
+            printf("own cupti subscribed tries=%u\n", tries);
+            fflush(stdout);
+            return NULL;
+        }
+        struct timespec ts = { 0, 2000000 };
+        nanosleep(&ts, NULL);
+    }
+    printf("own cupti never subscribed\n");
+    fflush(stdout);
+    return NULL;
+}
+
+void wcupti_take_start(void)
+{
+    if (!copt.take_cupti) return;
+    if (g_cupti_handle == NULL) cupti_die("--take-cupti", "needs --map-cupti");
+    pthread_t t;
+    if (pthread_create(&t, NULL, take_cupti, NULL) != 0) cupti_die("pthread_create", "--take-cupti");
+    pthread_detach(t);
 }
 
 void wcupti_start_agent(void)

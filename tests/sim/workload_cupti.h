@@ -22,6 +22,7 @@ struct cupti_opts {
     int end_wait;             /* --wait-stdin-end */
     int fork_child;           /* --fork-child */
     uint64_t end_launches;    /* --end-launches N */
+    int take_cupti;           /* --take-cupti */
 };
 
 extern struct cupti_opts copt;
@@ -33,6 +34,8 @@ int parse_cupti_flag(const char *a, const char *val, int argc, char **argv, int 
 void wcupti_setup(void);
 /* After the ready lines, before the wait: --load-agent. */
 void wcupti_start_agent(void);
+/* As the workers go: --take-cupti's thread. */
+void wcupti_take_start(void);
 /* One pass's --varied section. */
 void wcupti_pass(struct worker *w);
 /* After the workers finished, before teardown: --fork-child,

@@ -163,7 +163,8 @@ fn every_timeline_format_carries_the_gpu_records_and_stats_reads_them_back() {
 
 #[test]
 fn gpu_time_share_collects_in_windows_and_says_so() {
-    // 4,000 launches 1 ms apart (4 s); CUPTI on 25% of each second.
+    // 4,000 launches 1 ms apart (4 s); CUPTI on 25% of each second, and
+    // finalized between windows.
     let out = scratch("gpu_share").join("t.jsonl");
     let mut w = Workload::start(&[
         "--map-cupti",
@@ -174,12 +175,30 @@ fn gpu_time_share_collects_in_windows_and_says_so() {
         "--pace-us",
         "1000",
         "--wait-stdin-end",
+        "--cupti-report",
     ]);
     let t = attach_gpu(&w, &out, &["--gpu-time-share", "25"]);
     w.go_and_hold(GPU_HOLD);
-    assert!(w.finish().0.success());
+    let (status, lines) = w.finish_lines();
+    assert!(status.success(), "{lines:?}");
     let f = t.finish(Duration::from_secs(60));
     assert!(f.status.success(), "{}", f.stderr_text());
+    // CUPTI was let go between windows (at a driver API exit, as CUPTI
+    // asks) and had again for the next: every subscribe but the one of a
+    // window still open at the process's exit was finalized.
+    let report = lines
+        .iter()
+        .find(|l| l.starts_with("cupti "))
+        .expect("cupti report");
+    let field = |k: &str| -> u64 {
+        report
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or_else(|| panic!("{k} in {report}"))
+    };
+    assert!(field("subscribes") >= 3, "{report}");
+    assert!(field("finalizes") + 1 >= field("subscribes"), "{report}");
+    assert_eq!(field("finalize_site"), 3, "at an API exit: {report}");
     let (events, summary) = read_jsonl(&out);
     assert_eq!(
         of_api(&events, "cuLaunchKernel").len(),
@@ -188,6 +207,13 @@ fn gpu_time_share_collects_in_windows_and_says_so() {
     );
     let gpu = gpu_records(&events);
     let kernels: Vec<&&Value> = gpu.iter().filter(|g| g["op"] == "kernel").collect();
+    // Windows after the first pauses collect too: kernels in 3 seconds
+    // or more of the run.
+    let seconds: std::collections::BTreeSet<u64> = kernels
+        .iter()
+        .map(|k| k["ts_ns"].as_u64().unwrap() / 1_000_000_000)
+        .collect();
+    assert!(seconds.len() >= 3, "kernels only in seconds {seconds:?}");
     // About a quarter (the windows' places are random; the launches take
     // a little over 4 s): far from none and from all.
     assert!(
@@ -381,6 +407,58 @@ fn cupti_taken_by_another_tool_is_said_and_the_target_left_alone() {
         "calls are still traced"
     );
     assert!(gpu_records(&events).is_empty());
+}
+
+#[test]
+fn cupti_taken_between_sampled_windows_stops_gpu_time_and_says_so() {
+    // A tool subscribes to CUPTI mid-run (as torch.profiler would): it gets
+    // it while the agent has let go between two windows, and the next
+    // window cannot have it back.
+    let out = scratch("gpu_share_taken").join("t.jsonl");
+    let mut w = Workload::start(&[
+        "--map-cupti",
+        "--take-cupti",
+        "--threads",
+        "1",
+        "--launches",
+        "4000",
+        "--pace-us",
+        "1000",
+        "--wait-stdin-end",
+    ]);
+    let t = attach_gpu(&w, &out, &["--gpu-time-share", "25"]);
+    let pid = w.pid;
+    w.go_and_hold(GPU_HOLD);
+    let (status, lines) = w.finish_lines();
+    assert!(status.success(), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("own cupti subscribed")),
+        "{lines:?}"
+    );
+    let f = t.finish(Duration::from_secs(60));
+    assert!(f.status.success(), "{}", f.stderr_text());
+    let said = format!("gputrace: process {pid}: GPU time stopped: ");
+    let text = f.stderr_text();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&said))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains("cuptiSubscribe") && line.contains("(39)"),
+        "{line}"
+    );
+    let (events, _) = read_jsonl(&out);
+    let stopped: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "gpu_agent" && e["state"] == "stopped")
+        .collect();
+    assert_eq!(stopped.len(), 1, "one `stopped` entry");
+    // Nothing recorded after it; the calls are all still traced.
+    let at = stopped[0]["ts_ns"].as_u64().unwrap();
+    assert!(gpu_records(&events)
+        .iter()
+        .all(|g| g["launch"]["api_ts_ns"].as_u64().is_none_or(|t| t < at)));
+    assert_eq!(of_api(&events, "cuLaunchKernel").len(), 4000);
 }
 
 #[test]

@@ -14,7 +14,7 @@ use tracer_common::gpu::{
 
 use crate::cupti_abi::{CallbackData, API_ENTER, API_EXIT};
 use crate::state::{Agent, Guard, FINALIZED, WAITING};
-use crate::{convert, detach, sys};
+use crate::{convert, detach, pause, sys};
 
 /// `CUpti_BuffersCallbackRequestFunc`: a pool buffer, or none (CUPTI then
 /// drops records and counts them).
@@ -103,6 +103,8 @@ fn tid() -> u32 {
 /// detaching, enabled for every driver cbid only: at the first driver API exit,
 /// unsubscribe and finalize CUPTI (CUPTI's dynamic detach), then hand
 /// cleanup to the agent thread, or do it here if the thread stopped waiting.
+/// Between sampled windows, the same finalize without the cleanup
+/// ([`pause`]).
 pub(crate) unsafe extern "C" fn api_callback(
     _ud: *mut c_void,
     domain: u32,
@@ -121,6 +123,10 @@ pub(crate) unsafe extern "C" fn api_callback(
         if a.finalize_armed.load(Acquire) {
             if domain == API_DOMAIN_DRIVER {
                 finalize_at_exit(a, d, g);
+            }
+        } else if a.pause.load(Acquire) == pause::ARMED {
+            if domain == API_DOMAIN_DRIVER && d.callback_site == API_EXIT {
+                pause::finalize_at_exit(a);
             }
         } else if a.api_records.load(Relaxed) {
             api_record(a, domain, cbid, d);
@@ -159,7 +165,7 @@ fn api_record(a: &Agent, domain: u32, cbid: u32, d: &CallbackData) {
     };
     let r = Record::Api(ApiRecord {
         common: Common {
-            flags: convert::flags(start, now),
+            flags: convert::flags(start, now, h.pauses.load(Relaxed)),
             correlation: d.correlation_id,
             start,
             end: now,
@@ -181,7 +187,7 @@ fn finalize_at_exit(a: &Agent, d: &CallbackData, g: Guard) {
     }
     // SAFETY: our subscriber; CUPTI allows both calls from an API-exit callback.
     unsafe {
-        (a.cupti.unsubscribe)(a.subscriber);
+        (a.cupti.unsubscribe)(a.subscriber());
         (a.cupti.finalize)();
     }
     a.set_state(AgentState::Finalized);

@@ -6,7 +6,8 @@ use core::ffi::c_void;
 use core::sync::atomic::Ordering::Relaxed;
 
 use tracer_common::gpu::{
-    Common, KernelRecord, MemcpyRecord, MemsetRecord, Record, RingWriter, FLAG_NO_TIMESTAMPS,
+    with_epoch, Common, KernelRecord, MemcpyRecord, MemsetRecord, Record, RingWriter,
+    FLAG_NO_TIMESTAMPS,
 };
 
 use crate::cupti_abi::{self as abi, CUPTI_SUCCESS};
@@ -19,12 +20,14 @@ pub(crate) struct Tally {
     pub skipped: u64,
 }
 
-pub(crate) fn flags(start: u64, end: u64) -> u16 {
-    if start == 0 || end == 0 {
+/// A record's flags: no timestamps, and the epoch it was made in.
+pub(crate) fn flags(start: u64, end: u64, epoch: u64) -> u16 {
+    let f = if start == 0 || end == 0 {
         FLAG_NO_TIMESTAMPS
     } else {
         0
-    }
+    };
+    with_epoch(f, epoch)
 }
 
 /// Reads the record at `p` (of `len` valid bytes) as one of ours.
@@ -34,6 +37,7 @@ pub(crate) fn flags(start: u64, end: u64) -> u16 {
 unsafe fn convert(
     p: *const u8,
     len: usize,
+    epoch: u64,
     names: &mut Names,
     w: &mut RingWriter,
 ) -> Option<Record> {
@@ -54,7 +58,7 @@ unsafe fn convert(
             let k = unsafe { p.cast::<abi::Kernel10>().read_unaligned() };
             Record::Kernel(KernelRecord {
                 common: Common {
-                    flags: flags(k.start, k.end),
+                    flags: flags(k.start, k.end, epoch),
                     device: k.device_id,
                     context: k.context_id,
                     stream: k.stream_id,
@@ -79,7 +83,7 @@ unsafe fn convert(
             let m = unsafe { p.cast::<abi::Memcpy6>().read_unaligned() };
             Record::Memcpy(MemcpyRecord {
                 common: Common {
-                    flags: flags(m.start, m.end),
+                    flags: flags(m.start, m.end, epoch),
                     device: m.device_id,
                     context: m.context_id,
                     stream: m.stream_id,
@@ -103,7 +107,7 @@ unsafe fn convert(
             let m = unsafe { p.cast::<abi::Memset4>().read_unaligned() };
             Record::Memset(MemsetRecord {
                 common: Common {
-                    flags: flags(m.start, m.end),
+                    flags: flags(m.start, m.end, epoch),
                     device: m.device_id,
                     context: m.context_id,
                     stream: m.stream_id,
@@ -133,6 +137,9 @@ pub(crate) unsafe fn drain(a: &Agent, buffer: *mut u8, valid: usize) -> Tally {
     let mut t = Tally::default();
     let end = buffer as usize + valid;
     let mut rec: *mut c_void = core::ptr::null_mut();
+    // The buffers of an epoch are all completed before the next begins
+    // (flushed before CUPTI is finalized between windows).
+    let epoch = a.header().pauses.load(Relaxed);
     loop {
         // SAFETY: CUPTI's iterator over the buffer it completed.
         if unsafe { (a.cupti.next_record)(buffer, valid, &mut rec) } != CUPTI_SUCCESS
@@ -146,7 +153,7 @@ pub(crate) unsafe fn drain(a: &Agent, buffer: *mut u8, valid: usize) -> Tally {
         }
         let ok = a.with_producer(|p| {
             // SAFETY: `rec..end` lies inside the valid part of the buffer.
-            match unsafe { convert(rec.cast(), end - at, &mut p.names, &mut p.writer) } {
+            match unsafe { convert(rec.cast(), end - at, epoch, &mut p.names, &mut p.writer) } {
                 Some(r) => {
                     p.writer.push(&r.to_bytes());
                     true

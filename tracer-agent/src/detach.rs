@@ -8,12 +8,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use tracer_common::gpu::{AgentState, DetachReason, HELLO, STOP};
 
 use crate::cupti_abi::{ACTIVITY_FLAG_FLUSH_FORCED, CB_DOMAIN_DRIVER_API};
+use crate::pause;
 use crate::sample::Sampler;
 use crate::state::{self, Agent, AGENT, FINALIZED, IDLE, PHASE, PINNED, THREAD_GAVE_UP, WAITING};
 use crate::sys;
 
 /// Flushes CUPTI's completed buffers and adds CUPTI's dropped count.
-fn flush(a: &Agent, flag: u32) {
+pub(crate) fn flush(a: &Agent, flag: u32) {
     // SAFETY: CUPTI functions resolved at start; the agent is subscribed.
     unsafe { (a.cupti.flush_all)(flag) };
     let mut n: usize = 0;
@@ -42,7 +43,7 @@ pub(crate) unsafe fn stop_api_records(a: &Agent) {
 pub(crate) unsafe fn arm_finalize(a: &Agent) {
     a.finalize_armed.store(true, Release);
     // SAFETY: resolved CUPTI function; our subscriber (the caller's promise).
-    unsafe { (a.cupti.enable_domain)(1, a.subscriber, CB_DOMAIN_DRIVER_API) };
+    unsafe { (a.cupti.enable_domain)(1, a.subscriber(), CB_DOMAIN_DRIVER_API) };
 }
 
 /// The agent thread: `arg` is the agent.
@@ -70,7 +71,11 @@ fn watch(a: &Agent) -> DetachReason {
         a.header().heartbeat_ns.store(now, Relaxed);
         let switch_ms = sampler.tick(a, now);
         if now.saturating_sub(last_flush) >= flush_ns {
-            flush(a, 0);
+            // Not while finalized between windows (or about to be): a CUPTI
+            // call would start it again.
+            if matches!(a.pause.load(Acquire), pause::ON | pause::DRAINING) {
+                flush(a, 0);
+            }
             last_flush = now;
         }
         if !hello && now.saturating_sub(started) >= a.hello_ms * 1_000_000 {
@@ -127,6 +132,12 @@ fn watch(a: &Agent) -> DetachReason {
 fn detach(a: &Agent, reason: DetachReason) {
     a.header().detach_reason.store(reason as u32, Relaxed);
     a.set_state(AgentState::Detaching);
+    if let pause::AtDetach::Finalized = pause::settle_for_detach(a) {
+        // Finalized between two sampled windows: nothing of CUPTI left.
+        a.set_state(AgentState::Finalized);
+        cleanup(0);
+        return;
+    }
     // SAFETY: the agent is subscribed until finalized.
     unsafe { stop_api_records(a) };
     a.disable_kinds();

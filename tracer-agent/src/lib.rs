@@ -20,6 +20,7 @@ mod cupti_abi;
 mod cupti_lib;
 mod detach;
 mod names;
+mod pause;
 mod pool;
 mod sample;
 mod start;

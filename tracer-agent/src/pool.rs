@@ -72,6 +72,17 @@ impl Pool {
         }
     }
 
+    /// Every buffer free again: those CUPTI took and never handed back
+    /// (an empty one is kept, not completed) are lost to it once finalized.
+    ///
+    /// # Safety
+    /// CUPTI finalized and no buffer callback running.
+    pub(crate) unsafe fn reclaim_all(&self) {
+        for u in &self.used[..self.count] {
+            u.store(false, Ordering::Release);
+        }
+    }
+
     /// Unmaps the buffers.
     ///
     /// # Safety

@@ -1,17 +1,17 @@
 //! GPU time sampled (`AgentArgs::sample_percent` below 100): CUPTI collects
 //! during one window of that share of each `SAMPLE_PERIOD_MS`, placed at
 //! random in the period (so that no periodic pattern of the job is always
-//! missed), and is switched off between windows: its activity kinds
-//! disabled and the API callbacks off, so that the process pays CUPTI's
-//! cost per launch only inside the windows. Work launched in a window is
-//! recorded whenever it runs. The header's `sampled_on_ns` says how long
-//! CUPTI collected, for gputrace to state (and to scale busy shares by).
+//! missed), and is finalized between windows ([`crate::pause`]), so that
+//! the process pays CUPTI's cost per launch only inside the windows. Work
+//! launched in a window is recorded whenever it runs within the grace
+//! after it. The header's `sampled_on_ns` says how long CUPTI collected,
+//! for gputrace to state (and to scale busy shares by).
 
-use core::sync::atomic::Ordering::{Relaxed, Release};
+use core::sync::atomic::Ordering::{Acquire, Relaxed};
 
-use tracer_common::gpu::{API_CBIDS, RUNTIME_API_CBIDS, SAMPLE_PERIOD_MS};
+use tracer_common::gpu::SAMPLE_PERIOD_MS;
 
-use crate::cupti_abi::{CB_DOMAIN_DRIVER_API, CB_DOMAIN_RUNTIME_API};
+use crate::pause::{self, Resume};
 use crate::state::Agent;
 
 pub(crate) struct Sampler {
@@ -24,10 +24,17 @@ pub(crate) struct Sampler {
     period_start: u64,
     /// This period's window, [start, end).
     window: (u64, u64),
+    /// After a window: when its records have had their grace.
+    drained_at: u64,
+    /// CUPTI could not be switched on again: no more windows.
+    failed: bool,
     rng: u64,
 }
 
 const MS: u64 = 1_000_000;
+/// Longest wait after a window for the records of work launched in it
+/// (work queued some milliseconds ahead; half the time off if shorter).
+const GRACE_NS: u64 = 100 * MS;
 
 impl Sampler {
     /// At start: the kinds are on (the agent enabled them).
@@ -38,6 +45,8 @@ impl Sampler {
             on_before: 0,
             period_start: now,
             window: (0, 0),
+            drained_at: 0,
+            failed: false,
             // Any odd seed: the windows' places only need to vary.
             rng: now | 1,
         }
@@ -71,41 +80,39 @@ impl Sampler {
             let at = self.period_start + self.next_rand() % (period - len + 1);
             self.window = (at, at + len);
         }
-        let want = self.window.0 <= now && now < self.window.1;
-        if want != self.on {
-            self.on_before = collected(self);
-            self.since = now;
-            self.on = want;
-            switch(a, want);
+        let want = self.window.0 <= now && now < self.window.1 && !self.failed;
+        if want && !self.on {
+            match pause::resume_if_off(a) {
+                Resume::On => self.switch(now, true, collected(self)),
+                Resume::NotYet => {}
+                Resume::Failed => self.failed = true,
+            }
+        } else if !want && self.on {
+            self.switch(now, false, collected(self));
+            pause::begin(a);
+            self.drained_at = now + GRACE_NS.min((period - len) / 2);
+        }
+        let draining = a.pause.load(Acquire) == pause::DRAINING;
+        if draining && !self.on && now >= self.drained_at {
+            pause::arm(a);
         }
         a.header().sampled_on_ns.store(collected(self), Relaxed);
-        let next = if self.on {
+        let mut next = if self.on {
             self.window.1
         } else if now < self.window.0 {
             self.window.0
         } else {
             self.period_start + period
         };
+        if draining && !self.on && now < self.drained_at {
+            next = next.min(self.drained_at);
+        }
         Some(next.saturating_sub(now).div_ceil(MS).max(1))
     }
-}
 
-/// CUPTI's kinds and the API callbacks on or off.
-fn switch(a: &Agent, on: bool) {
-    if on {
-        for &k in &a.cupti_kinds[..a.n_cupti_kinds] {
-            // SAFETY: resolved CUPTI function, a kind the agent enabled at start.
-            unsafe { (a.cupti.enable)(k) };
-        }
-        if a.api_kinds {
-            a.api_records.store(true, Release);
-            a.enable_cbids(CB_DOMAIN_DRIVER_API, API_CBIDS);
-            a.enable_cbids(CB_DOMAIN_RUNTIME_API, RUNTIME_API_CBIDS);
-        }
-    } else {
-        // SAFETY: subscribed until the detach, which runs on this thread
-        // after the sampler.
-        unsafe { a.callbacks_off() };
-        a.disable_kinds();
+    fn switch(&mut self, now: u64, on: bool, collected: u64) {
+        self.on_before = collected;
+        self.since = now;
+        self.on = on;
     }
 }

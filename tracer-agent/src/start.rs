@@ -91,7 +91,7 @@ impl Write for Msg {
     }
 }
 
-fn say(a: &Agent, what: &str, r: CuptiResult, hint: &str) {
+pub(crate) fn say(a: &Agent, what: &str, r: CuptiResult, hint: &str) {
     let mut m = Msg {
         buf: [0; MESSAGE_LEN],
         len: 0,
@@ -252,7 +252,7 @@ fn create(cfg: &Config) -> Result<(*mut Agent, i32, u32), Fail> {
     };
     let agent = Box::new(Agent {
         cupti,
-        subscriber: core::ptr::null_mut(),
+        subscriber: core::sync::atomic::AtomicPtr::new(core::ptr::null_mut()),
         region,
         region_len,
         pipe_rd: pipe.0,
@@ -270,6 +270,7 @@ fn create(cfg: &Config) -> Result<(*mut Agent, i32, u32), Fail> {
         finalize_armed: AtomicBool::new(false),
         finalize_claimed: AtomicBool::new(false),
         handoff: AtomicU32::new(WAITING),
+        pause: AtomicU32::new(crate::pause::ON),
     });
     Ok((Box::into_raw(agent), memfd, features))
 }
@@ -294,7 +295,7 @@ fn subscribe(a: &mut Agent, p: *mut Agent) -> Result<(), Fail> {
         undo(p);
         return Err((e, r));
     }
-    a.subscriber = sub;
+    a.subscriber.store(sub, Release);
     Ok(())
 }
 

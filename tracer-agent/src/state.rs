@@ -52,7 +52,8 @@ pub(crate) struct Producer {
 
 pub(crate) struct Agent {
     pub cupti: Cupti,
-    pub subscriber: SubscriberHandle,
+    /// Ours while subscribed (subscribed again after each pause).
+    pub subscriber: AtomicPtr<core::ffi::c_void>,
     pub region: *mut u8,
     pub region_len: usize,
     pub pipe_rd: i32,
@@ -77,6 +78,8 @@ pub(crate) struct Agent {
     /// One callback claimed the finalize.
     pub finalize_claimed: AtomicBool,
     pub handoff: AtomicU32,
+    /// Sampled windows: where CUPTI stands between them (`crate::pause`).
+    pub pause: AtomicU32,
 }
 
 // SAFETY: the raw pointers are to memory the agent owns (region, pool);
@@ -91,6 +94,10 @@ impl Agent {
         // SAFETY: `header()` only reads `base`, which never changes after
         // init; reading it without the producer lock races with nothing.
         unsafe { (*self.producer.get()).writer.header() }
+    }
+
+    pub(crate) fn subscriber(&self) -> SubscriberHandle {
+        self.subscriber.load(Ordering::Acquire)
     }
 
     pub(crate) fn set_state(&self, s: AgentState) {
@@ -114,8 +121,16 @@ impl Agent {
         self.api_records.store(false, Ordering::Release);
         // SAFETY: resolved CUPTI functions; our subscriber (the caller's promise).
         unsafe {
-            (self.cupti.enable_domain)(0, self.subscriber, crate::cupti_abi::CB_DOMAIN_RUNTIME_API);
-            (self.cupti.enable_domain)(0, self.subscriber, crate::cupti_abi::CB_DOMAIN_DRIVER_API);
+            (self.cupti.enable_domain)(
+                0,
+                self.subscriber(),
+                crate::cupti_abi::CB_DOMAIN_RUNTIME_API,
+            );
+            (self.cupti.enable_domain)(
+                0,
+                self.subscriber(),
+                crate::cupti_abi::CB_DOMAIN_DRIVER_API,
+            );
         }
     }
 
@@ -125,7 +140,7 @@ impl Agent {
         let mut ok = true;
         for &(cbid, _) in table {
             // SAFETY: resolved CUPTI function; our subscriber.
-            let r = unsafe { (self.cupti.enable_callback)(1, self.subscriber, domain, cbid) };
+            let r = unsafe { (self.cupti.enable_callback)(1, self.subscriber(), domain, cbid) };
             ok &= r == crate::cupti_abi::CUPTI_SUCCESS;
         }
         ok

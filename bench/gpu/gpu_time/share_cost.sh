@@ -6,7 +6,10 @@
 # --gpu-time-share 10; then torch.profiler run by the job itself.
 #
 #   share_cost.sh GPUTRACE [NRANKS] [ROUNDS] [WINDOW_S]
-#   (JOBARGS: more ddp_bench.py arguments, e.g. "--tiny 2000": each step
+#   (SPLIT=1: the sampled windows also write a JSONL, and share_split.py
+#   compares the steps made while CUPTI collected with those made while it
+#   was off, within each window: the cost of collecting without the drift
+#   between windows; JOBARGS: more ddp_bench.py arguments, e.g. "--tiny 2000": each step
 #   launches 2,000 tiny kernels and synchronises, so what a launch costs
 #   shows on the step; PROFILER=0: no torch.profiler window)
 #
@@ -46,7 +49,9 @@ for round in $(seq 1 "$ROUNDS"); do
   win "untraced_$round"; sleep "$WIN"
   for m in ${MODES:-budget gpu_time share10}; do
     win "${m}_$round"
-    env $(mode_env "$m") $B --pid "$PIDS" $(mode_args "${m%_kernel}") --duration "${WIN}s" \
+    out=()
+    case "$m" in share*) [ "${SPLIT:-0}" = 1 ] && out=(--output "$W/${m}_$round.jsonl") ;; esac
+    env $(mode_env "$m") $B --pid "$PIDS" $(mode_args "${m%_kernel}") --duration "${WIN}s" "${out[@]}" \
        > "$RES/summary_${m}_$round.txt" 2>> "$RES/stderr.txt"
   done
 done
@@ -59,5 +64,10 @@ win "end"
 touch "$W/stop"; wait $JOB; JOB=""
 for f in "$W"/rank*.steps; do gzip -c "$f" > "$RES/$(basename "$f").gz"; done
 $PY "$HERE/report.py" "$RES" > "$RES/report.txt" 2>&1
+if [ "${SPLIT:-0}" = 1 ]; then
+  cp "$W"/rank*.pid "$RES/"
+  $PY "$HERE/share_split.py" "$RES" "$W"/share*.jsonl > "$RES/split.txt" 2>&1
+  cat "$RES/split.txt"
+fi
 cat "$RES/report.txt"; grep -v "^$" "$RES/stderr.txt" | sort | uniq -c | sort -rn | head -12
 grep -h -A3 "GPU time sampled\|GPU busy" "$RES"/summary_share*_1.txt | head -20

@@ -183,7 +183,14 @@ pub struct Header {
     /// Time CUPTI collected since the start (ns; all of it unless sampled),
     /// up to the agent thread's last wake-up.
     pub sampled_on_ns: AtomicU64,
-    pub _reserved1: [AtomicU64; 5],
+    /// Sampled: the times CUPTI was finalized between two windows (and
+    /// subscribed again for the next).
+    pub pauses: AtomicU64,
+    /// Sampled: CUPTI could not be switched on again for a window (1 +
+    /// the CUptiResult; 0: never). The agent then collects no more and
+    /// `message` says why.
+    pub resume_error: AtomicU64,
+    pub _reserved1: [AtomicU64; 3],
     // --- written by gputrace (offset 256) ---
     /// Records consumed: gputrace stores it (release) after reading them.
     pub tail: AtomicU64,
@@ -216,6 +223,7 @@ const _: () = {
     assert!(offset_of!(Header, names_dropped) == 160);
     assert!(offset_of!(Header, names_used) == 168);
     assert!(offset_of!(Header, heartbeat_ns) == 200);
+    assert!(offset_of!(Header, pauses) == 216);
     assert!(offset_of!(Header, tail) == 256);
     assert!(offset_of!(Header, message) == 512);
 };

@@ -64,6 +64,21 @@ pub const API_DOMAIN_RUNTIME: u32 = 2;
 
 /// Flag: CUPTI gave no timing for this record (start or end was 0).
 pub const FLAG_NO_TIMESTAMPS: u16 = 1 << 0;
+/// Flags bits 8..16: the record's epoch, the number of times CUPTI was
+/// finalized and subscribed again before it (`--gpu-time-share`), modulo
+/// 256. A correlation id is one call's within an epoch only: CUPTI may
+/// number again after a finalize.
+pub const FLAG_EPOCH_SHIFT: u16 = 8;
+
+/// The epoch bits of `flags` (see [`FLAG_EPOCH_SHIFT`]).
+pub const fn epoch_of(flags: u16) -> u8 {
+    (flags >> FLAG_EPOCH_SHIFT) as u8
+}
+
+/// `flags` with epoch `epoch` (modulo 256).
+pub const fn with_epoch(flags: u16, epoch: u64) -> u16 {
+    (flags & 0xff) | (((epoch & 0xff) as u16) << FLAG_EPOCH_SHIFT)
+}
 
 /// Fields every record has.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -200,6 +200,12 @@ impl Agent {
         self.ring.snapshot()
     }
 
+    /// What the agent last said of itself (printable).
+    pub(crate) fn message(&self) -> String {
+        let mut buf = [0u8; tracer_common::gpu::MESSAGE_LEN];
+        crate::text::printable(&String::from_utf8_lossy(self.ring.message(&mut buf))).into_owned()
+    }
+
     /// Everything the agent published since the last poll.
     pub(crate) fn poll(&mut self) -> Batch {
         let mut b = Batch::default();

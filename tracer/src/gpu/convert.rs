@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use tracer_common::gpu::reader::Ring;
 use tracer_common::gpu::{
-    ApiRecord, ClockKind, Common, KernelRecord, MemcpyRecord, MemsetRecord, API_DOMAIN_RUNTIME,
-    FLAG_NO_TIMESTAMPS,
+    epoch_of, ApiRecord, ClockKind, Common, KernelRecord, MemcpyRecord, MemsetRecord,
+    API_DOMAIN_RUNTIME, FLAG_NO_TIMESTAMPS,
 };
 
 use crate::host::clock::Clock;
@@ -49,6 +49,8 @@ pub(crate) struct ApiCall {
     /// Made through the runtime (libcudart), which calls libcuda inside it.
     pub(crate) runtime: bool,
     pub(crate) correlation: u32,
+    /// See `GpuWork::epoch`.
+    pub(crate) epoch: u8,
     /// Unix ns.
     pub(crate) start_ns: u64,
     pub(crate) end_ns: u64,
@@ -66,6 +68,7 @@ pub(crate) fn api(r: &ApiRecord, clock: &AgentClock) -> ApiCall {
         api: name.unwrap_or(if runtime { "cuda?" } else { "cu?" }),
         runtime,
         correlation: r.common.correlation,
+        epoch: epoch_of(r.common.flags),
         start_ns: clock.unix(r.common.start),
         end_ns: clock.unix(r.common.end),
     }
@@ -120,6 +123,7 @@ fn work(pid: u32, c: &Common, op: GpuOp, clock: &AgentClock) -> Option<GpuWork> 
         context: c.context,
         stream: c.stream,
         correlation: c.correlation,
+        epoch: epoch_of(c.flags),
         start_ns: clock.unix(c.start),
         end_ns: clock.unix(c.end.max(c.start)),
         op,

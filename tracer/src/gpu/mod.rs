@@ -68,6 +68,8 @@ struct AgentState {
     /// `--gpu-time-share`: the time collected last said, and when.
     said_on: u64,
     said_on_at: Option<Instant>,
+    /// A sampled agent that could not switch CUPTI on again was said.
+    said_stopped: bool,
 }
 
 impl AgentState {
@@ -93,6 +95,13 @@ impl AgentState {
                     names_dropped: lost.2,
                 },
             ));
+        }
+        if s.resume_error != 0 && !self.said_stopped {
+            // Between two windows, CUPTI could not be had again (another
+            // tool took it): the agent collects no more.
+            self.said_stopped = true;
+            let why = self.agent.message();
+            out.push(note(clock, pid, AgentNote::Stopped { why: why.into() }));
         }
         if s.sample_percent < 100 && s.sampled_on_ns != self.said_on && due(self.said_on_at) {
             self.said_on = s.sampled_on_ns;
@@ -222,6 +231,7 @@ impl GpuTime {
                             said_at: None,
                             said_on: 0,
                             said_on_at: None,
+                            said_stopped: false,
                         },
                     );
                 }
@@ -283,6 +293,9 @@ pub(crate) fn say(n: &GpuAgentNote) {
             crate::say!("process {pid}: GPU time from its CUPTI ({cupti})")
         }
         AgentNote::Refused { why } => crate::say!("process {pid}: no GPU time: {why}"),
+        AgentNote::Stopped { why } => crate::say!(
+            "process {pid}: GPU time stopped: CUPTI could not be had again after a sampled window: {why}"
+        ),
         AgentNote::Detached { finalized: true } => {}
         AgentNote::Detached { finalized: false } => crate::say!(
             "process {pid}: its GPU-time agent waits for the process's next CUDA call to let go of CUPTI (none came in {} s); it stops then, and its code stays mapped",

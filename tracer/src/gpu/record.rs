@@ -111,6 +111,7 @@ pub fn note_record(n: &GpuAgentNote) -> Record {
             json!({"state": "attached", "cupti": &**cupti, "cupti_version": cupti_version, "clock_error_ns": clock_error_ns})
         }
         AgentNote::Refused { why } => json!({"state": "refused", "why": &**why}),
+        AgentNote::Stopped { why } => json!({"state": "stopped", "why": &**why}),
         AgentNote::Detached { finalized } => json!({"state": "detached", "finalized": finalized}),
         AgentNote::Lost {
             ring_dropped,
@@ -148,6 +149,7 @@ pub fn parse_note(v: &Value) -> Result<GpuAgentNote, String> {
             clock_error_ns: n("clock_error_ns"),
         },
         Some("refused") => AgentNote::Refused { why: text("why") },
+        Some("stopped") => AgentNote::Stopped { why: text("why") },
         Some("detached") => AgentNote::Detached {
             finalized: v.get("finalized").and_then(Value::as_bool).unwrap_or(false),
         },
@@ -300,6 +302,7 @@ pub fn parse_work(v: &Value) -> Result<GpuWork, String> {
         context: u32_of(v, "context")?,
         stream: u32_of(v, "stream")?,
         correlation: u32_of(v, "correlation")?,
+        epoch: 0,
         start_ns: start,
         end_ns: start.saturating_add(dur),
         op,
@@ -318,6 +321,7 @@ mod tests {
             context: 3,
             stream: 13,
             correlation: 99,
+            epoch: 0,
             start_ns: 1_700_000_000_000_001_000,
             end_ns: 1_700_000_000_000_051_000,
             op: GpuOp::Kernel {

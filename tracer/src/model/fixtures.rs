@@ -52,6 +52,7 @@ pub(crate) fn gpu_kernel(name: &str, start: u64, dur: u64) -> GpuWork {
         context: 1,
         stream: 7,
         correlation: 1,
+        epoch: 0,
         start_ns: start,
         end_ns: start + dur,
         op: GpuOp::Kernel {

@@ -17,6 +17,9 @@ pub struct GpuWork {
     pub stream: u32,
     /// CUPTI's correlation id: the same for the API call and its work.
     pub correlation: u32,
+    /// The agent's epoch (modulo 256) the correlation id belongs to: CUPTI
+    /// may number again after each sampled window's finalize. Not written.
+    pub epoch: u8,
     /// On the GPU, Unix ns.
     pub start_ns: u64,
     pub end_ns: u64,
@@ -170,4 +173,7 @@ pub enum AgentNote {
     /// `--gpu-time-share`: CUPTI collects during `percent` of each second
     /// only; it collected for `on_ns` since attach (so far).
     Sampled { percent: u32, on_ns: u64 },
+    /// `--gpu-time-share`: CUPTI could not be had again for a window
+    /// (another tool took it meanwhile): no more GPU records, and why.
+    Stopped { why: Arc<str> },
 }

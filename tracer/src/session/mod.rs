@@ -414,6 +414,9 @@ impl Session {
             let mut work = Vec::new();
             g.read(&mut work);
             for e in work {
+                if let Event::GpuAgent(n) = &e {
+                    crate::gpu::say(n);
+                }
                 sink.take(e);
             }
         }

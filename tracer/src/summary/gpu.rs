@@ -163,8 +163,11 @@ impl GpuProcess {
                 names_dropped,
             } => self.lost = (*ring_dropped, *cupti_dropped, *names_dropped),
             AgentNote::Sampled { percent, on_ns } => self.sampled = Some((*percent, *on_ns)),
-            AgentNote::Detached { .. } if matches!(self.agent, Some(AgentNote::Refused { .. })) => {
-            }
+            AgentNote::Detached { .. }
+                if matches!(
+                    self.agent,
+                    Some(AgentNote::Refused { .. } | AgentNote::Stopped { .. })
+                ) => {}
             other => self.agent = Some(other.clone()),
         }
     }

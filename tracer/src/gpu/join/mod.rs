@@ -245,19 +245,22 @@ struct Waiting {
     since_ns: u64,
 }
 
-/// API records by (pid, correlation id), and work waiting for them.
+/// An API call and its work: (pid, epoch, correlation id).
+type Key = (u32, u8, u32);
+
+/// API records by (pid, epoch, correlation id), and work waiting for them.
 #[derive(Default)]
 pub(crate) struct Joiner {
     pub(crate) calls: CallIndex,
     /// API records not joined yet, in arrival order, with their process.
     settling: VecDeque<(u32, ApiCall)>,
-    apis: HashMap<(u32, u32), GpuLaunch>,
-    order: VecDeque<(u32, u32)>,
-    waiting: HashMap<(u32, u32), Vec<Waiting>>,
+    apis: HashMap<Key, GpuLaunch>,
+    order: VecDeque<Key>,
+    waiting: HashMap<Key, Vec<Waiting>>,
     waiting_count: usize,
     /// When each key began to wait, oldest first (keys since joined are
     /// skipped when they come up).
-    waiting_order: VecDeque<(u64, (u32, u32))>,
+    waiting_order: VecDeque<(u64, Key)>,
     /// Work handed on without its API record (never came, or dropped).
     pub(crate) unjoined: u64,
 }
@@ -309,7 +312,7 @@ impl Joiner {
             call,
             nccl,
         };
-        let key = (pid, a.correlation);
+        let key = (pid, a.epoch, a.correlation);
         if let Some(ws) = self.waiting.remove(&key) {
             self.waiting_count -= ws.len();
             for mut w in ws {
@@ -330,7 +333,7 @@ impl Joiner {
     /// A piece of work: handed on with its API record, or kept until that
     /// comes (`now_ns`: Unix ns, for how long).
     pub(crate) fn work(&mut self, mut w: GpuWork, now_ns: u64, out: &mut Vec<GpuWork>) {
-        if let Some(l) = self.apis.get(&(w.pid, w.correlation)) {
+        if let Some(l) = self.apis.get(&(w.pid, w.epoch, w.correlation)) {
             w.launch = Some(l.clone());
             out.push(w);
             return;
@@ -341,7 +344,7 @@ impl Joiner {
             return;
         }
         self.waiting_count += 1;
-        let key = (w.pid, w.correlation);
+        let key = (w.pid, w.epoch, w.correlation);
         let ws = self.waiting.entry(key).or_default();
         let first = ws.is_empty();
         ws.push(Waiting {
@@ -372,7 +375,7 @@ impl Joiner {
     ) {
         self.settle(now_ns, all, pid, out);
         if all || pid.is_some() {
-            let keys: Vec<(u32, u32)> = self
+            let keys: Vec<Key> = self
                 .waiting
                 .keys()
                 .filter(|k| all || pid == Some(k.0))
@@ -398,7 +401,7 @@ impl Joiner {
     /// Hands on the work of `key` if it still waits since `since` (an
     /// entry of `waiting_order`; the key may have been joined since, or
     /// wait again from later).
-    fn hand_on_if_waiting(&mut self, key: (u32, u32), since: u64, out: &mut Vec<GpuWork>) {
+    fn hand_on_if_waiting(&mut self, key: Key, since: u64, out: &mut Vec<GpuWork>) {
         if self
             .waiting
             .get(&key)
@@ -410,7 +413,7 @@ impl Joiner {
     }
 
     /// Hands on the work of `key` without its API record.
-    fn hand_on(&mut self, key: (u32, u32), out: &mut Vec<GpuWork>) {
+    fn hand_on(&mut self, key: Key, out: &mut Vec<GpuWork>) {
         if let Some(ws) = self.waiting.remove(&key) {
             self.waiting_count -= ws.len();
             self.unjoined += ws.len() as u64;

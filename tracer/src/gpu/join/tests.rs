@@ -16,6 +16,7 @@ fn api(tid: u32, api: &'static str, runtime: bool, corr: u32, start: u64, end: u
         api,
         runtime,
         correlation: corr,
+        epoch: 0,
         start_ns: start,
         end_ns: end,
     }
@@ -197,4 +198,40 @@ fn a_busy_thread_keeps_its_calls_for_as_long_as_records_settle() {
     assert!(out
         .iter()
         .all(|w| w.launch.as_ref().unwrap().call.is_some()));
+}
+
+#[test]
+fn a_correlation_id_numbered_again_after_a_pause_joins_its_own_call() {
+    // CUPTI may number correlation ids again once finalized between two
+    // sampled windows: id 7 of epoch 0 and id 7 of epoch 1 are two calls.
+    let mut j = Joiner::default();
+    j.calls
+        .add(&call(5, "cuLaunchKernel", 1_000, 500, Family::Launch));
+    j.calls
+        .add(&call(5, "cuLaunchKernel", 9_000, 500, Family::Launch));
+    let mut out = Vec::new();
+    j.api(
+        1,
+        &api(5, "cuLaunchKernel", false, 7, 1_100, 1_400),
+        &mut out,
+    );
+    j.work(kernel(7, 2_000), 0, &mut out);
+    let mut second = api(5, "cuLaunchKernel", false, 7, 9_100, 9_400);
+    second.epoch = 1;
+    j.api(1, &second, &mut out);
+    let mut w = kernel(7, 10_000);
+    w.epoch = 1;
+    j.work(w, 0, &mut out);
+    j.expire(u64::MAX, true, None, &mut out);
+    let calls: Vec<_> = out
+        .iter()
+        .map(|w| (w.start_ns, w.launch.as_ref().and_then(|l| l.call)))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            (2_000, Some((1_000, "cuLaunchKernel"))),
+            (10_000, Some((9_000, "cuLaunchKernel")))
+        ]
+    );
 }
