@@ -18,6 +18,9 @@ use crate::state::Agent;
 #[derive(Default)]
 pub(crate) struct Tally {
     pub skipped: u64,
+    /// Work CUPTI handed back without its timing: still queued when its
+    /// buffer was flushed (forced, at a sampled window's end or a detach).
+    pub untimed: u64,
 }
 
 /// A record's flags: no timestamps, and the epoch it was made in.
@@ -151,20 +154,30 @@ pub(crate) unsafe fn drain(a: &Agent, buffer: *mut u8, valid: usize) -> Tally {
         if at < buffer as usize || at >= end {
             break;
         }
-        let ok = a.with_producer(|p| {
+        let got = a.with_producer(|p| {
             // SAFETY: `rec..end` lies inside the valid part of the buffer.
-            match unsafe { convert(rec.cast(), end - at, epoch, &mut p.names, &mut p.writer) } {
+            let r = unsafe { convert(rec.cast(), end - at, epoch, &mut p.names, &mut p.writer) };
+            match r {
+                Some(r) if r.common().flags & FLAG_NO_TIMESTAMPS != 0 => Some(false),
                 Some(r) => {
                     p.writer.push(&r.to_bytes());
-                    true
+                    Some(true)
                 }
-                None => false,
+                None => None,
             }
         });
-        t.skipped += u64::from(!ok);
+        match got {
+            Some(true) => {}
+            Some(false) => t.untimed += 1,
+            None => t.skipped += 1,
+        }
     }
     if t.skipped > 0 {
         a.header().records_skipped.fetch_add(t.skipped, Relaxed);
+    }
+    if t.untimed > 0 {
+        // Lost as CUPTI's own drops are: said with them.
+        a.header().cupti_dropped.fetch_add(t.untimed, Relaxed);
     }
     t
 }

@@ -35,5 +35,5 @@ for name, m in med.items():
         base = med.get("untraced_after") or base
     if base:
         print(f"{name:16} {100 * (m - base) / base:+6.2f}% step time vs untraced")
-if "untraced_after" in med and "untraced_1" in med:
+if "cycles" in med and "untraced_after" in med and "untraced_1" in med:
     print(f"after 20 attach/detach cycles: {100 * (med['untraced_after'] - med['untraced_1']) / med['untraced_1']:+.2f}% vs the first untraced window")

@@ -166,7 +166,9 @@ pub struct Header {
     pub records_written: AtomicU64,
     /// Records the agent converted but dropped because the ring was full.
     pub ring_dropped: AtomicU64,
-    /// CUPTI's dropped records (`cuptiActivityGetNumDroppedRecords`, summed).
+    /// CUPTI's dropped records (`cuptiActivityGetNumDroppedRecords`, summed),
+    /// and the work records it handed back without timing (still queued
+    /// when a forced flush took their buffer).
     pub cupti_dropped: AtomicU64,
     /// Kernel records whose name did not fit the name area (name id 0).
     pub names_dropped: AtomicU64,

@@ -384,6 +384,33 @@ mod tests {
     }
 
     #[test]
+    fn agent_notes_round_trip() {
+        for what in [
+            AgentNote::Refused {
+                why: Arc::from("no libcupti"),
+            },
+            AgentNote::Sampled {
+                percent: 10,
+                on_ns: 1_000,
+            },
+            AgentNote::Stopped {
+                why: Arc::from(
+                    "cuptiSubscribe: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED (39)",
+                ),
+            },
+        ] {
+            let n = GpuAgentNote {
+                pid: 7,
+                ts_ns: 5,
+                what,
+            };
+            let r = note_record(&n);
+            let back = parse_note(&r.to_json()).unwrap();
+            assert_eq!(back.what, n.what);
+        }
+    }
+
+    #[test]
     fn hostile_records_are_errors_not_panics() {
         for v in [
             json!({}),
