@@ -4,6 +4,7 @@
 //! killed, a target blocked in a system call or forking, CUPTI already
 //! taken, ptrace not allowed. Root: the probes and ptrace.
 
+use std::path::Path;
 use std::time::Duration;
 
 use gputrace_tests::*;
@@ -161,13 +162,13 @@ fn every_timeline_format_carries_the_gpu_records_and_stats_reads_them_back() {
     }
 }
 
-#[test]
-fn gpu_time_share_collects_in_windows_and_says_so() {
-    // 4,000 launches 1 ms apart (4 s); CUPTI on 25% of each second, and
-    // finalized between windows.
-    let out = scratch("gpu_share").join("t.jsonl");
+/// 4,000 launches 1 ms apart (4 s) with `flag`, traced with
+/// `--gpu-time-share 25` into `out`: the workload's pid and lines after
+/// its ready lines, and gputrace's end (both checked successful).
+fn sampled_run(out: &Path, flag: &str) -> (u32, Vec<String>, Finished) {
     let mut w = Workload::start(&[
         "--map-cupti",
+        flag,
         "--threads",
         "1",
         "--launches",
@@ -175,14 +176,23 @@ fn gpu_time_share_collects_in_windows_and_says_so() {
         "--pace-us",
         "1000",
         "--wait-stdin-end",
-        "--cupti-report",
     ]);
-    let t = attach_gpu(&w, &out, &["--gpu-time-share", "25"]);
+    let t = attach_gpu(&w, out, &["--gpu-time-share", "25"]);
+    let pid = w.pid;
     w.go_and_hold(GPU_HOLD);
     let (status, lines) = w.finish_lines();
     assert!(status.success(), "{lines:?}");
     let f = t.finish(Duration::from_secs(60));
     assert!(f.status.success(), "{}", f.stderr_text());
+    (pid, lines, f)
+}
+
+#[test]
+fn gpu_time_share_collects_in_windows_and_says_so() {
+    // 4,000 launches 1 ms apart (4 s); CUPTI on 25% of each second, and
+    // finalized between windows.
+    let out = scratch("gpu_share").join("t.jsonl");
+    let (_, lines, _) = sampled_run(&out, "--cupti-report");
     // CUPTI was let go between windows (at a driver API exit, as CUPTI
     // asks) and had again for the next: every subscribe but the one of a
     // window still open at the process's exit was finalized.
@@ -415,28 +425,11 @@ fn cupti_taken_between_sampled_windows_stops_gpu_time_and_says_so() {
     // it while the agent has let go between two windows, and the next
     // window cannot have it back.
     let out = scratch("gpu_share_taken").join("t.jsonl");
-    let mut w = Workload::start(&[
-        "--map-cupti",
-        "--take-cupti",
-        "--threads",
-        "1",
-        "--launches",
-        "4000",
-        "--pace-us",
-        "1000",
-        "--wait-stdin-end",
-    ]);
-    let t = attach_gpu(&w, &out, &["--gpu-time-share", "25"]);
-    let pid = w.pid;
-    w.go_and_hold(GPU_HOLD);
-    let (status, lines) = w.finish_lines();
-    assert!(status.success(), "{lines:?}");
+    let (pid, lines, f) = sampled_run(&out, "--take-cupti");
     assert!(
         lines.iter().any(|l| l.starts_with("own cupti subscribed")),
         "{lines:?}"
     );
-    let f = t.finish(Duration::from_secs(60));
-    assert!(f.status.success(), "{}", f.stderr_text());
     let said = format!("gputrace: process {pid}: GPU time stopped: ");
     let text = f.stderr_text();
     let line = text
