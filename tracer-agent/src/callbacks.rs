@@ -5,7 +5,7 @@
 
 use core::cell::Cell;
 use core::ffi::c_void;
-use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tracer_common::gpu::{
@@ -13,8 +13,8 @@ use tracer_common::gpu::{
 };
 
 use crate::cupti_abi::{CallbackData, API_ENTER, API_EXIT};
-use crate::state::{Agent, Guard, FINALIZED, WAITING};
-use crate::{convert, detach, pause, sys};
+use crate::state::{Agent, Guard, FINALIZED, PAUSE_ARMED, PAUSE_FINALIZING, PAUSE_OFF, WAITING};
+use crate::{convert, state, sys};
 
 /// `CUpti_BuffersCallbackRequestFunc`: a pool buffer, or none (CUPTI then
 /// drops records and counts them).
@@ -104,7 +104,7 @@ fn tid() -> u32 {
 /// unsubscribe and finalize CUPTI (CUPTI's dynamic detach), then hand
 /// cleanup to the agent thread, or do it here if the thread stopped waiting.
 /// Between sampled windows, the same finalize without the cleanup
-/// ([`pause`]).
+/// (`crate::pause`).
 pub(crate) unsafe extern "C" fn api_callback(
     _ud: *mut c_void,
     domain: u32,
@@ -124,9 +124,9 @@ pub(crate) unsafe extern "C" fn api_callback(
             if domain == API_DOMAIN_DRIVER {
                 finalize_at_exit(a, d, g);
             }
-        } else if a.pause.load(Acquire) == pause::ARMED {
+        } else if a.pause.load(Acquire) == PAUSE_ARMED {
             if domain == API_DOMAIN_DRIVER && d.callback_site == API_EXIT {
-                pause::finalize_at_exit(a);
+                pause_at_exit(a);
             }
         } else if a.api_records.load(Relaxed) {
             api_record(a, domain, cbid, d);
@@ -198,6 +198,24 @@ fn finalize_at_exit(a: &Agent, d: &CallbackData, g: Guard) {
         // The agent thread gave up waiting: clean up here. This
         // callback's own guard is the one allowed in flight.
         drop(g);
-        detach::cleanup(0);
+        state::cleanup(0);
     }
+}
+
+/// Between two sampled windows (`crate::pause`), in a driver API exit
+/// callback while the finalize is armed: unsubscribe and finalize (one
+/// callback does it); the agent subscribes again for the next window.
+fn pause_at_exit(a: &Agent) {
+    if a.pause
+        .compare_exchange(PAUSE_ARMED, PAUSE_FINALIZING, AcqRel, Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    // SAFETY: our subscriber; CUPTI allows both calls from an API-exit callback.
+    unsafe {
+        (a.cupti.unsubscribe)(a.subscriber());
+        (a.cupti.finalize)();
+    }
+    a.pause.store(PAUSE_OFF, Release);
 }

@@ -1,5 +1,5 @@
-//! The agent thread (flushes, watches the control pipe), the detach
-//! sequence, and the cleanup that runs once CUPTI is finalized.
+//! The agent thread (flushes, watches the control pipe, runs the sampled
+//! windows) and the detach sequence.
 
 use core::ffi::c_void;
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
@@ -10,19 +10,10 @@ use tracer_common::gpu::{AgentState, DetachReason, HELLO, STOP};
 use crate::cupti_abi::{ACTIVITY_FLAG_FLUSH_FORCED, CB_DOMAIN_DRIVER_API};
 use crate::pause;
 use crate::sample::Sampler;
-use crate::state::{self, Agent, AGENT, FINALIZED, IDLE, PHASE, PINNED, THREAD_GAVE_UP, WAITING};
+use crate::state::{
+    self, Agent, FINALIZED, PAUSE_DRAINING, PAUSE_ON, PHASE, PINNED, THREAD_GAVE_UP, WAITING,
+};
 use crate::sys;
-
-/// Flushes CUPTI's completed buffers and adds CUPTI's dropped count.
-pub(crate) fn flush(a: &Agent, flag: u32) {
-    // SAFETY: CUPTI functions resolved at start; the agent is subscribed.
-    unsafe { (a.cupti.flush_all)(flag) };
-    let mut n: usize = 0;
-    // SAFETY: valid out-pointer; NULL context = the global queue.
-    if unsafe { (a.cupti.dropped)(core::ptr::null_mut(), 0, &mut n) } == 0 && n > 0 {
-        a.header().cupti_dropped.fetch_add(n as u64, Relaxed);
-    }
-}
 
 /// Stops the API records: no callback of ours is enabled after it, and
 /// none is running (waits up to ~2 s for those that were).
@@ -73,8 +64,8 @@ fn watch(a: &Agent) -> DetachReason {
         if now.saturating_sub(last_flush) >= flush_ns {
             // Not while finalized between windows (or about to be): a CUPTI
             // call would start it again.
-            if matches!(a.pause.load(Acquire), pause::ON | pause::DRAINING) {
-                flush(a, 0);
+            if matches!(a.pause.load(Acquire), PAUSE_ON | PAUSE_DRAINING) {
+                a.flush(0);
             }
             last_flush = now;
         }
@@ -135,13 +126,13 @@ fn detach(a: &Agent, reason: DetachReason) {
     if let pause::AtDetach::Finalized = pause::settle_for_detach(a) {
         // Finalized between two sampled windows: nothing of CUPTI left.
         a.set_state(AgentState::Finalized);
-        cleanup(0);
+        state::cleanup(0);
         return;
     }
     // SAFETY: the agent is subscribed until finalized.
     unsafe { stop_api_records(a) };
     a.disable_kinds();
-    flush(a, ACTIVITY_FLAG_FLUSH_FORCED);
+    a.flush(ACTIVITY_FLAG_FLUSH_FORCED);
     // SAFETY: as above; API records stopped.
     unsafe { arm_finalize(a) };
     let deadline = sys::monotonic_ns() + a.finalize_ms * 1_000_000;
@@ -158,37 +149,5 @@ fn detach(a: &Agent, reason: DetachReason) {
     {
         return;
     }
-    cleanup(0);
-}
-
-/// After CUPTI is finalized: stop the callbacks from finding the agent,
-/// wait for those running (`own` of them are the caller's), mark the
-/// region stopped, then release everything. Runs once.
-pub(crate) fn cleanup(own: usize) {
-    let p = AGENT.swap(core::ptr::null_mut(), SeqCst);
-    if p.is_null() {
-        return;
-    }
-    let drained = state::drain_guards(own);
-    // SAFETY: `p` is the Box<Agent> start leaked into AGENT; AGENT is now
-    // null, so this is the only owner left (callbacks drained above).
-    let a = unsafe { &*p };
-    // Descriptors first (our mapping stays valid), so that `Stopped` means
-    // nothing but the mapping is left.
-    sys::close(state::FD_MEMFD.swap(-1, AcqRel));
-    sys::close(state::FD_PIPE_RD.swap(-1, AcqRel));
-    sys::close(state::FD_PIPE_WR.swap(-1, AcqRel));
-    a.set_state(AgentState::Stopped);
-    if drained {
-        // SAFETY: CUPTI is finalized and no callback is running: nobody
-        // uses the region or the pool any more (gputrace keeps its own
-        // mapping of the memfd).
-        unsafe {
-            sys::unmap(a.region, a.region_len);
-            a.pool.free();
-            let agent = Box::from_raw(p);
-            agent.cupti.close();
-        }
-    }
-    PHASE.store(IDLE, SeqCst);
+    state::cleanup(0);
 }

@@ -9,8 +9,8 @@
 //! (`bench/gpu/gpu_time/cupti_states.py`). So at a window's end the agent
 //! disables the kinds and the API callbacks ([`begin`]), lets the window's
 //! records come for a grace ([`arm`]: then a forced flush), and CUPTI is
-//! finalized at the next driver API exit ([`finalize_at_exit`], as the
-//! detach does it); at the next window's start it subscribes and enables
+//! finalized at the next driver API exit (`callbacks::pause_at_exit`, as
+//! the detach does it); at the next window's start it subscribes and enables
 //! again ([`resume_if_off`]). A window whose start finds the finalize
 //! still pending (no CUDA call since) is skipped.
 //!
@@ -26,20 +26,13 @@ use crate::cupti_abi::{
     CuptiResult, ACTIVITY_FLAG_FLUSH_FORCED, CB_DOMAIN_DRIVER_API, CB_DOMAIN_RUNTIME_API,
     CUPTI_SUCCESS,
 };
-use crate::detach::flush;
 use crate::state::Agent;
 use crate::sys;
 
-/// Subscribed, collecting or switched on and off by cbid (as at start).
-pub(crate) const ON: u32 = 0;
-/// Window over: kinds and callbacks off, its records still coming.
-pub(crate) const DRAINING: u32 = 1;
-/// Flushed: CUPTI is finalized at the next driver API exit.
-pub(crate) const ARMED: u32 = 2;
-/// A callback is finalizing.
-pub(crate) const FINALIZING: u32 = 3;
-/// Finalized: no CUPTI cost in the process until the next window.
-pub(crate) const OFF: u32 = 4;
+pub(crate) use crate::state::{
+    PAUSE_ARMED as ARMED, PAUSE_DRAINING as DRAINING, PAUSE_FINALIZING as FINALIZING,
+    PAUSE_OFF as OFF, PAUSE_ON as ON,
+};
 
 /// A window's end: nothing more collected (records of work launched in
 /// the window still come while `DRAINING`).
@@ -55,29 +48,12 @@ pub(crate) fn arm(a: &Agent) {
     if a.pause.load(Acquire) != DRAINING {
         return;
     }
-    flush(a, 0);
-    flush(a, ACTIVITY_FLAG_FLUSH_FORCED);
+    a.flush(0);
+    a.flush(ACTIVITY_FLAG_FLUSH_FORCED);
     a.pause.store(ARMED, Release);
     // Every driver cbid: any driver API exit will do.
     // SAFETY: resolved CUPTI function; our subscriber (not finalized yet).
     unsafe { (a.cupti.enable_domain)(1, a.subscriber(), CB_DOMAIN_DRIVER_API) };
-}
-
-/// In a driver API exit callback while `ARMED`: unsubscribe and finalize
-/// (one callback does it).
-pub(crate) fn finalize_at_exit(a: &Agent) {
-    if a.pause
-        .compare_exchange(ARMED, FINALIZING, AcqRel, Relaxed)
-        .is_err()
-    {
-        return;
-    }
-    // SAFETY: our subscriber; CUPTI allows both calls from an API-exit callback.
-    unsafe {
-        (a.cupti.unsubscribe)(a.subscriber());
-        (a.cupti.finalize)();
-    }
-    a.pause.store(OFF, Release);
 }
 
 /// What a window's start found.
@@ -106,7 +82,7 @@ pub(crate) fn resume_if_off(a: &Agent) -> Resume {
         }
         Err((r, what, subscribed)) => {
             a.header().resume_error.store(1 + u64::from(r), Release);
-            crate::start::say(a, what, r, "");
+            a.say(what, r, "");
             if subscribed {
                 // Let go again the way a window's end does.
                 begin(a);

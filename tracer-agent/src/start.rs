@@ -4,13 +4,12 @@
 
 use core::cell::UnsafeCell;
 use core::ffi::CStr;
-use core::fmt::Write;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 
 use tracer_common::gpu::*;
 
 use crate::cupti_abi::{
-    self as abi, CuptiResult, SubscriberHandle, ACTIVITY_FLAG_FLUSH_FORCED, CB_DOMAIN_DRIVER_API,
+    self as abi, SubscriberHandle, ACTIVITY_FLAG_FLUSH_FORCED, CB_DOMAIN_DRIVER_API,
     CB_DOMAIN_RUNTIME_API, CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, CUPTI_SUCCESS,
 };
 use crate::cupti_lib::Cupti;
@@ -74,32 +73,6 @@ fn config(a: &AgentArgs) -> Result<Config, Fail> {
         buffer_size,
         path: a.cupti_path,
     })
-}
-
-/// A message for the header, without allocating.
-struct Msg {
-    buf: [u8; MESSAGE_LEN],
-    len: usize,
-}
-
-impl Write for Msg {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        let n = s.len().min(MESSAGE_LEN - 1 - self.len);
-        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
-        self.len += n;
-        Ok(())
-    }
-}
-
-pub(crate) fn say(a: &Agent, what: &str, r: CuptiResult, hint: &str) {
-    let mut m = Msg {
-        buf: [0; MESSAGE_LEN],
-        len: 0,
-    };
-    let mut name = [0u8; 96];
-    let n = core::str::from_utf8(a.cupti.result_name(r, &mut name)).unwrap_or("?");
-    let _ = write!(m, "{what}: {n} ({r}){hint}");
-    a.with_producer(|p| p.writer.set_message(&m.buf[..m.len]));
 }
 
 /// Fallback clock: offset from CUPTI's clock to CLOCK_MONOTONIC, from the
@@ -384,7 +357,7 @@ fn refuse(a: &Agent, e: AgentError, r: u32, what: &str, hint: &str) {
     let h = a.header();
     h.error_code.store(e as u32, Relaxed);
     h.cupti_result.store(r, Relaxed);
-    say(a, what, r, hint);
+    a.say(what, r, hint);
     a.set_state(AgentState::Refused);
 }
 

@@ -7,13 +7,43 @@ use core::sync::atomic::{
     AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
 
-use tracer_common::gpu::{AgentState, Header, RingWriter};
+use core::fmt::Write;
 
-use crate::cupti_abi::SubscriberHandle;
+use tracer_common::gpu::{AgentState, Header, RingWriter, MESSAGE_LEN};
+
+use crate::cupti_abi::{CuptiResult, SubscriberHandle};
 use crate::cupti_lib::Cupti;
 use crate::names::Names;
 use crate::pool::Pool;
 use crate::sys::{self, SpinLock};
+
+/// A message for the header, without allocating.
+struct Msg {
+    buf: [u8; MESSAGE_LEN],
+    len: usize,
+}
+
+impl Write for Msg {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let n = s.len().min(MESSAGE_LEN - 1 - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+/// Sampled windows: where CUPTI stands between them (`Agent::pause`,
+/// `crate::pause`). Subscribed, collecting or switched on and off by cbid
+/// (as at start).
+pub(crate) const PAUSE_ON: u32 = 0;
+/// Window over: kinds and callbacks off, its records still coming.
+pub(crate) const PAUSE_DRAINING: u32 = 1;
+/// Flushed: CUPTI is finalized at the next driver API exit.
+pub(crate) const PAUSE_ARMED: u32 = 2;
+/// A callback is finalizing.
+pub(crate) const PAUSE_FINALIZING: u32 = 3;
+/// Finalized: no CUPTI cost in the process until the next window.
+pub(crate) const PAUSE_OFF: u32 = 4;
 
 /// What the process-wide agent is doing (`PHASE`).
 pub(crate) const IDLE: u32 = 0;
@@ -104,6 +134,32 @@ impl Agent {
         self.header().state.store(s as u32, Ordering::Release);
     }
 
+    /// Flushes CUPTI's completed buffers and adds CUPTI's dropped count.
+    pub(crate) fn flush(&self, flag: u32) {
+        // SAFETY: CUPTI functions resolved at start; the agent is subscribed.
+        unsafe { (self.cupti.flush_all)(flag) };
+        let mut n: usize = 0;
+        // SAFETY: valid out-pointer; NULL context = the global queue.
+        if unsafe { (self.cupti.dropped)(core::ptr::null_mut(), 0, &mut n) } == 0 && n > 0 {
+            self.header()
+                .cupti_dropped
+                .fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Says why in the header's message: `what: CUPTI_RESULT_NAME (r)hint`,
+    /// without allocating.
+    pub(crate) fn say(&self, what: &str, r: CuptiResult, hint: &str) {
+        let mut m = Msg {
+            buf: [0; MESSAGE_LEN],
+            len: 0,
+        };
+        let mut name = [0u8; 96];
+        let n = core::str::from_utf8(self.cupti.result_name(r, &mut name)).unwrap_or("?");
+        let _ = write!(m, "{what}: {n} ({r}){hint}");
+        self.with_producer(|p| p.writer.set_message(&m.buf[..m.len]));
+    }
+
     /// Disables every activity kind the agent enabled.
     pub(crate) fn disable_kinds(&self) {
         for &k in &self.cupti_kinds[..self.n_cupti_kinds] {
@@ -191,4 +247,36 @@ pub(crate) fn drain_guards(own: usize) -> bool {
         sys::sleep_ms(1);
     }
     false
+}
+
+/// After CUPTI is finalized: stop the callbacks from finding the agent,
+/// wait for those running (`own` of them are the caller's), mark the
+/// region stopped, then release everything. Runs once.
+pub(crate) fn cleanup(own: usize) {
+    let p = AGENT.swap(core::ptr::null_mut(), Ordering::SeqCst);
+    if p.is_null() {
+        return;
+    }
+    let drained = drain_guards(own);
+    // SAFETY: `p` is the Box<Agent> start leaked into AGENT; AGENT is now
+    // null, so this is the only owner left (callbacks drained above).
+    let a = unsafe { &*p };
+    // Descriptors first (our mapping stays valid), so that `Stopped` means
+    // nothing but the mapping is left.
+    sys::close(FD_MEMFD.swap(-1, Ordering::AcqRel));
+    sys::close(FD_PIPE_RD.swap(-1, Ordering::AcqRel));
+    sys::close(FD_PIPE_WR.swap(-1, Ordering::AcqRel));
+    a.set_state(AgentState::Stopped);
+    if drained {
+        // SAFETY: CUPTI is finalized and no callback is running: nobody
+        // uses the region or the pool any more (gputrace keeps its own
+        // mapping of the memfd).
+        unsafe {
+            sys::unmap(a.region, a.region_len);
+            a.pool.free();
+            let agent = Box::from_raw(p);
+            agent.cupti.close();
+        }
+    }
+    PHASE.store(IDLE, Ordering::SeqCst);
 }
