@@ -184,6 +184,12 @@ fn sampled_run(out: &Path, flag: &str) -> (u32, Vec<String>, Finished) {
     assert!(status.success(), "{lines:?}");
     let f = t.finish(Duration::from_secs(60));
     assert!(f.status.success(), "{}", f.stderr_text());
+    // The process ended first: its agent went with it, nothing waits.
+    assert!(
+        !f.stderr_text().contains("waits for the process"),
+        "{}",
+        f.stderr_text()
+    );
     (pid, lines, f)
 }
 

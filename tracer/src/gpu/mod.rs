@@ -277,7 +277,11 @@ impl GpuTime {
             let finalized = st
                 .agent
                 .detach(|a| read(a, joiner, t, &mut work, undecodable));
-            out.push(note(self.clock, pid, AgentNote::Detached { finalized }));
+            // A process that exited meanwhile took its agent with it: as
+            // for a process found gone, nothing to say of a detach.
+            if finalized || crate::host::discover::is_alive(pid) {
+                out.push(note(self.clock, pid, AgentNote::Detached { finalized }));
+            }
             st.news(self.clock, true, out);
         }
         self.joiner.expire(now_ns(), true, None, &mut work);
