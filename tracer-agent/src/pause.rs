@@ -3,7 +3,8 @@
 //! windows while CUPTI was only disabled (still subscribed) took 9.0%
 //! longer (median of 10 windows and ranks, each +6% or more) than those
 //! of windows traced by the probes alone; once finalized between windows,
-//! 1.7% (`bench/gpu/gpu_time/share_cost.sh` with `SPLIT=1`). Subscribing
+//! 1.7% with a 100-ms grace and −0.2% with the 50-ms grace of now
+//! (`bench/gpu/gpu_time/share_cost.sh` with `SPLIT=1`). Subscribing
 //! and enabling again after a finalize takes 12–18 ms of the agent
 //! thread; the finalize 3.5–5 ms of the thread whose API exit it runs in
 //! (`bench/gpu/gpu_time/cupti_states.py`). So at a window's end the agent
