@@ -15,21 +15,8 @@ NR=${2:-2} WIN=${3:-8}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-python3}
 RES=${OUT:-/tmp/gpu_cycles}
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 GPUTRACE_CACHE_DIR=${GPUTRACE_CACHE_DIR:-/tmp/gtcache}
-W=$(mktemp -d /tmp/gpu_cycles.XXXXXX)
-mkdir -p "$RES"
-JOB=""
-cleanup() { touch "$W/stop"; sleep 2; [ -n "$JOB" ] && kill $JOB 2>/dev/null; wait 2>/dev/null; }
-trap cleanup EXIT
-TORCHRUN=${TORCHRUN:-$(dirname "$PY")/torchrun}
-"$TORCHRUN" --nproc_per_node "$NR" --master_port 29519 "$HERE/../ddp_bench.py" --dir "$W" > "$W/job.out" 2>&1 &
-JOB=$!
-for r in $(seq 0 $((NR - 1))); do
-  while [ ! -e "$W/rank$r.ready" ]; do sleep 0.5; done
-done
-PIDS=$(for f in "$W"/rank*.pid; do cat "$f"; echo; done | paste -sd, -)
-win() { echo "$1 $(date +%s.%N)" >> "$RES/windows.tsv"; }
-: > "$RES/windows.tsv"
+. "$HERE/ddp_job.sh"
+start_ddp_job gpu_cycles 29519
 win untraced_1; sleep "$WIN"
 win cycles
 : > "$RES/cycles.txt"
@@ -45,8 +32,7 @@ win end
   echo "not finalized: $(grep -c 'waits for the process' "$W/cycles_stderr.txt")"
   for p in ${PIDS//,/ }; do echo "process $p: agent mappings left $(grep -c gputrace-agent /proc/$p/maps)"; done
 } >> "$RES/cycles.txt"
-touch "$W/stop"; wait $JOB; JOB=""
-for f in "$W"/rank*.steps; do gzip -c "$f" > "$RES/$(basename "$f").gz"; done
+stop_ddp_job
 $PY "$HERE/report.py" "$RES" > "$RES/report.txt" 2>&1
 $PY - "$RES" >> "$RES/report.txt" <<'PYEOF'
 import sys

@@ -21,21 +21,8 @@ NR=${2:-2} ROUNDS=${3:-3} WIN=${4:-10}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-python3}
 RES=${OUT:-/tmp/gpu_share}
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 GPUTRACE_CACHE_DIR=${GPUTRACE_CACHE_DIR:-/tmp/gtcache}
-W=$(mktemp -d /tmp/gpu_share.XXXXXX)
-mkdir -p "$RES"
-JOB=""
-cleanup() { touch "$W/stop"; sleep 2; [ -n "$JOB" ] && kill $JOB 2>/dev/null; wait 2>/dev/null; }
-trap cleanup EXIT
-TORCHRUN=${TORCHRUN:-$(dirname "$PY")/torchrun}
-"$TORCHRUN" --nproc_per_node "$NR" --master_port 29515 "$HERE/../ddp_bench.py" --dir "$W" ${JOBARGS:-} > "$W/job.out" 2>&1 &
-JOB=$!
-for r in $(seq 0 $((NR - 1))); do
-  while [ ! -e "$W/rank$r.ready" ]; do sleep 0.5; done
-done
-PIDS=$(for f in "$W"/rank*.pid; do cat "$f"; echo; done | paste -sd, -)
-win() { echo "$1 $(date +%s.%N)" >> "$RES/windows.tsv"; }
-: > "$RES/windows.tsv"
+. "$HERE/ddp_job.sh"
+start_ddp_job gpu_share 29515 ${JOBARGS:-}
 # A window's gputrace arguments (every one under the default budget).
 mode_args() {
   case "$1" in
@@ -61,8 +48,7 @@ if [ "${PROFILER:-1}" = 1 ]; then
   touch "$W/profile"; sleep "$WIN"
 fi
 win "end"
-touch "$W/stop"; wait $JOB; JOB=""
-for f in "$W"/rank*.steps; do gzip -c "$f" > "$RES/$(basename "$f").gz"; done
+stop_ddp_job
 $PY "$HERE/report.py" "$RES" > "$RES/report.txt" 2>&1
 if [ "${SPLIT:-0}" = 1 ]; then
   cp "$W"/rank*.pid "$RES/"
