@@ -410,15 +410,14 @@ impl Session {
             }
         }
         // The GPU's work of the calls just drained (and earlier ones).
+        let mut work = Vec::new();
         if let Some(g) = &mut self.gpu {
-            let mut work = Vec::new();
             g.read(&mut work);
-            for e in work {
-                if let Event::GpuAgent(n) = &e {
-                    crate::gpu::say(n);
-                }
-                sink.take(e);
-            }
+        }
+        for e in work {
+            // An agent's news gets its stderr line as every event does.
+            self.note(&e);
+            sink.take(e);
         }
         n
     }
