@@ -446,7 +446,19 @@ fn cupti_taken_between_sampled_windows_stops_gpu_time_and_says_so() {
         line.contains("cuptiSubscribe") && line.contains("(39)"),
         "{line}"
     );
-    let (events, _) = read_jsonl(&out);
+    let (events, summary) = read_jsonl(&out);
+    // The summary says it (JSON and text, `stats` of the timeline too).
+    let p = summary["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .expect("the process in the summary");
+    let why = p["gpu"]["stopped"].as_str().unwrap_or_default();
+    assert!(why.contains("cuptiSubscribe"), "{}", p["gpu"]);
+    let s = run_gputrace(&["stats", out.to_str().unwrap()]);
+    assert!(s.status.success(), "{}", s.stderr_text());
+    assert!(s.stdout.contains("GPU time stopped: "), "{}", s.stdout);
     let stopped: Vec<&Value> = events
         .iter()
         .filter(|e| e["type"] == "gpu_agent" && e["state"] == "stopped")

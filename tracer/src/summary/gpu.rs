@@ -196,6 +196,15 @@ impl GpuProcess {
         // Busy time is per process: the total says no share.
     }
 
+    /// Why GPU time stopped mid-trace (`--gpu-time-share`: CUPTI taken by
+    /// another tool between two windows), if it did.
+    pub fn stopped(&self) -> Option<&str> {
+        match &self.agent {
+            Some(AgentNote::Stopped { why }) => Some(why),
+            _ => None,
+        }
+    }
+
     /// GPU time of every kernel.
     pub fn kernel_ns(&self) -> u64 {
         self.kernels.all_values().map(|s| s.total_ns).sum::<u64>()
@@ -223,6 +232,12 @@ pub fn render_text(out: &mut String, g: &GpuProcess, window_ns: u64, is_total: b
             out,
             "\nGPU time sampled (--gpu-time-share {pct}): CUPTI collected during {} ({pct}% of each second); the GPU tables count the work launched then",
             fmt_ns(on as f64)
+        );
+    }
+    if let Some(why) = g.stopped() {
+        let _ = writeln!(
+            out,
+            "GPU time stopped: CUPTI could not be had again after a sampled window ({why}); the GPU tables end there"
         );
     }
     render_kernels(out, g);
@@ -472,6 +487,7 @@ pub fn render_json(g: &GpuProcess, window_ns: u64) -> Value {
         "copies": copies,
         "window_ns": window_ns,
         "sampled": g.sampled.map(|(p, on)| json!({"percent": p, "on_ns": on})),
+        "stopped": g.stopped(),
         "devices": devices,
         "queued_ns": {"p50": g.queued.median_ns(), "p90": q(0.9), "p99": q(0.99), "max": (g.queued.timed > 0).then_some(g.queued.max_ns)},
         "nccl": nccl,

@@ -81,6 +81,12 @@ const FAMILIES: &[Family] = &[
         write: crate::outputs::metrics::gpu::sampled_seconds,
     },
     Family {
+        name: "gputrace_gpu_stopped",
+        kind: "gauge",
+        help: "--gpu-time-share: 1 for a process whose GPU time stopped, CUPTI taken by another tool between two windows (absent otherwise).",
+        write: crate::outputs::metrics::gpu::stopped,
+    },
+    Family {
         name: "gputrace_gpu_kernel_seconds_total",
         kind: "counter",
         help: "--gpu-time: GPU time of the process's kernels, for the 20 with the most of it (up to 40 as the ranking changes, every 10 s); the rest, and a kernel's time before it got its own series, in kernel=\"other\".",

@@ -15,7 +15,7 @@ use std::fmt::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::model::gpu::{GpuOp, GpuWork};
+use crate::model::gpu::{AgentNote, GpuOp, GpuWork};
 use crate::outputs::metrics::ranked::Ranked;
 use crate::outputs::metrics::seconds;
 use crate::outputs::metrics::{escape_into, ProcessSeries};
@@ -36,6 +36,8 @@ pub(super) struct GpuSeries {
     last: Option<(Instant, BTreeMap<u32, u64>, u64)>,
     /// `--gpu-time-share`: the time CUPTI collected (the agent's last word).
     sampled_on_ns: Option<u64>,
+    /// `--gpu-time-share`: CUPTI could not be had again after a window.
+    stopped: bool,
     /// GPU time per kernel name, ranked by it.
     kernels: Ranked<Arc<str>, u128, u128, TOP_KERNELS, MAX_KERNEL_SERIES>,
     nccl: BTreeMap<&'static str, u128>,
@@ -58,9 +60,14 @@ impl GpuSeries {
         *self.kernels.slot(&name, d) += d;
     }
 
-    /// `--gpu-time-share`: the agent says how long CUPTI collected.
-    pub(super) fn sampled(&mut self, on_ns: u64) {
-        self.sampled_on_ns = Some(on_ns);
+    /// `--gpu-time-share`: the agent says how long CUPTI collected, or
+    /// that its GPU time stopped.
+    pub(super) fn note(&mut self, n: &AgentNote) {
+        match n {
+            AgentNote::Sampled { on_ns, .. } => self.sampled_on_ns = Some(*on_ns),
+            AgentNote::Stopped { .. } => self.stopped = true,
+            _ => {}
+        }
     }
 
     /// Every ten seconds: kernels promoted to series of their own, and the
@@ -115,6 +122,12 @@ pub(super) fn sampled_seconds(o: &mut String, p: &ProcessSeries) {
         p.labels,
         seconds(u128::from(on))
     );
+}
+
+pub(super) fn stopped(o: &mut String, p: &ProcessSeries) {
+    if p.gpu.as_ref().is_some_and(|g| g.stopped) {
+        let _ = writeln!(o, "gputrace_gpu_stopped{{{}}} 1", p.labels);
+    }
 }
 
 pub(super) fn busy_ratio(o: &mut String, p: &ProcessSeries) {
@@ -203,10 +216,16 @@ mod tests {
         // --gpu-time-share 10: 0.5 s collected in 5 s, 0.25 s of it busy.
         let mut g = GpuSeries::default();
         let t0 = Instant::now();
-        g.sampled(1_000_000_000);
+        g.note(&AgentNote::Sampled {
+            percent: 10,
+            on_ns: 1_000_000_000,
+        });
         g.sweep(t0);
         g.record(&kernel("a", 0, 250_000_000));
-        g.sampled(1_500_000_000);
+        g.note(&AgentNote::Sampled {
+            percent: 10,
+            on_ns: 1_500_000_000,
+        });
         g.sweep(t0 + Duration::from_secs(5));
         assert!((g.ratio[&0] - 0.5).abs() < 1e-9, "{:?}", g.ratio);
     }

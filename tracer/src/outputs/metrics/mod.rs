@@ -303,11 +303,19 @@ impl Metrics {
         }
     }
 
-    /// `--gpu-time-share`: how long a process's CUPTI collected.
-    pub(crate) fn gpu_sampled(&mut self, pid: u32, on_ns: u64) {
-        let key = self.key(pid);
+    /// `--gpu-time-share`: how long a process's CUPTI collected, and
+    /// whether its GPU time stopped (CUPTI taken between two windows).
+    pub(crate) fn gpu_note(&mut self, n: &crate::model::gpu::GpuAgentNote) {
+        use crate::model::gpu::AgentNote;
+        if !matches!(
+            n.what,
+            AgentNote::Sampled { .. } | AgentNote::Stopped { .. }
+        ) {
+            return;
+        }
+        let key = self.key(n.pid);
         if let Some(p) = self.procs.get_mut(&key) {
-            p.gpu.get_or_insert_with(Default::default).sampled(on_ns);
+            p.gpu.get_or_insert_with(Default::default).note(&n.what);
         }
     }
 
@@ -414,12 +422,9 @@ impl Sink for MetricsSink {
             Event::NcclStallEnded(e) => lock(&self.metrics).nccl.stall_over(e),
             Event::Sampling(r) => lock(&self.metrics).sampling(r),
             Event::Gpu(w) => lock(&self.metrics).gpu(w),
-            // The agents' news go to stderr; their losses to the summary.
-            Event::GpuAgent(n) => {
-                if let crate::model::gpu::AgentNote::Sampled { on_ns, .. } = n.what {
-                    lock(&self.metrics).gpu_sampled(n.pid, on_ns);
-                }
-            }
+            // The agents' news go to stderr, their losses to the summary;
+            // sampling and a stop to series of their own.
+            Event::GpuAgent(n) => lock(&self.metrics).gpu_note(n),
             Event::Exec(x) => lock(&self.metrics).exec(x.pid, &x.comm, Instant::now()),
             Event::Counted(c) => {
                 self.calls += c.calls;

@@ -201,6 +201,37 @@ fn an_exec_starts_series_under_the_new_name() {
 }
 
 #[test]
+fn a_sampled_agent_says_its_time_collected_and_its_stop() {
+    use crate::model::gpu::{AgentNote, GpuAgentNote};
+    let mut m = metrics();
+    m.record_call(&call(3, "cuLaunchKernel", 1, other()));
+    let note = |what| GpuAgentNote {
+        pid: 3,
+        ts_ns: 1,
+        what,
+    };
+    m.gpu_note(&note(AgentNote::Sampled {
+        percent: 10,
+        on_ns: 250_000_000,
+    }));
+    let text = m.render();
+    assert!(
+        text.contains(r#"gputrace_gpu_sampled_seconds_total{pid="3",comm="py\"thon"} 0.25"#),
+        "{text}"
+    );
+    assert!(!text.contains("gputrace_gpu_stopped{"), "{text}");
+    m.gpu_note(&note(AgentNote::Stopped {
+        why: Arc::from("cuptiSubscribe"),
+    }));
+    let text = m.render();
+    assert!(
+        text.lines()
+            .any(|l| l == r#"gputrace_gpu_stopped{pid="3",comm="py\"thon"} 1"#),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_reused_pid_starts_afresh() {
     let mut m = metrics();
     m.record_call(&call(4, "cuLaunchKernel", 1, other()));
