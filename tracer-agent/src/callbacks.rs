@@ -185,11 +185,7 @@ fn finalize_at_exit(a: &Agent, d: &CallbackData, g: Guard) {
     if d.callback_site != API_EXIT || a.finalize_claimed.swap(true, AcqRel) {
         return;
     }
-    // SAFETY: our subscriber; CUPTI allows both calls from an API-exit callback.
-    unsafe {
-        (a.cupti.unsubscribe)(a.subscriber());
-        (a.cupti.finalize)();
-    }
+    let_go(a);
     a.set_state(AgentState::Finalized);
     if a.handoff
         .compare_exchange(WAITING, FINALIZED, AcqRel, Relaxed)
@@ -212,10 +208,16 @@ fn pause_at_exit(a: &Agent) {
     {
         return;
     }
+    let_go(a);
+    a.pause.store(PAUSE_OFF, Release);
+}
+
+/// Unsubscribes and finalizes CUPTI, from an API-exit callback (CUPTI's
+/// dynamic detach), for a detach or between two sampled windows.
+fn let_go(a: &Agent) {
     // SAFETY: our subscriber; CUPTI allows both calls from an API-exit callback.
     unsafe {
         (a.cupti.unsubscribe)(a.subscriber());
         (a.cupti.finalize)();
     }
-    a.pause.store(PAUSE_OFF, Release);
 }
