@@ -205,30 +205,23 @@ fn a_sampled_agent_says_its_time_collected_and_its_stop() {
     use crate::model::gpu::{AgentNote, GpuAgentNote};
     let mut m = metrics();
     m.record_call(&call(3, "cuLaunchKernel", 1, other()));
-    let note = |what| GpuAgentNote {
-        pid: 3,
-        ts_ns: 1,
-        what,
-    };
-    m.gpu_note(&note(AgentNote::Sampled {
-        percent: 10,
-        on_ns: 250_000_000,
-    }));
-    let text = m.render();
-    assert!(
-        text.contains(r#"gputrace_gpu_sampled_seconds_total{pid="3",comm="py\"thon"} 0.25"#),
-        "{text}"
-    );
-    assert!(!text.contains("gputrace_gpu_stopped{"), "{text}");
-    m.gpu_note(&note(AgentNote::Stopped {
-        why: Arc::from("cuptiSubscribe"),
-    }));
-    let text = m.render();
-    assert!(
-        text.lines()
-            .any(|l| l == r#"gputrace_gpu_stopped{pid="3",comm="py\"thon"} 1"#),
-        "{text}"
-    );
+    let (percent, on_ns, why) = (10, 250_000_000, Arc::from("cuptiSubscribe"));
+    for what in [
+        AgentNote::Sampled { percent, on_ns },
+        AgentNote::Stopped { why },
+    ] {
+        let stop = matches!(what, AgentNote::Stopped { .. });
+        m.gpu_note(&GpuAgentNote {
+            pid: 3,
+            ts_ns: 1,
+            what,
+        });
+        let text = m.render();
+        let sampled = r#"gputrace_gpu_sampled_seconds_total{pid="3",comm="py\"thon"} 0.25"#;
+        let stopped = r#"gputrace_gpu_stopped{pid="3",comm="py\"thon"} 1"#;
+        assert!(text.lines().any(|l| l == sampled), "{text}");
+        assert_eq!(text.lines().any(|l| l == stopped), stop, "{text}");
+    }
 }
 
 #[test]
