@@ -205,7 +205,7 @@ static struct timespec g_start;      /* written before g_go, read after */
 static const char *usage_text =
     "usage: gputrace-workload [--threads T] [--launches N] [--distinct-kernels N] [--distinct-comms N] [--launch-ex N] [--coop N] [--graphs N] "
     "[--runtime N] [--allocs N] [--copies N] [--syncs N] [--capture-checks N] [--fail N] [--nccl N] [--nccl-config] "
-    "[--pace-us US] [--exit-main] [--gemms N] "
+    "[--pace-us US] [--spin-ns NS] [--exit-main] [--gemms N] "
     "[--ranks N --rank R [--id-file PATH] [--nccl-init-early] [--nccl-allreduce-only] [--nccl-scalable] "
     "[--split-color C] [--late-ms D [--late-every K]] [--stop-after N] [--sigstop-at N] [--nccl-timeout-ms MS] [--cuda-dev N]] [--ptsz] "
     "[--graph-replays R] [--graph-update] [--graphs-before-wait] [--graph-linger-ms N] [--capture-sleep-ms N] "
@@ -413,6 +413,16 @@ static void launch_distinct(struct worker *w)
     free(ptx);
 }
 
+/* CPU work for `ns` (a launch loop's own work between launches). */
+static void spin_ns(uint64_t ns)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do {
+        clock_gettime(CLOCK_MONOTONIC, &b);
+    } while (ts_diff_ns(&a, &b) < ns);
+}
+
 static void run_pass(struct worker *w)
 {
     const int pt = opt.per_thread;
@@ -427,6 +437,7 @@ static void run_pass(struct worker *w)
         if (launch_ptsz) CC(cuLaunchKernel_ptsz(f, 64, 2, 1, 256, 1, 1, 4096, s, params, NULL));
         else CC(cuLaunchKernel(f, 64, 2, 1, 256, 1, 1, 4096, s, params, NULL));
         if (opt.pace_us) usleep((useconds_t)opt.pace_us);
+        if (opt.spin_ns) spin_ns(opt.spin_ns);
     }
     if (opt.distinct_kernels) launch_distinct(w);
 
@@ -898,6 +909,7 @@ static void parse_args(int argc, char **argv)
         else if (!strcmp(a, "--delay-ms")) { opt.delay_ms = parse_u64(a, TAKE_VALUE()); }
         else if (!strcmp(a, "--names-after-wait")) { NO_VALUE(); opt.names_after_wait = 1; }
         else if (!strcmp(a, "--pace-us")) { opt.pace_us = parse_u64(a, TAKE_VALUE()); }
+        else if (!strcmp(a, "--spin-ns")) { opt.spin_ns = parse_u64(a, TAKE_VALUE()); }
         else if (!strcmp(a, "--exit-main")) { NO_VALUE(); opt.exit_main = 1; }
         else if (!strcmp(a, "--exec-then")) {
             NO_VALUE();

@@ -37,6 +37,7 @@ struct options {
     uint64_t calls;
     int print_handles;
     uint64_t pace_us;    /* --pace-us: a pause after each --launches launch */
+    uint64_t spin_ns;    /* --spin-ns: CPU work after each --launches launch */
     int exit_main;       /* --exit-main: the main thread ends (pthread_exit) once the workers run */
     char **exec_argv;    /* --exec-then PROGRAM ARGS...: execv at the end */
     uint64_t distinct_kernels; /* --distinct-kernels N */

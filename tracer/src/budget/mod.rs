@@ -92,6 +92,9 @@ fn reported(
 
 /// Gone processes whose counts wait for the next report, at most.
 const MAX_DEPARTED: usize = 4096;
+/// Processes whose first call is kept (live ones and those gone, until
+/// their last counts are reported), at most.
+const MAX_PROCESSES: usize = 65_536;
 
 pub(super) struct Budget {
     /// The budget as a fraction (1% = 0.01).
@@ -130,6 +133,24 @@ pub(super) struct Budget {
     /// (a process that lived into a period the probes were mostly off for
     /// must not be reported as traced in full).
     departed: HashMap<u32, Vec<(u16, Count)>>,
+    /// Each process's first call seen (CLOCK_MONOTONIC): where its life
+    /// in a period begins (`settle::windows`).
+    first_seen: HashMap<u32, u64>,
+    /// Processes found exited, until their last counts are reported.
+    gone: HashMap<u32, Gone>,
+    /// The last report is being made: gone processes are kept for it.
+    finishing: bool,
+}
+
+/// A process found exited.
+#[derive(Debug, Default)]
+struct Gone {
+    /// When it exited (CLOCK_MONOTONIC, as told, see [`Budget::exited`]).
+    exit_ns: u64,
+    /// Settles before it is dropped.
+    settles_left: u8,
+    /// Its counts so far.
+    totals: Vec<(u16, Count)>,
 }
 
 impl Budget {
@@ -165,6 +186,9 @@ impl Budget {
             },
             store,
             departed: HashMap::new(),
+            first_seen: HashMap::new(),
+            gone: HashMap::new(),
+            finishing: false,
         }
     }
 
@@ -179,6 +203,17 @@ impl Budget {
     /// counted into the period under way; one drained just after its
     /// period ended counts into the next (cumulative estimates barely move).
     pub(super) fn observe(&mut self, api: &'static Api, pid: u32, tid: u32, start_ns: u64) {
+        let known = self.first_seen.len();
+        match self.first_seen.get_mut(&pid) {
+            Some(t) => *t = (*t).min(start_ns),
+            None if known < MAX_PROCESSES => {
+                // A new process: a slice of its own where the shared
+                // probes are off.
+                self.first_seen.insert(pid, start_ns);
+                self.sampler.welcome(pid);
+            }
+            None => {}
+        }
         if api.samplable() {
             self.pending
                 .hot
@@ -276,7 +311,15 @@ impl Budget {
 
     fn report(&self, p: &Period) -> SamplingReport {
         let mut by_pid: BTreeMap<u32, Vec<ApiEstimate>> = BTreeMap::new();
-        for ((pid, id), c) in reported(&self.counts, &self.departed) {
+        // Gone processes: what the last settles added, and what they
+        // counted before (until they are dropped).
+        let mut departed = self.departed.clone();
+        for (pid, g) in &self.gone {
+            if !g.totals.is_empty() {
+                departed.entry(*pid).or_insert_with(|| g.totals.clone());
+            }
+        }
+        for ((pid, id), c) in reported(&self.counts, &departed) {
             let Some(api) = crate::catalogue::api(u32::from(id)) else {
                 continue;
             };
@@ -306,31 +349,68 @@ impl Budget {
         }
     }
 
-    /// A process gone: its counts are dropped; the next report carries
-    /// them once more, with the share of that period traced (the process
-    /// may have called while the probes were off).
-    pub(super) fn forget(&mut self, pid: u32) {
-        if self.departed.len() < MAX_DEPARTED {
-            let mine: Vec<(u16, Count)> = self
-                .counts
-                .iter()
-                .filter(|(k, _)| k.0 == pid)
-                .map(|(k, c)| (k.1, *c))
-                .collect();
-            if !mine.is_empty() {
-                self.departed.insert(pid, mine);
-            }
+    /// A process found exited `ago_ns` ago at most (the check that
+    /// noticed it runs every `ago_ns`): its life in the period ends about
+    /// half of that ago, never before its last call seen.
+    pub(super) fn exited(&mut self, pid: u32, ago_ns: u64) {
+        if self.gone.len() < MAX_DEPARTED && self.first_seen.contains_key(&pid) {
+            let exit_ns = sampler::monotonic_ns().saturating_sub(ago_ns / 2);
+            let g = self.gone.entry(pid).or_default();
+            g.exit_ns = exit_ns;
+            g.settles_left = 2;
         }
+    }
+
+    /// A process gone (said so, a grace after its exit): its counts are
+    /// dropped; the next reports carry them, with the share of that
+    /// period traced (the process may have called while the probes were
+    /// off), and with those of calls that settle after this.
+    pub(super) fn forget(&mut self, pid: u32) {
+        if !self.gone.contains_key(&pid) && self.gone.len() < MAX_DEPARTED {
+            let g = self.gone.entry(pid).or_default();
+            g.exit_ns = sampler::monotonic_ns();
+            g.settles_left = 2;
+        }
+        self.fold_gone(pid);
+    }
+
+    /// Moves a gone process's counts into its totals, to be reported by
+    /// the next report.
+    fn fold_gone(&mut self, pid: u32) {
+        let mine: Vec<(u16, Count)> = self
+            .counts
+            .iter()
+            .filter(|(k, _)| k.0 == pid)
+            .map(|(k, c)| (k.1, *c))
+            .collect();
         self.counts.retain(|k, _| k.0 != pid);
         self.rates.retain(|k, _| k.0 != pid);
         self.last_rare.retain(|k, _| k.0 != pid);
         self.progress.remove(&pid);
+        let Some(g) = self.gone.get_mut(&pid) else {
+            return;
+        };
+        for (api, c) in mine {
+            match g.totals.iter_mut().find(|(a, _)| *a == api) {
+                Some((_, t)) => {
+                    t.exact += c.exact;
+                    t.sampled += c.sampled;
+                    t.estimated += c.estimated;
+                }
+                None => g.totals.push((api, c)),
+            }
+        }
+        if !g.totals.is_empty() {
+            self.departed.insert(pid, g.totals.clone());
+        }
     }
 
     /// At the end: the period under way is closed and settled, and one
     /// last report sent (always, so every output can say whether the
     /// budget was exceeded).
     pub(super) fn finish(&mut self, out: &mut Vec<SamplingReport>) {
+        // The last report carries every gone process still kept.
+        self.finishing = true;
         self.sampler.close_now();
         self.refresh(out);
         self.keep_ratio();
@@ -341,6 +421,7 @@ impl Budget {
             on: Vec::new(),
             returns: true,
             kernel: Default::default(),
+            welcomed: Vec::new(),
         });
         out.pop_if(|r| r.start_ns == self.clock.to_unix_ns(last.start_ns));
         out.push(self.report(&last));
@@ -355,6 +436,10 @@ impl Budget {
                 a.slices,
                 a.slice_probes as f64 / a.slices.max(1) as f64,
                 a.symbols
+            );
+            let (given, missed) = self.sampler.welcomes();
+            crate::say!(
+                "overhead budget: new processes traced while the shared probes were off, slices of their own: {given} (new processes left without: {missed})"
             );
             crate::say!(
                 "overhead budget: estimates (per thread, API and sampled period) scaled by the thread's or process's rare calls: {}, by whole steps seen while on: {}, by time: {}",

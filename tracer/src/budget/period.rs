@@ -27,6 +27,9 @@ pub(crate) struct Period {
     /// The watched processes' kernel time while the hot probes were fully
     /// attached, and while they were detached (`Sampler::watch`).
     pub kernel: KernelTime,
+    /// New processes' slices of their own: (pid, from, to)
+    /// (`sampler::welcome`).
+    pub welcomed: Vec<(u32, u64, u64)>,
 }
 
 /// Kernel time of the watched processes (`/proc/PID/stat` stime, clock

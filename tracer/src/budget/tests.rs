@@ -293,3 +293,44 @@ fn gone_processes_are_reported_once_more() {
     let got: Vec<((u32, u16), u64)> = r.iter().map(|(k, c)| (*k, c.exact)).collect();
     assert_eq!(got, [((1, 0), 5), ((2, 0), 7), ((2, 3), 1)]);
 }
+
+/// A process that came in mid-period with slices of its own: its window
+/// runs from its first call to its exit (never before its last call), its
+/// own slices and the shared one within that are its time on, and each
+/// slice's calls stand for the time around it.
+#[test]
+fn a_new_processs_window_and_its_slices_scale_to_its_life() {
+    use crate::budget::settle::windows;
+    const S: u64 = 1_000_000_000;
+    let p = Period {
+        start_ns: 0,
+        end_ns: 10 * S,
+        on_ns: S / 4,
+        on: vec![(0, S / 4)],
+        returns: false,
+        kernel: KernelTime::default(),
+        welcomed: vec![(7, 2 * S, 2 * S + S / 50), (7, 3 * S, 3 * S + S / 50)],
+    };
+    let first = HashMap::from([(7, 2 * S - S / 10), (8, 0)]);
+    let exited = HashMap::from([(7, 4 * S)]);
+    let last = HashMap::from([(7, 4 * S + 5)]);
+    let w = windows(&p, &first, &exited, &last);
+    assert!(!w.contains_key(&8), "an old process's window is the period");
+    let w = &w[&7];
+    assert_eq!((w.from, w.to), (2 * S - S / 10, 4 * S + 6));
+    assert_eq!(w.on.len(), 2);
+    assert!(w.own);
+    // 1,000 calls in each 20 ms slice, free of cost: 50,000 a second over
+    // its 2.1 s.
+    let e = w.stratified(&[1000, 1000], 0.0);
+    assert!((e / (50_000.0 * 2.1) - 1.0).abs() < 1e-3, "{e}");
+    // Idle in the first slice: that one stands for the time up to halfway
+    // to the next, the second for the rest at its own rate.
+    let e = w.stratified(&[0, 1000], 0.0);
+    let rest = (4 * S + 6 - (2 * S + S / 50 + 3 * S) / 2) as f64 / 1e9;
+    assert!((e / (50_000.0 * rest) - 1.0).abs() < 1e-3, "{e}");
+    // Calls that cost half the slice: the rate is the mean of the rate
+    // seen and twice it.
+    let e = w.stratified(&[1000, 1000], 0.01 / 1000.0);
+    assert!((e / (75_000.0 * 2.1) - 1.0).abs() < 1e-3, "{e}");
+}

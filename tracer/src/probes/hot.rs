@@ -62,6 +62,27 @@ impl HotSet {
         entry_only: bool,
         only: Option<&HashSet<u32>>,
     ) -> std::io::Result<Option<MultiLink>> {
+        self.attach_entry_in(multi, entry_only, only, self.pid)
+    }
+
+    /// Entry-only probes of every API of the set that fire in process
+    /// `pid` alone (the kernel writes breakpoints in its code only): a new
+    /// process's own slice (`budget::sampler::welcome`).
+    pub(crate) fn attach_for(
+        &self,
+        multi: &MultiPrograms,
+        pid: u32,
+    ) -> std::io::Result<Option<MultiLink>> {
+        self.attach_entry_in(multi, true, None, Some(pid))
+    }
+
+    fn attach_entry_in(
+        &self,
+        multi: &MultiPrograms,
+        entry_only: bool,
+        only: Option<&HashSet<u32>>,
+        pid: Option<u32>,
+    ) -> std::io::Result<Option<MultiLink>> {
         let (mut offsets, mut cookies) = (Vec::new(), Vec::new());
         for (&o, &c) in self.offsets.iter().zip(&self.cookies) {
             if only.is_some_and(|apis| !apis.contains(&ProbeCookie(c).api())) {
@@ -78,7 +99,7 @@ impl HotSet {
             return Ok(None);
         }
         multi
-            .attach(&self.path, &offsets, &cookies, self.pid, false)
+            .attach(&self.path, &offsets, &cookies, pid, false)
             .map(Some)
     }
 

@@ -438,11 +438,15 @@ impl Session {
         }
         // A process's last counts go before it is said gone.
         let mut gone = Vec::new();
+        let since_check = self.processes.since_check(now);
         let exited = self.processes.check(now, &mut gone);
         self.read_counts(now, false, &gone, &mut events);
         events.append(&mut gone);
         for (pid, at_ns, status) in self.processes.take_exits() {
             self.nccl.process_exited(pid, at_ns, status);
+            if let Some(b) = &mut self.budget {
+                b.exited(pid, since_check.as_nanos() as u64);
+            }
         }
         for pid in exited {
             if self.targets.exited(pid) {

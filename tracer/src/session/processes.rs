@@ -130,6 +130,13 @@ impl Processes {
         std::mem::take(&mut self.exits)
     }
 
+    /// How long since live processes were last looked at: an exit found
+    /// by the next look came within that time before it.
+    pub(super) fn since_check(&self, now: Instant) -> Duration {
+        self.last_check
+            .map_or(self.check_every, |t| now.saturating_duration_since(t))
+    }
+
     /// Whether `pid` is known (alive, or exited and not yet said gone).
     pub(super) fn knows(&self, pid: u32) -> bool {
         self.known.contains_key(&pid)

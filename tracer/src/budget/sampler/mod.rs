@@ -48,6 +48,8 @@ use crate::probes::links::Scope;
 use crate::probes::multi::MultiLink;
 use crate::probes::multi::MultiPrograms;
 
+mod welcome;
+
 /// The shortest on slice under `Duty` (unless the period would pass
 /// [`MAX_PERIOD`]).
 pub(crate) const MIN_ON: Duration = Duration::from_millis(250);
@@ -101,6 +103,8 @@ struct State {
     kernel: KernelTime,
     /// When the busy APIs were not all traced.
     untraced: Untraced,
+    /// New processes' slices of their own.
+    welcomes: welcome::Welcomes,
 }
 
 /// How many of the times the hot probes were off are kept, for
@@ -187,7 +191,10 @@ impl State {
                 on,
                 returns: self.returns,
                 kernel: std::mem::take(&mut self.kernel),
+                welcomed: self.welcomes.close_period(self.period_start, now),
             });
+        } else {
+            self.welcomes.close_period(self.period_start, now);
         }
         self.periods += 1;
         self.period_start = now;
@@ -293,6 +300,7 @@ impl Sampler {
                 mark: None,
                 kernel: KernelTime::default(),
                 untraced: Untraced::default(),
+                welcomes: welcome::Welcomes::default(),
             }),
             Condvar::new(),
         ));
@@ -359,6 +367,22 @@ impl Sampler {
             st.watch = pids;
             st.mark = None;
         }
+    }
+
+    /// A process seen for the first time: under `Duty`, while the shared
+    /// probes are off, it gets a slice of its own (`welcome`).
+    pub(crate) fn welcome(&self, pid: u32) {
+        let mut st = lock(&self.shared);
+        if matches!(st.wanted, Mode::Duty(_)) {
+            st.welcomes.ask(pid);
+            self.shared.1.notify_all();
+        }
+    }
+
+    /// New processes given a slice of their own, and those that got none.
+    pub(crate) fn welcomes(&self) -> (u64, u64) {
+        let st = lock(&self.shared);
+        (st.welcomes.given, st.welcomes.missed)
     }
 
     /// APIs seen called: `Duty` attaches them in every on slice.
@@ -453,6 +477,7 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
     let mut st = lock(shared);
     loop {
         if st.stop {
+            drop(welcome::end(st, shared, 0, true));
             return;
         }
         let now = monotonic_ns();
@@ -465,7 +490,11 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
         let (want, next) = wanted(&st, now, period_ns, end);
         if want != st.applied {
             // Off first (outside the lock: detaching waits for the kernel),
-            // then on: never both sets of links at once.
+            // then on: never both sets of links at once, nor the shared
+            // ones with a new process's own.
+            if want.is_some() {
+                st = welcome::end(st, shared, now, true);
+            }
             st = switch_off(st, shared, per_task);
             if want.is_none() {
                 st.mark_kernel(monotonic_ns(), false);
@@ -474,6 +503,13 @@ fn run(shared: &Shared, multi: &MultiPrograms, per_task: bool) {
                 switch_on(&mut st, multi, entry_only, per_task);
             }
             continue;
+        }
+        let mut next = next;
+        if !st.welcomes.is_idle() {
+            let shared_on = st.applied.is_some();
+            welcome::start(&mut st, multi, shared_on);
+            st = welcome::end(st, shared, monotonic_ns(), false);
+            next = next.min(st.welcomes.next_change().unwrap_or(u64::MAX));
         }
         let wait = Duration::from_nanos(next.saturating_sub(now).max(100_000));
         st = shared
