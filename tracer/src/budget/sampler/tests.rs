@@ -1,5 +1,6 @@
 //! When the busy APIs were traced: `Untraced`'s accounting.
 
+use super::untraced::OFF_HISTORY;
 use super::*;
 
 /// Off, on for the APIs called so far only, then on for all: untraced
