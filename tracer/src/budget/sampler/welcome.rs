@@ -21,7 +21,7 @@ use std::sync::MutexGuard;
 
 use super::{lock, monotonic_ns, Shared, State, MIN_ON};
 use crate::budget::period::Mode;
-use crate::probes::links::Scope;
+use crate::probes::links::{detach_in_order, Link, Scope};
 use crate::probes::multi::{MultiLink, MultiPrograms};
 
 /// New processes that may wait for a slice of their own.
@@ -196,6 +196,7 @@ pub(super) fn end<'a>(
         links.extend(u.links);
     }
     drop(st);
-    drop(links);
+    // Each link waits for a grace period as it closes: in parallel.
+    detach_in_order(links.into_iter().map(Link::Multi).collect(), Vec::new(), false);
     lock(shared)
 }
