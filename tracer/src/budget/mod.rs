@@ -212,7 +212,8 @@ impl Budget {
                 self.first_seen.insert(pid, start_ns);
                 self.sampler.welcome(pid);
             }
-            None => {}
+            // Too many processes known: no slices of its own, counted.
+            None => self.sampler.welcome_missed(),
         }
         if api.samplable() {
             self.pending
@@ -366,10 +367,14 @@ impl Budget {
     /// period traced (the process may have called while the probes were
     /// off), and with those of calls that settle after this.
     pub(super) fn forget(&mut self, pid: u32) {
-        if !self.gone.contains_key(&pid) && self.gone.len() < MAX_DEPARTED {
-            let g = self.gone.entry(pid).or_default();
-            g.exit_ns = sampler::monotonic_ns();
-            g.settles_left = 2;
+        if !self.gone.contains_key(&pid) {
+            if self.gone.len() < MAX_DEPARTED {
+                let g = self.gone.entry(pid).or_default();
+                g.exit_ns = sampler::monotonic_ns();
+                g.settles_left = 2;
+            } else {
+                self.first_seen.remove(&pid);
+            }
         }
         self.fold_gone(pid);
     }

@@ -337,7 +337,13 @@ impl Sampler {
         }
     }
 
-    /// New processes given a slice of their own, and those that got none.
+    /// A new process that gets no slices of its own (too many known).
+    pub(crate) fn welcome_missed(&self) {
+        lock(&self.shared).welcomes.missed += 1;
+    }
+
+    /// Slices of their own given to new processes, and new processes that
+    /// got none.
     pub(crate) fn welcomes(&self) -> (u64, u64) {
         let st = lock(&self.shared);
         (st.welcomes.given, st.welcomes.missed)

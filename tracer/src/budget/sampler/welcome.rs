@@ -197,6 +197,10 @@ pub(super) fn end<'a>(
     }
     drop(st);
     // Each link waits for a grace period as it closes: in parallel.
-    detach_in_order(links.into_iter().map(Link::Multi).collect(), Vec::new(), false);
+    detach_in_order(
+        links.into_iter().map(Link::Multi).collect(),
+        Vec::new(),
+        false,
+    );
     lock(shared)
 }
