@@ -39,3 +39,30 @@ fn what_the_history_lost_is_not_known() {
     assert!(u.traced(110, 150));
     assert!(!u.traced(150, 200));
 }
+
+/// New processes' slices: one ask per process, kept through the period
+/// after the one it came in, and bounded.
+#[test]
+fn new_processes_are_asked_for_once_and_left_to_the_shared_schedule_after_a_period() {
+    let mut w = welcome::Welcomes::default();
+    let came = monotonic_ns();
+    w.ask(7);
+    w.ask(7);
+    assert!(!w.is_idle());
+    assert_eq!(w.next_change(), Some(0), "due at once");
+    // The period it came in ends: kept; the next one ends: left.
+    let now = monotonic_ns();
+    assert!(w.close_period(came, now).is_empty());
+    assert!(!w.is_idle());
+    w.close_period(now + 1, now + 2);
+    assert!(w.is_idle());
+    // Asks past the bound are counted.
+    for pid in 0..300 {
+        w.ask(pid);
+    }
+    assert_eq!(w.missed, 300 - 256);
+    // A slice lasts r of a second, within 20 ms and 250 ms.
+    assert_eq!(welcome::welcome_len(0.02), 20_000_000);
+    assert_eq!(welcome::welcome_len(0.06), 60_000_000);
+    assert_eq!(welcome::welcome_len(0.9), 250_000_000);
+}
