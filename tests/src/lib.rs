@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod budget;
 pub mod node;
 pub mod tmux;
 pub mod trap;

@@ -7,23 +7,10 @@
 
 use std::collections::BTreeMap;
 
+use gputrace_tests::budget::PASS;
 use gputrace_tests::*;
 use serde_json::Value;
 
-/// One pass of the workload: 200 launches and 20 capture checks (a
-/// `cuStreamIsCapturing` and a `cuStreamGetCaptureInfo_v3` each), with 2
-/// event records and 2 stream waits (samplable), one allocation of each
-/// kind and its free, and synchronisations (rare: never sampled).
-const PASS: &[&str] = &[
-    "--launches",
-    "200",
-    "--capture-checks",
-    "20",
-    "--allocs",
-    "1",
-    "--syncs",
-    "2",
-];
 const LAUNCHES_PER_PASS: u64 = 200;
 const CAPTURE_CHECKS_PER_PASS: u64 = 20;
 

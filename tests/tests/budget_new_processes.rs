@@ -21,22 +21,12 @@ fn short_busy_processes_are_estimated_from_slices_of_their_own() {
 
     const LAUNCHES: u64 = 600_000;
     let d = Daemon::start(&["--overhead-budget", "1", "--verbose"], &[]);
-    // Launches, capture checks, allocations and synchronisations, 2 ms
-    // each, for two minutes: busy enough for the smallest share.
-    let mut busy = Workload::start(&[
-        "--launches",
-        "200",
-        "--capture-checks",
-        "20",
-        "--allocs",
-        "1",
-        "--syncs",
-        "2",
-        "--sync-us",
-        "2000",
-        "--duration-ms",
-        "120000",
-    ]);
+    // The budget tests' pass, 2 ms in each synchronisation, for two
+    // minutes: its capture checks (single-stepped) make it costly enough
+    // for the smallest share.
+    let mut args = gputrace_tests::budget::PASS.to_vec();
+    args.extend(["--sync-us", "2000", "--duration-ms", "120000"]);
+    let mut busy = Workload::start(&args);
     busy.go();
     let pid = busy.pid.to_string();
     d.wait_metrics(Duration::from_secs(60), |m| {
