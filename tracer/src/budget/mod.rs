@@ -354,11 +354,8 @@ impl Budget {
     /// noticed it runs every `ago_ns`): its life in the period ends about
     /// half of that ago, never before its last call seen.
     pub(super) fn exited(&mut self, pid: u32, ago_ns: u64) {
-        if self.gone.len() < MAX_DEPARTED && self.first_seen.contains_key(&pid) {
-            let exit_ns = sampler::monotonic_ns().saturating_sub(ago_ns / 2);
-            let g = self.gone.entry(pid).or_default();
-            g.exit_ns = exit_ns;
-            g.settles_left = 2;
+        if self.first_seen.contains_key(&pid) {
+            self.mark_gone(pid, sampler::monotonic_ns().saturating_sub(ago_ns / 2));
         }
     }
 
@@ -367,16 +364,22 @@ impl Budget {
     /// period traced (the process may have called while the probes were
     /// off), and with those of calls that settle after this.
     pub(super) fn forget(&mut self, pid: u32) {
-        if !self.gone.contains_key(&pid) {
-            if self.gone.len() < MAX_DEPARTED {
-                let g = self.gone.entry(pid).or_default();
-                g.exit_ns = sampler::monotonic_ns();
-                g.settles_left = 2;
-            } else {
-                self.first_seen.remove(&pid);
-            }
+        if !self.gone.contains_key(&pid) && !self.mark_gone(pid, sampler::monotonic_ns()) {
+            self.first_seen.remove(&pid);
         }
         self.fold_gone(pid);
+    }
+
+    /// Keeps `pid` as gone at `exit_ns`, for two settles; false where no
+    /// more gone processes can be kept.
+    fn mark_gone(&mut self, pid: u32, exit_ns: u64) -> bool {
+        if self.gone.len() >= MAX_DEPARTED && !self.gone.contains_key(&pid) {
+            return false;
+        }
+        let g = self.gone.entry(pid).or_default();
+        g.exit_ns = exit_ns;
+        g.settles_left = 2;
+        true
     }
 
     /// Moves a gone process's counts into its totals, to be reported by

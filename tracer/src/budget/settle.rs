@@ -92,8 +92,7 @@ impl Window {
                 continue;
             }
             let calls = calls as f64;
-            let unprobed = (len - calls * cost).max(len * 0.05);
-            let rate = calls * (1.0 / len + 1.0 / unprobed) / 2.0;
+            let rate = calls * pace(len, calls * cost);
             total += rate * hi.saturating_sub(lo) as f64 / 1e9;
         }
         total
@@ -103,6 +102,14 @@ impl Window {
     fn by_time(&self) -> f64 {
         self.len_s() / self.on_s().max(1e-9)
     }
+}
+
+/// Calls a second per call seen in `on_s` seconds of a new process's own
+/// probes that took `probe_s` of them: the mean of the rate seen and the
+/// rate with the probes' time taken out (at least 5% of the time left).
+fn pace(on_s: f64, probe_s: f64) -> f64 {
+    let unprobed = (on_s - probe_s).max(on_s * 0.05);
+    (1.0 / on_s + 1.0 / unprobed) / 2.0
 }
 
 /// Each process's window of period `p` that differs from the whole period:
@@ -219,8 +226,7 @@ impl Budget {
             // (docs/performance.md#short-processes-under-a-budget).
             let (on, len) = (w.on_s(), w.len_s());
             let spent = per_thread.get(&(pid, tid)).map_or(0.0, |t| t.1 * ratio);
-            let unprobed = (on - spent).max(on * 0.05).max(1e-9);
-            1.0 + (len - on).max(0.0) * (1.0 / on.max(1e-9) + 1.0 / unprobed) / 2.0
+            1.0 + (len - on).max(0.0) * pace(on.max(1e-9), spent)
         };
         self.settle_estimates(hot, &rare, exact, by_time, &stratified);
         self.update_rates(&rare, per_thread, &window);
