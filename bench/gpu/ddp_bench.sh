@@ -4,7 +4,9 @@
 # rounds: untraced; `gputrace --pid` both ranks (every family); the same
 # with `--probes launch:args,...` (no return probe on launches);
 # `gputrace daemon`; and `daemon --overhead-budget 1` when the binary has
-# it. Prints per-window step-time medians and spread, each mode's ratio to
+# it. MODES="untraced daemon_exact daemon_counts" (any of these, and
+# daemon_exact: --overhead-budget 0; daemon_counts: the same with the busy
+# calls counted in the kernel) picks the windows. Prints per-window step-time medians and spread, each mode's ratio to
 # the untraced windows, launches per step exported by the daemon against
 # the traced-in-full windows, and bytes per event of the timeline formats
 # (the traced windows rotate .jsonl / .jsonl.zst / .pftrace).
@@ -69,8 +71,10 @@ for i in $(seq 1200); do [ -f "$W/rank0.ready" ] && [ -f "$W/rank1.ready" ] && b
 P0=$(cat "$W/rank0.pid") P1=$(cat "$W/rank1.pid")
 echo "ranks: $P0 $P1 ($(date +%T)); window ${WINDOW}s, $ROUNDS rounds"
 
-MODES="untraced pid pid_args daemon"
-"$B" daemon --help 2>&1 | grep -q -- --overhead-budget && MODES="$MODES daemon_budget"
+if [ -z "${MODES:-}" ]; then
+  MODES="untraced pid pid_args daemon"
+  "$B" daemon --help 2>&1 | grep -q -- --overhead-budget && MODES="$MODES daemon_budget"
+fi
 ARGS_PROBES="launch:args,memory,memcpy,sync,names,nccl"
 FORMATS=(jsonl jsonl.zst pftrace)
 now() { date +%s.%N; }
@@ -130,8 +134,13 @@ PYEOF
           stats=$([ "$s_events" = "$events" ] && echo same || echo "DIFFERS:$s_events")
         fi
         rm -f "$f"; f=$fmt;;
-      daemon|daemon_budget)
-        extra=(); [ $m = daemon_budget ] && extra=(--overhead-budget 1)
+      daemon|daemon_budget|daemon_exact|daemon_counts)
+        case $m in
+          daemon) extra=() ;;
+          daemon_budget) extra=(--overhead-budget 1) ;;
+          daemon_exact) extra=(--overhead-budget 0) ;;
+          daemon_counts) extra=(--overhead-budget 0 --probes "launch:counts,memory,memcpy,sync:counts,names,runtime,nccl,graphs:counts,blas") ;;
+        esac
         "$B" daemon --listen 127.0.0.1:$PORT "${extra[@]}" > "$W/win$n.out" 2> "$W/win$n.err" & TP=$!
         for i in $(seq 300); do read a b w < <(launches_metrics); [ "$a" != - ] && [ "$b" != - ] && break; sleep 0.2; done
         read a0 b0 c_on < <(launches_metrics)
@@ -156,7 +165,7 @@ res = sys.argv[1]
 steps = []
 for r in (0, 1):
     for line in open(f"{res}/rank{r}.steps"):
-        t, ms = line.split()
+        t, ms = line.split()[:2]
         steps.append((r, float(t), float(ms)))
 rows = list(csv.DictReader(open(f"{res}/windows.tsv"), delimiter="\t"))
 SETTLE = 1.0  # seconds after attach before steps count
@@ -191,17 +200,20 @@ for mode in dict.fromkeys(w["mode"] for w in rows):
         print(f"{mode:<14}{len(meds):>8}{st.median(meds):>19.2f}{min(meds):>11.2f} - {max(meds):<8.2f}{st.median(meds) / ref:>8.3f}")
 print()
 print("launches per step and rank (traced window: gputrace's summary; daemon: /metrics delta over the window)")
-full = []
+full, exact_daemon = [], []
 for (w, ms, per_rank) in win:
     if w["launches0"] in ("-", "") or w["mode"] == "untraced":
         continue
     lps = [int(w[f"launches{k}"]) / per_rank[k] for k in (0, 1) if per_rank[k]]
     if w["mode"] == "pid":
         full += lps
+    elif w["mode"] == "daemon_exact":
+        exact_daemon += lps
     print(f"  {w['mode']:<14} round {w['round']}: " + "  ".join(f"rank{k} {v:.1f}" for k, v in enumerate(lps)))
+full = full or exact_daemon
 if full:
     exact = st.median(full)
-    for mode in ("daemon", "daemon_budget"):
+    for mode in ("daemon", "daemon_budget", "daemon_counts"):
         v = [int(w[f"launches{k}"]) / pr[k] for (w, _, pr) in win if w["mode"] == mode and w["launches0"] not in ("-", "") for k in (0, 1) if pr[k]]
         if v:
             print(f"  {mode}: {st.median(v):.1f} per step against {exact:.1f} traced in full ({100 * (st.median(v) / exact - 1):+.2f}%)")

@@ -19,18 +19,25 @@ fn timed(m: &str, pid: u32, api: &str) -> Option<f64> {
 #[test]
 fn counted_calls_are_exact_in_the_metrics() {
     // Where the kernel has uprobe sessions (Linux 6.13+), one program runs
-    // at each call's entry and return.
-    counted_exactly(&[]);
+    // at each call's entry, and at the return of one call in 16 (the
+    // default), timed; the others have no return probe.
+    counted_exactly(&[], &[], 16);
+}
+
+#[test]
+fn counted_calls_are_all_timed_when_asked() {
+    counted_exactly(&[], &["--counts-time-every", "1"], 1);
 }
 
 #[test]
 fn counted_calls_are_exact_without_uprobe_sessions() {
     // One perf event per probe: no sessions, each call's start kept in
-    // task storage from its entry to its return.
-    counted_exactly(&[("GPUTRACE_ATTACH", "perf")]);
+    // task storage from its entry to its return, so every call is timed.
+    counted_exactly(&[("GPUTRACE_ATTACH", "perf")], &[], 1);
 }
 
-fn counted_exactly(env: &[(&str, &str)]) {
+/// The counted calls' series, with one in `every` timed.
+fn counted_exactly(env: &[(&str, &str)], flags: &[&str], every: u32) {
     // Started first: the daemon attaches to it at its start.
     let mut w = Workload::start(&[
         "--threads",
@@ -46,13 +53,12 @@ fn counted_exactly(env: &[(&str, &str)]) {
         "--copies",
         "2",
     ]);
-    let d = Daemon::start(
-        &[
-            "--probes",
-            "launch:counts,memory,memcpy,sync:counts,names,graphs:counts",
-        ],
-        env,
-    );
+    let mut args = vec![
+        "--probes",
+        "launch:counts,memory,memcpy,sync:counts,names,graphs:counts",
+    ];
+    args.extend_from_slice(flags);
+    let d = Daemon::start(&args, env);
     w.go();
     let pid = w.pid;
     let (status, _) = w.finish();
@@ -61,7 +67,7 @@ fn counted_exactly(env: &[(&str, &str)]) {
         api_calls(m, pid, "cuModuleUnload").is_some()
             && api_calls(m, pid, "cuLaunchKernel").is_some_and(|n| n >= 6000.0)
     });
-    // Counted in the kernel: calls, and as many timed in the histogram.
+    // Counted in the kernel: every call, and those timed in the histogram.
     for (api, n) in [
         ("cuLaunchKernel", 6000.0),
         ("cuLaunchKernelEx", 14.0),
@@ -71,20 +77,36 @@ fn counted_exactly(env: &[(&str, &str)]) {
         ("cuStreamGetCaptureInfo_v3", 50.0),
     ] {
         assert_eq!(api_calls(&m, pid, api), Some(n), "{api}:\n{m}");
-        assert_eq!(timed(&m, pid, api), Some(n), "{api}:\n{m}");
+        let t = timed(&m, pid, api).unwrap_or(0.0);
+        if every == 1 {
+            assert_eq!(t, n, "{api}: every call timed:\n{m}");
+        } else {
+            assert!(t <= n, "{api}: {t} timed of {n}");
+        }
         let inf = sample(
             &m,
             "gputrace_api_duration_seconds_bucket",
             &[("api", api), ("pid", &pid.to_string()), ("le", "+Inf")],
         );
-        assert_eq!(inf, Some(n), "{api}");
+        assert_eq!(inf.unwrap_or(0.0), t, "{api}");
         let sum = sample(
             &m,
             "gputrace_api_duration_seconds_sum",
             &[("api", api), ("pid", &pid.to_string())],
         )
-        .unwrap();
-        assert!(sum > 0.0, "{api}: sum {sum}");
+        .unwrap_or(0.0);
+        // Real times: a return timed from no start would add the clock
+        // since boot.
+        assert!(
+            t == 0.0 || (sum > 0.0 && sum / t < 0.1),
+            "{api}: {sum} s over {t}"
+        );
+    }
+    if every > 1 {
+        // One launch in 16 at random: 375 expected of 6,000 (a standard
+        // deviation of 19).
+        let t = timed(&m, pid, "cuLaunchKernel").unwrap_or(0.0);
+        assert!((250.0..=500.0).contains(&t), "{t} launches timed of 6,000");
     }
     // Recorded one by one: the synchronisations of the same family, and
     // copies with their bytes.

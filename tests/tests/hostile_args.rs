@@ -145,6 +145,14 @@ fn bad_arguments_are_one_line_and_exit_2() {
             ],
             "which --gpu-time needs",
         ),
+        (
+            &["daemon", "--counts-time-every", "0"],
+            "invalid value '0' for '--counts-time-every <N>'",
+        ),
+        (
+            &["daemon", "--counts-time-every", "4096"],
+            "4096 is not in 1..=4095",
+        ),
         // Outputs
         (&["--pid", "1", "--output", ""], "must end in .jsonl"),
         (&["--pid", "1", "--output", ".jsonl"], "must end in .jsonl"),

@@ -268,10 +268,13 @@ pub const HISTOGRAM_SLOTS: usize = BUCKETS_NS.len() + 1;
 
 /// The calls of one API in one process counted in the kernel
 /// (`ProbeCookie::COUNTED`), on one CPU; keyed by [`counted_key`]. Each
-/// field only grows; the calls are the buckets added up.
+/// field only grows. Every call is in `calls`; the calls timed (all of
+/// them, or one in [`ProbeCookie::time_every`] where the kernel has uprobe
+/// sessions) are in the buckets and `sum_ns`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Counted {
+    pub calls: u64,
     pub sum_ns: u64,
     /// Per bucket of [`BUCKETS_NS`] (not cumulative); the last is +Inf.
     pub buckets: [u64; HISTOGRAM_SLOTS],
@@ -280,13 +283,14 @@ pub struct Counted {
 impl Counted {
     pub const fn zeroed() -> Self {
         Self {
+            calls: 0,
             sum_ns: 0,
             buckets: [0; HISTOGRAM_SLOTS],
         }
     }
 
-    /// The calls counted (each is in one bucket).
-    pub fn calls(&self) -> u64 {
+    /// The calls timed (each is in one bucket).
+    pub fn timed(&self) -> u64 {
         let mut n = 0u64;
         let mut i = 0;
         while i < HISTOGRAM_SLOTS {
@@ -318,6 +322,8 @@ pub const fn counted_key(tgid: u32, api: u32) -> u64 {
 /// - 16: entry only (no return probe; send at entry)
 /// - 17: read the five stack arguments
 /// - 18: counted in the kernel ([`Counted`], per process and API): no record
+///   and no argument read, so bits 20..36 are free; bits 20..32 then hold
+///   `N`, one call in `N` timed at random (0 and 1: every call)
 /// - 20..24: argument (1-based) pointing to a struct of [`DEREF_BYTES`] copied to `extra` at entry
 /// - 24..28: argument (1-based) that is an out-pointer whose u64 is read at return into `extra[0]`
 /// - 28..32: same, into `extra[1]`
@@ -433,6 +439,21 @@ impl ProbeCookie {
     pub const fn with_counted(self) -> Self {
         Self(self.0 | Self::COUNTED)
     }
+    /// Counted calls: one in `n` timed (at most 4,095; 0 and 1: every call).
+    pub const fn with_time_every(self, n: u16) -> Self {
+        let n = if n > 0xfff { 0xfff } else { n };
+        Self((self.0 & !(0xfff << 20)) | ((n as u64) << 20))
+    }
+    /// Counted calls: one in this many timed (1: every call).
+    #[inline(always)]
+    pub const fn time_every(self) -> u32 {
+        let n = ((self.0 >> 20) & 0xfff) as u32;
+        if n == 0 {
+            1
+        } else {
+            n
+        }
+    }
     pub const fn with_stack(self) -> Self {
         Self(self.0 | Self::STACK)
     }
@@ -503,6 +524,19 @@ mod user {
 mod tests {
     extern crate std;
     use super::*;
+
+    #[test]
+    fn counted_cookies_carry_how_many_calls_to_one_timed() {
+        let c = ProbeCookie::new(7).with_counted();
+        assert_eq!(c.time_every(), 1, "every call unless said");
+        assert_eq!(c.with_time_every(16).time_every(), 16);
+        assert_eq!(c.with_time_every(16).with_time_every(3).time_every(), 3);
+        assert_eq!(c.with_time_every(0).time_every(), 1);
+        assert_eq!(c.with_time_every(u16::MAX).time_every(), 4095);
+        let t = c.with_time_every(4095);
+        assert_eq!((t.api(), t.counted(), t.entry_only()), (7, true, false));
+        assert_eq!(t.str_arg(), 0, "bits 32.. untouched");
+    }
 
     #[test]
     fn layout_has_no_hidden_padding() {

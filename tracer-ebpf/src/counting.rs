@@ -1,9 +1,11 @@
 //! Calls counted in the kernel (cookie `COUNTED`): the start of each call
 //! kept until its return (the session cookie where the kernel has uprobe
 //! sessions, else the thread's in-flight slots), then added to the
-//! process's counts: the bucket of its latency and its time. The calls are
-//! the buckets added up.
+//! process's counts: the call, the bucket of its latency and its time.
+//! Under a session one call in `N` is timed (the cookie's `time_every`),
+//! the others have no return probe.
 
+use aya_ebpf::helpers::bpf_get_prandom_u32;
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, PerCpuHashMap};
 use tracer_common::{bucket_of, counted_key, Counted, LostReason, HISTOGRAM_SLOTS};
@@ -44,27 +46,63 @@ pub fn leave(api: u32, sp: u64, tgid: u32, now: u64) {
     }
 }
 
-/// Adds a call of `api` in process `tgid` that took `dur_ns`.
+/// Adds a call of `api` in process `tgid` that took `dur_ns`: counted and
+/// timed.
 #[inline(always)]
 pub fn count(tgid: u32, api: u32, dur_ns: u64) {
-    let key = counted_key(tgid, api);
-    let c = match COUNTS.get_ptr_mut(&key) {
-        Some(c) => c,
-        None => {
-            let Some(zero) = COUNTED_TEMPLATE.get(0) else {
-                return;
-            };
-            // BPF_NOEXIST: another CPU's program may have made it meanwhile.
-            let _ = COUNTS.insert(&key, zero, aya_ebpf::bindings::BPF_NOEXIST as u64);
-            match COUNTS.get_ptr_mut(&key) {
-                Some(c) => c,
-                None => {
-                    count_lost(LostReason::CountsFull);
-                    return;
-                }
-            }
-        }
+    if let Some(c) = counts_of(tgid, api) {
+        // SAFETY: this CPU's value of a live entry; the add is atomic (a
+        // preempted program on this CPU may be adding too).
+        unsafe { bump(&raw mut (*c).calls) };
+        add_time(c, dur_ns);
+    }
+}
+
+/// The entry of a call of `api` in process `tgid` under a uprobe session:
+/// counted, and whether it is to be timed: one call in `every`, at random
+/// (so that no period in the program's calls lines up with the sample).
+/// A call that is not timed has no return probe: it costs one trap.
+#[inline(always)]
+pub fn count_entry(tgid: u32, api: u32, every: u32) -> bool {
+    let Some(c) = counts_of(tgid, api) else {
+        return false;
     };
+    // SAFETY: as in `count`.
+    unsafe { bump(&raw mut (*c).calls) };
+    // SAFETY: a helper without arguments.
+    every <= 1 || unsafe { bpf_get_prandom_u32() } % every == 0
+}
+
+/// The return of a call of `api` in process `tgid` timed by its session:
+/// its time added. Nothing where its counts have gone meanwhile (the
+/// process was said gone and its entries removed).
+#[inline(always)]
+pub fn timed(tgid: u32, api: u32, dur_ns: u64) {
+    if let Some(c) = COUNTS.get_ptr_mut(&counted_key(tgid, api)) {
+        add_time(c, dur_ns);
+    }
+}
+
+/// The counts of `api` in process `tgid` on this CPU, made if new; `None`,
+/// and the call counted lost, when the map has no room.
+#[inline(always)]
+fn counts_of(tgid: u32, api: u32) -> Option<*mut Counted> {
+    let key = counted_key(tgid, api);
+    if let Some(c) = COUNTS.get_ptr_mut(&key) {
+        return Some(c);
+    }
+    let zero = COUNTED_TEMPLATE.get(0)?;
+    // BPF_NOEXIST: another CPU's program may have made it meanwhile.
+    let _ = COUNTS.insert(&key, zero, aya_ebpf::bindings::BPF_NOEXIST as u64);
+    let c = COUNTS.get_ptr_mut(&key);
+    if c.is_none() {
+        count_lost(LostReason::CountsFull);
+    }
+    c
+}
+
+#[inline(always)]
+fn add_time(c: *mut Counted, dur_ns: u64) {
     let i = bucket_of(dur_ns);
     // SAFETY: this CPU's value of a live entry; the adds are atomic (a
     // preempted program on this CPU may be adding too).

@@ -311,7 +311,8 @@ impl Api {
         }
         if selection.probe_mode(self.family) == Some(ProbeMode::Counts) && self.countable() {
             // Counted: no record, so no argument read either.
-            return (ProbeCookie::new(self.id).with_counted(), false);
+            let c = ProbeCookie::new(self.id).with_counted();
+            return (c.with_time_every(selection.time_every), false);
         }
         let args_only = selection.mode(self.family) == Some(true) && self.family != Family::Runtime;
         if args_only {
@@ -487,12 +488,19 @@ pub enum ProbeMode {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeSelection {
     families: Vec<(Family, ProbeMode)>,
+    /// `:counts`: one call in this many timed where the kernel has uprobe
+    /// sessions (`--counts-time-every`).
+    time_every: u16,
 }
+
+/// `--counts-time-every`'s default: one counted call in 16 timed.
+pub const COUNTS_TIME_EVERY: u16 = 16;
 
 impl Default for ProbeSelection {
     fn default() -> Self {
         Self {
             families: Family::ALL.iter().map(|f| (*f, ProbeMode::Full)).collect(),
+            time_every: COUNTS_TIME_EVERY,
         }
     }
 }
@@ -530,7 +538,16 @@ impl ProbeSelection {
         if families.is_empty() {
             return Err("no probe family given".into());
         }
-        Ok(Self { families })
+        Ok(Self {
+            families,
+            time_every: COUNTS_TIME_EVERY,
+        })
+    }
+
+    /// `:counts`: time one call in `n` (1: every call).
+    pub fn with_time_every(mut self, n: u16) -> Self {
+        self.time_every = n.max(1);
+        self
     }
 
     /// `None` when the family is not selected, else whether it is args-only.

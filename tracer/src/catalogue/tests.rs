@@ -118,9 +118,10 @@ fn probe_selection_parses() {
 }
 
 /// `:counts` counts the busy calls whose metrics are a count and a
-/// latency, and keeps the records of what carries more.
+/// latency, and keeps the records of what carries more; their cookies say
+/// how many calls to one timed, and nothing else.
 #[test]
-fn counted_apis_carry_only_the_counted_bit() {
+fn counted_apis_carry_only_the_counted_bit_and_their_sampling() {
     let sel = ProbeSelection::parse(
         "launch:counts,sync:counts,graphs:counts,memcpy:counts,memory:counts",
     )
@@ -151,7 +152,11 @@ fn counted_apis_carry_only_the_counted_bit() {
         .filter(|a| a.cookie_for(&sel, true).0.counted())
     {
         let (c, args_only) = a.cookie_for(&sel, true);
-        assert_eq!(c, ProbeCookie::new(a.id).with_counted(), "{}", a.name);
+        let want = ProbeCookie::new(a.id).with_counted();
+        assert_eq!(c, want.with_time_every(16), "{}", a.name);
+        assert_eq!(c.time_every(), 16);
         assert!(!args_only);
+        let every = sel.clone().with_time_every(1);
+        assert_eq!(a.cookie_for(&every, true).0.time_every(), 1, "{}", a.name);
     }
 }

@@ -92,10 +92,13 @@ pub struct CountedCalls {
     pub comm: Arc<str>,
     pub api: &'static str,
     pub calls: u64,
-    /// Their host time added up.
+    /// Of them, those timed (every call, or one in `--counts-time-every`
+    /// where the kernel has uprobe sessions).
+    pub timed: u64,
+    /// The host time of those timed, added up.
     pub sum_ns: u64,
-    /// Per bucket of `tracer_common::BUCKETS_NS` (not cumulative; the last
-    /// is +Inf).
+    /// Those timed, per bucket of `tracer_common::BUCKETS_NS` (not
+    /// cumulative; the last is +Inf).
     pub buckets: [u64; tracer_common::HISTOGRAM_SLOTS],
 }
 

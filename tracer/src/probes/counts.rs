@@ -34,6 +34,7 @@ impl CountsMap {
 }
 
 fn add(t: &mut Counted, c: &Counted) {
+    t.calls = t.calls.wrapping_add(c.calls);
     t.sum_ns = t.sum_ns.wrapping_add(c.sum_ns);
     for (a, b) in t.buckets.iter_mut().zip(c.buckets.iter()) {
         *a = a.wrapping_add(*b);
@@ -47,6 +48,7 @@ fn since(now: &Counted, then: &Counted) -> Counted {
         *b = now.buckets[i].wrapping_sub(then.buckets[i]);
     }
     Counted {
+        calls: now.calls.wrapping_sub(then.calls),
         sum_ns: now.sum_ns.wrapping_sub(then.sum_ns),
         buckets,
     }
@@ -105,8 +107,8 @@ fn news(
     for (key, now) in totals {
         let then = told.get(&key).copied().unwrap_or(Counted::zeroed());
         let d = since(&now, &then);
-        let calls = d.calls();
-        if calls == 0 {
+        let calls = d.calls;
+        if calls == 0 && d.timed() == 0 {
             continue;
         }
         told.insert(key, now);
@@ -118,6 +120,7 @@ fn news(
             comm: comm_of(key.0),
             api: api.name,
             calls,
+            timed: d.timed(),
             sum_ns: d.sum_ns,
             buckets: d.buckets,
         });
@@ -130,10 +133,11 @@ fn news(
 mod tests {
     use super::*;
 
-    fn counted(calls: u64, sum_ns: u64, bucket: usize) -> Counted {
+    fn counted(calls: u64, timed: u64, sum_ns: u64, bucket: usize) -> Counted {
         let mut c = Counted::zeroed();
+        c.calls = calls;
         c.sum_ns = sum_ns;
-        c.buckets[bucket] = calls;
+        c.buckets[bucket] = timed;
         c
     }
 
@@ -144,7 +148,7 @@ mod tests {
         let mut comm = |_| std::sync::Arc::from("app");
         let first = news(
             &mut told,
-            vec![((7, launch), counted(10, 1000, 0))],
+            vec![((7, launch), counted(10, 10, 1000, 0))],
             &mut comm,
         );
         assert_eq!(first.len(), 1);
@@ -153,28 +157,42 @@ mod tests {
                 first[0].pid,
                 first[0].api,
                 first[0].calls,
+                first[0].timed,
                 first[0].sum_ns,
                 first[0].buckets[0]
             ),
-            (7, "cuLaunchKernel", 10, 1000, 10)
+            (7, "cuLaunchKernel", 10, 10, 1000, 10)
         );
         // Nothing new: nothing handed on.
         assert!(news(
             &mut told,
-            vec![((7, launch), counted(10, 1000, 0))],
+            vec![((7, launch), counted(10, 10, 1000, 0))],
             &mut comm
         )
         .is_empty());
+        // One call in a few timed: the calls and the timed apart.
         let second = news(
             &mut told,
-            vec![((7, launch), counted(25, 4000, 0))],
+            vec![((7, launch), counted(170, 19, 4000, 0))],
             &mut comm,
         );
         assert_eq!(
-            (second[0].calls, second[0].sum_ns, second[0].buckets[0]),
-            (15, 3000, 15)
+            (
+                second[0].calls,
+                second[0].timed,
+                second[0].sum_ns,
+                second[0].buckets[0]
+            ),
+            (160, 9, 3000, 9)
         );
-        // The buckets of the deltas add up to the calls.
-        assert_eq!(second[0].buckets.iter().sum::<u64>(), second[0].calls);
+        // The buckets of the deltas add up to those timed.
+        assert_eq!(second[0].buckets.iter().sum::<u64>(), second[0].timed);
+        // A read where only a timed return came (its call counted before).
+        let third = news(
+            &mut told,
+            vec![((7, launch), counted(170, 20, 4100, 0))],
+            &mut comm,
+        );
+        assert_eq!((third[0].calls, third[0].timed), (0, 1));
     }
 }

@@ -180,24 +180,24 @@ impl SessionProgram {
         };
         let cookie = id("bpf_session_cookie")?;
         let is_return = id("bpf_session_is_return")?;
-        let mut patched = 0;
+        let mut patched = [0u32; 2];
         for insn in &mut insns {
             // BPF_JMP | BPF_CALL with a helper number (src_reg 0).
             if insn.code != 0x85 || insn.src_reg() != 0 {
                 continue;
             }
-            let target = match insn.imm {
-                tracer_common::KFUNC_SESSION_COOKIE => cookie,
-                tracer_common::KFUNC_SESSION_IS_RETURN => is_return,
+            let (target, which) = match insn.imm {
+                tracer_common::KFUNC_SESSION_COOKIE => (cookie, 0),
+                tracer_common::KFUNC_SESSION_IS_RETURN => (is_return, 1),
                 _ => continue,
             };
             insn.set_src_reg(2); // BPF_PSEUDO_KFUNC_CALL
             insn.off = 0; // the kfunc is vmlinux's
             insn.imm = target as i32;
-            patched += 1;
+            patched[which] += 1;
         }
-        if patched != 2 {
-            anyhow::bail!("counted_session: {patched} kfunc placeholders found, not 2");
+        if patched.contains(&0) {
+            anyhow::bail!("counted_session: kfunc placeholders missing ({patched:?} found)");
         }
         let prog = load_as(
             &insns,

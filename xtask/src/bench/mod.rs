@@ -32,12 +32,15 @@ pub(crate) enum Mode {
     /// storage (`GPUTRACE_INFLIGHT=map`): what the task storage saves.
     GputraceMap,
     /// The daemon with `--probes launch:counts`: launches counted in the
-    /// kernel (calls and a latency histogram), no record of each.
+    /// kernel (calls, and a latency histogram of one in 16), no record of
+    /// each.
     GputraceCounts,
+    /// The same with `--counts-time-every 1`: every launch timed.
+    GputraceCountsEvery,
 }
 
 impl Mode {
-    pub(crate) const ALL: [Mode; 9] = [
+    pub(crate) const ALL: [Mode; 10] = [
         Mode::None,
         Mode::Bare,
         Mode::BareRet,
@@ -47,6 +50,7 @@ impl Mode {
         Mode::GputraceStacks64,
         Mode::GputraceMap,
         Mode::GputraceCounts,
+        Mode::GputraceCountsEvery,
     ];
 
     fn name(self) -> &'static str {
@@ -60,6 +64,7 @@ impl Mode {
             Mode::GputraceStacks64 => "gputrace --stacks 1/64",
             Mode::GputraceMap => "gputrace (in-flight map)",
             Mode::GputraceCounts => "daemon launch:counts",
+            Mode::GputraceCountsEvery => "daemon launch:counts, every call timed",
         }
     }
 
@@ -75,6 +80,7 @@ impl Mode {
             Mode::GputraceStacks64 => "stacks64",
             Mode::GputraceMap => "map",
             Mode::GputraceCounts => "counts",
+            Mode::GputraceCountsEvery => "counts-every",
         }
     }
 
@@ -99,13 +105,21 @@ impl Mode {
     /// Whether the row means anything for the workload `kind`: only
     /// launches are counted in the kernel.
     fn applies(self, kind: &str) -> bool {
-        self != Mode::GputraceCounts || kind == "launch"
+        !self.counted() || kind == "launch"
+    }
+
+    /// The daemon counting launches in the kernel.
+    fn counted(self) -> bool {
+        matches!(self, Mode::GputraceCounts | Mode::GputraceCountsEvery)
     }
 
     /// The row this one is compared with.
     fn floor(self) -> Option<Mode> {
         match self {
-            Mode::Gputrace | Mode::GputraceMap | Mode::GputraceCounts => Some(Mode::BareRet),
+            Mode::Gputrace
+            | Mode::GputraceMap
+            | Mode::GputraceCounts
+            | Mode::GputraceCountsEvery => Some(Mode::BareRet),
             Mode::GputraceArgs => Some(Mode::Bare),
             Mode::GputraceStacks | Mode::GputraceStacks64 => Some(Mode::Gputrace),
             _ => None,
@@ -277,7 +291,7 @@ impl Bench {
             }
             s.cpu_s = (cpu - cpu_at_attach).max(0.0);
             s.max_rss_kb = rss;
-            if mode == Mode::GputraceCounts {
+            if mode.counted() {
                 // The daemon's last line: "(N calls traced, M of them
                 // counted in the kernel, L lost)".
                 let text = said.take().and_then(|h| h.join().ok()).unwrap_or_default();
@@ -308,19 +322,28 @@ impl Bench {
         let (lib, symbol) = kind_symbol(kind);
         match mode {
             Mode::None => None,
-            Mode::GputraceCounts => Some(
-                [
-                    "daemon",
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--overhead-budget",
-                    "0",
-                    "--probes",
-                    "launch:counts",
-                ]
-                .map(String::from)
-                .to_vec(),
-            ),
+            Mode::GputraceCounts | Mode::GputraceCountsEvery => {
+                let every = if mode == Mode::GputraceCounts {
+                    "16"
+                } else {
+                    "1"
+                };
+                Some(
+                    [
+                        "daemon",
+                        "--listen",
+                        "127.0.0.1:0",
+                        "--overhead-budget",
+                        "0",
+                        "--probes",
+                        "launch:counts",
+                        "--counts-time-every",
+                        every,
+                    ]
+                    .map(String::from)
+                    .to_vec(),
+                )
+            }
             Mode::Bare | Mode::BareRet => {
                 let mut a = vec![
                     "__bare".to_string(),
@@ -476,7 +499,7 @@ pub(crate) fn run(bench: &Bench, o: &Options) -> Result<()> {
                 let ratio = floor(*mode).map(|f| ns / med(f, &|s| s.ns_per_call));
                 let cpu = med(i, &|s| s.cpu_ns_per_call);
                 let cpu_ratio = floor(*mode).map(|f| cpu / med(f, &|s| s.cpu_ns_per_call));
-                let traced = mode.traced() || *mode == Mode::GputraceCounts;
+                let traced = mode.traced() || mode.counted();
                 let events_s = med(i, &|s| s.events as f64 / s.busy_s.max(1e-9));
                 let lost = samples[i].iter().map(|s| s.lost).sum::<u64>();
                 let cpu_us = med(i, &|s| {

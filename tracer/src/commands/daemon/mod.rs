@@ -39,7 +39,10 @@ pub(crate) fn run(args: DaemonArgs, config: &Config) -> Result<ExitCode> {
         nccl_stall: crate::cli::stall_threshold(args.nccl_stall),
         overhead_budget: crate::cli::budget(Some(args.overhead_budget)),
         verbose: args.verbose,
-        probes: args.probes.clone(),
+        probes: args
+            .probes
+            .clone()
+            .map(|p| p.with_time_every(args.counts_time_every)),
         ..TargetSpec::default()
     };
     if spec.probes.as_ref().is_some_and(|p| p.counts_any()) {

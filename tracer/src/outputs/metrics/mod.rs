@@ -53,10 +53,10 @@ impl ApiSeries {
         }
     }
 
-    /// Adds calls counted in the kernel (each timed, in the same buckets).
+    /// Adds calls counted in the kernel (those timed in the same buckets).
     fn add(&mut self, c: &crate::model::CountedCalls) {
         self.calls += c.calls;
-        self.timed += c.calls;
+        self.timed += c.timed;
         self.sum_ns += u128::from(c.sum_ns);
         for (mine, theirs) in self.buckets.iter_mut().zip(c.buckets.iter()) {
             *mine += theirs;
