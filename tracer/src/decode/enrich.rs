@@ -104,8 +104,10 @@ pub(crate) struct ProcessState {
 /// What the graph book asks of the rest of the tracer, for one process.
 struct Env<'a> {
     pid: u32,
-    /// When the call began (CLOCK_MONOTONIC ns).
+    /// When the call began and returned (CLOCK_MONOTONIC ns; the start
+    /// twice where its return was not probed).
     start_ns: u64,
+    end_ns: u64,
     names: &'a HashMap<u64, (Arc<str>, u64)>,
     namer: &'a mut KernelNamer,
     /// What an overhead budget traced of the busy APIs, when one is on.
@@ -126,6 +128,10 @@ impl GraphEnv for Env<'_> {
 
     fn now_ns(&self) -> u64 {
         self.start_ns
+    }
+
+    fn end_ns(&self) -> u64 {
+        self.end_ns
     }
 
     fn exec_layout_pending(&mut self) -> bool {
@@ -383,6 +389,10 @@ impl Enricher {
             let mut env = Env {
                 pid: e.pid,
                 start_ns: e.start_ns,
+                end_ns: match e.dur_ns {
+                    tracer_common::NO_RETURN => e.start_ns,
+                    d => e.start_ns.saturating_add(d),
+                },
                 names: &state.names,
                 namer: &mut self.namer,
                 sampler: self.sampler.as_deref(),

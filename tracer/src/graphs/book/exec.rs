@@ -46,6 +46,8 @@ pub(super) struct ExecDef {
     built: bool,
     /// What the last record said (`Some(None)`: opaque).
     said: Option<Option<Arc<ExecContents>>>,
+    /// When the call that made it returned (`GraphBook::older_than`).
+    born_ns: u64,
 }
 
 impl ExecDef {
@@ -55,6 +57,7 @@ impl ExecDef {
             contents: None,
             built: false,
             said: None,
+            born_ns: 0,
         }
     }
 
@@ -109,7 +112,9 @@ impl GraphBook {
                         set: HashMap::default(),
                     },
                 };
-                self.execs.insert(*e, ExecDef::new(state));
+                let mut def = ExecDef::new(state);
+                def.born_ns = self.end_ns;
+                self.execs.insert(*e, def);
             }
             GraphCall::ExecUpdate { exec, graph } => {
                 let new = self.items(*graph);
@@ -172,7 +177,12 @@ impl GraphBook {
                     ExecState::Unknown { dirty, .. } => *dirty = true,
                 }
             }
-            GraphCall::ExecDestroy { exec } => self.remove_exec(*exec),
+            GraphCall::ExecDestroy { exec } => {
+                let born = self.execs.get(exec).map(|d| d.born_ns);
+                if !born.is_some_and(|b| self.older_than(b)) {
+                    self.remove_exec(*exec);
+                }
+            }
             _ => {}
         }
     }

@@ -58,6 +58,10 @@ pub(crate) trait GraphEnv {
     fn now_ns(&self) -> u64 {
         0
     }
+    /// When the call observed returned (its start where not known).
+    fn end_ns(&self) -> u64 {
+        self.now_ns()
+    }
     /// Whether every call of the samplable APIs (launches, stream copies,
     /// event records and waits) made from `from_ns` to `to_ns` was traced:
     /// false where an overhead budget had their probes off meanwhile.
@@ -99,6 +103,8 @@ struct GraphDef {
     /// be one of its nodes held without a handle: what is made of it
     /// from then on is not known (`GraphBook::taint_anonymous`).
     tainted_ns: Option<u64>,
+    /// When the call that made it returned (`GraphBook::older_than`).
+    born_ns: u64,
 }
 
 /// A launch's executable graph became known (or changed): the record to
@@ -125,6 +131,8 @@ pub(crate) struct GraphBook {
     notes: Vec<GraphNote>,
     /// When the call being observed began (`GraphEnv::now_ns`).
     now_ns: u64,
+    /// When it returned (`GraphEnv::end_ns`).
+    end_ns: u64,
 }
 
 /// `CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD`: the capture goes on.
@@ -144,6 +152,7 @@ impl GraphBook {
     ) -> Option<ExecNews> {
         let ok = ret.is_none_or(|r| r == 0);
         self.now_ns = env.now_ns();
+        self.end_ns = env.end_ns();
         match args {
             Args::Launch(l) if ok => {
                 let c = self.captures.of_stream(l.stream)?;
@@ -244,7 +253,12 @@ impl GraphBook {
             | GraphCall::FindInClone { node: Some(_), .. }
             | GraphCall::ChildGraph { graph: Some(_), .. }
             | GraphCall::DestroyNode { .. } => self.apply_node(call),
-            GraphCall::Destroy { graph } => self.remove_graph(*graph),
+            GraphCall::Destroy { graph } => {
+                let born = self.graphs.get(graph).map(|d| d.born_ns);
+                if !born.is_some_and(|b| self.older_than(b)) {
+                    self.remove_graph(*graph);
+                }
+            }
             call => self.apply_exec(call),
         }
     }
@@ -402,6 +416,7 @@ impl GraphBook {
                 nodes: Vec::new(),
                 complete,
                 tainted_ns: None,
+                born_ns: self.end_ns,
             },
         );
         id
@@ -477,12 +492,23 @@ impl GraphBook {
             return;
         };
         self.remove_graph(to);
+        let mut def = def;
+        def.born_ns = self.end_ns;
         for e in &def.nodes {
             if let Some(h) = e.handle {
                 self.node_graph.insert(h, to);
             }
         }
         self.graphs.insert(to, def);
+    }
+
+    /// Whether the call being observed began before something born at
+    /// `born_ns`: a destroy that began before the graph or executable graph
+    /// now under its handle was made names an older one, freed by that
+    /// destroy and its memory given to the new one by another thread, whose
+    /// call returned (and so was recorded) first.
+    fn older_than(&self, born_ns: u64) -> bool {
+        self.now_ns != 0 && self.now_ns < born_ns
     }
 
     fn drop_synthetic(&mut self, graph: u64) {
@@ -498,8 +524,12 @@ impl GraphBook {
         };
         self.held = self.held.saturating_sub(def.nodes.len());
         for e in def.nodes {
+            // A handle held by another graph now (freed and made again by
+            // another thread, whose call came first) stays with it.
             if let Some(h) = e.handle {
-                self.node_graph.remove(&h);
+                if self.node_graph.get(&h) == Some(&graph) {
+                    self.node_graph.remove(&h);
+                }
             }
             if let Some(c) = e.child {
                 self.remove_graph(c);

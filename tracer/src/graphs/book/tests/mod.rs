@@ -14,8 +14,9 @@ const S2: u64 = 0x5200;
 struct Env {
     memory: HashMap<u64, Vec<Node>>,
     reads: usize,
-    /// When the call observed began.
+    /// When the call observed began, and returned (0: when it began).
     now: u64,
+    end: u64,
     /// When the busy probes were off (an overhead budget sampling).
     off: Vec<(u64, u64)>,
 }
@@ -23,6 +24,13 @@ struct Env {
 impl GraphEnv for Env {
     fn now_ns(&self) -> u64 {
         self.now
+    }
+    fn end_ns(&self) -> u64 {
+        if self.end == 0 {
+            self.now
+        } else {
+            self.end
+        }
     }
     fn busy_traced(&self, from_ns: u64, to_ns: u64) -> bool {
         !self.off.iter().any(|&(a, b)| a <= to_ns && b > from_ns)
@@ -389,4 +397,46 @@ fn executable_graph_updates() {
     });
     assert_eq!(t.run(0xeb), (None, true));
     assert_eq!(t.env.reads, 1);
+}
+
+/// Two threads: one destroys its graph and executable graph while the
+/// other makes new ones that get the freed handles. The maker's calls
+/// return first, so their records come before the destroys': the destroys
+/// began before the new graphs were made, so they name the old ones and
+/// leave the new ones followed.
+#[test]
+fn a_destroy_recorded_after_its_handle_was_made_again_leaves_the_new_one() {
+    let (g, e) = (0x6100, 0x6200);
+    let mut t = T::new();
+    let at = |t: &mut T, now: u64, end: u64| {
+        t.env.now = now;
+        t.env.end = end;
+    };
+    // Thread A: graph g, executable graph e, long ago.
+    at(&mut t, 100, 110);
+    t.g(GraphCall::Create { graph: Some(g) });
+    t.add(g, 0xa1, kernel(0xf01, 8));
+    at(&mut t, 120, 130);
+    t.instantiate(g, e);
+    // Thread B, inside A's destroys (which began at 200 and 300): the
+    // same handles made again, with other nodes.
+    at(&mut t, 210, 220);
+    t.g(GraphCall::Create { graph: Some(g) });
+    t.add(g, 0xb1, kernel(0xf02, 16));
+    at(&mut t, 310, 320);
+    t.instantiate(g, e);
+    // A's destroys, recorded at their returns.
+    at(&mut t, 200, 400);
+    t.g(GraphCall::Destroy { graph: g });
+    at(&mut t, 300, 410);
+    t.g(GraphCall::ExecDestroy { exec: e });
+    // B's launch runs what B made, followed from its calls.
+    at(&mut t, 500, 510);
+    assert_eq!(t.run(e), (Some(vec![named(0xf02, 16)]), true));
+    assert_eq!(t.env.reads, 0);
+    // A destroy that began after they were made removes them.
+    at(&mut t, 600, 610);
+    t.g(GraphCall::ExecDestroy { exec: e });
+    t.g(GraphCall::Destroy { graph: g });
+    assert_eq!(t.book.held(), (0, 0, 0));
 }
