@@ -490,66 +490,6 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// Counted calls where the kernel has uprobe sessions (Linux 6.13+): one
-/// program runs at a call's entry and, for a call it times (one in the
-/// cookie's `time_every`), again at its return; the kernel keeps 8 bytes
-/// for it in between (the session cookie), so the start time needs no
-/// per-thread store. A call not timed has no return probe, so no second
-/// trap. Loaded by userspace with the attach type
-/// `BPF_TRACE_UPROBE_SESSION`, its placeholder calls patched into the
-/// kfuncs (`tracer_common::KFUNC_SESSION_*`).
-///
-/// Written without `#[uprobe]`: aya's macro returns 0 whatever the
-/// program returns, and the entry's 1 is what spares an untimed call its
-/// return probe.
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "uprobe")]
-pub fn counted_session(ctx: *mut core::ffi::c_void) -> u32 {
-    session(ProbeContext::new(ctx))
-}
-
-#[inline(always)]
-fn session(ctx: ProbeContext) -> u32 {
-    let is_return: u64;
-    // SAFETY: a call of a kfunc without arguments (a placeholder patched at
-    // load): r0 is the result, r1-r5 are the callee's to clobber.
-    unsafe {
-        core::arch::asm!("call 2146435074", lateout("r0") is_return, out("r1") _, out("r2") _, out("r3") _, out("r4") _, out("r5") _);
-    }
-    if is_return == 0 {
-        // SAFETY: the helper reads the cookie of the link that ran us.
-        let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
-        let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-        if !counting::count_entry(tgid, cookie.api(), cookie.time_every()) {
-            return 1; // 1: no return probe for this call
-        }
-        // SAFETY: as above; the session's own 8 bytes, then the clock as
-        // late as can be.
-        unsafe { *session_slot() = bpf_ktime_get_ns() };
-        return 0; // 0: run this program again at the return
-    }
-    // SAFETY: a helper without arguments, as early as can be.
-    let now = unsafe { bpf_ktime_get_ns() };
-    // SAFETY: the helper reads the cookie of the link that ran us.
-    let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    // SAFETY: the session's own 8 bytes, written at the entry.
-    let start = unsafe { *session_slot() };
-    counting::timed(tgid, cookie.api(), now.wrapping_sub(start));
-    0
-}
-
-/// The session's 8 bytes (`bpf_session_cookie`).
-#[inline(always)]
-fn session_slot() -> *mut u64 {
-    let slot: *mut u64;
-    // SAFETY: as for `bpf_session_is_return` above.
-    unsafe {
-        core::arch::asm!("call 2146435073", lateout("r0") slot, out("r1") _, out("r2") _, out("r3") _, out("r4") _, out("r5") _);
-    }
-    slot
-}
-
 /// A process began a new program: said in the ring, in order with the
 /// calls, so userspace names what follows by the new program. Every exec
 /// on the host comes here (rare next to calls); userspace keeps those of
