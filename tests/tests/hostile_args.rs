@@ -146,6 +146,16 @@ fn bad_arguments_are_one_line_and_exit_2() {
             "which --gpu-time needs",
         ),
         (
+            &[
+                "daemon",
+                "--overhead-budget",
+                "0",
+                "--counts-time-every",
+                "4",
+            ],
+            "--counts-time-every times calls counted in the kernel",
+        ),
+        (
             &["daemon", "--counts-time-every", "0"],
             "invalid value '0' for '--counts-time-every <N>'",
         ),

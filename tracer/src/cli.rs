@@ -236,9 +236,9 @@ pub struct DaemonArgs {
     /// Probe families, as trace's --probes (default: all); FAMILY:counts counts that family's busy calls (launches, event records, stream waits, capture queries) in the kernel, per process and API, with no record of each: the cheapest a traced call gets. Needs --overhead-budget 0 and no --output-dir, --gpu-time or --stacks.
     #[arg(long, value_name = "LIST", value_parser = parse_probes)]
     pub probes: Option<ProbeSelection>,
-    /// FAMILY:counts: time one counted call in N, chosen at random (their latency histogram is that sample; the calls are all counted); 1 times every call. Where the kernel has no uprobe sessions every call is timed.
-    #[arg(long, value_name = "N", default_value_t = crate::catalogue::COUNTS_TIME_EVERY, value_parser = clap::value_parser!(u16).range(1..=4095))]
-    pub counts_time_every: u16,
+    /// With FAMILY:counts: time one counted call in N, chosen at random (their latency histogram is that sample; the calls are all counted); 1 times every call [default: 16]. Where the kernel has no uprobe sessions every call is timed.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=4095))]
+    pub counts_time_every: Option<u16>,
 }
 
 /// `--overhead-budget`: a percentage, 0 (off) to 100.

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 
+use crate::catalogue::COUNTS_TIME_EVERY;
 use crate::cli::DaemonArgs;
 use crate::config::Config;
 use crate::error::Failure;
@@ -42,10 +43,16 @@ pub(crate) fn run(args: DaemonArgs, config: &Config) -> Result<ExitCode> {
         probes: args
             .probes
             .clone()
-            .map(|p| p.with_time_every(args.counts_time_every)),
+            .map(|p| p.with_time_every(args.counts_time_every.unwrap_or(COUNTS_TIME_EVERY))),
         ..TargetSpec::default()
     };
-    if spec.probes.as_ref().is_some_and(|p| p.counts_any()) {
+    let counts = spec.probes.as_ref().is_some_and(|p| p.counts_any());
+    if args.counts_time_every.is_some() && !counts {
+        return Err(Failure::usage(
+            "--counts-time-every times calls counted in the kernel: give --probes with a FAMILY:counts (e.g. launch:counts)",
+        ));
+    }
+    if counts {
         let with = [
             (spec.overhead_budget.is_some(), "--overhead-budget above 0"),
             (args.output_dir.is_some(), "--output-dir"),
