@@ -12,7 +12,10 @@ use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, PerCpuHashMap};
 use aya_ebpf::programs::ProbeContext;
 use aya_ebpf::EbpfContext;
-use tracer_common::{bucket_of, counted_key, Counted, LostReason, ProbeCookie, HISTOGRAM_SLOTS};
+use tracer_common::{
+    bucket_of, counted_key, Counted, LostReason, ProbeCookie, HISTOGRAM_SLOTS,
+    KFUNC_SESSION_COOKIE, KFUNC_SESSION_IS_RETURN,
+};
 
 use crate::{add, bump, count_lost, inflight};
 
@@ -142,7 +145,7 @@ fn session(ctx: ProbeContext) -> u32 {
     // SAFETY: a call of a kfunc without arguments (a placeholder patched at
     // load): r0 is the result, r1-r5 are the callee's to clobber.
     unsafe {
-        core::arch::asm!("call 2146435074", lateout("r0") is_return, out("r1") _, out("r2") _, out("r3") _, out("r4") _, out("r5") _);
+        core::arch::asm!("call {f}", f = const KFUNC_SESSION_IS_RETURN, lateout("r0") is_return, out("r1") _, out("r2") _, out("r3") _, out("r4") _, out("r5") _);
     }
     if is_return == 0 {
         // SAFETY: the helper reads the cookie of the link that ran us.
@@ -173,7 +176,7 @@ fn session_slot() -> *mut u64 {
     let slot: *mut u64;
     // SAFETY: as for `bpf_session_is_return` above.
     unsafe {
-        core::arch::asm!("call 2146435073", lateout("r0") slot, out("r1") _, out("r2") _, out("r3") _, out("r4") _, out("r5") _);
+        core::arch::asm!("call {f}", f = const KFUNC_SESSION_COOKIE, lateout("r0") slot, out("r1") _, out("r2") _, out("r3") _, out("r4") _, out("r5") _);
     }
     slot
 }

@@ -389,9 +389,10 @@ impl Enricher {
             let mut env = Env {
                 pid: e.pid,
                 start_ns: e.start_ns,
-                end_ns: match e.dur_ns {
-                    tracer_common::NO_RETURN => e.start_ns,
-                    d => e.start_ns.saturating_add(d),
+                end_ns: if raw.has_return() {
+                    e.start_ns.saturating_add(e.dur_ns)
+                } else {
+                    e.start_ns
                 },
                 names: &state.names,
                 namer: &mut self.namer,

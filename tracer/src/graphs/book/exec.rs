@@ -112,8 +112,10 @@ impl GraphBook {
                         set: HashMap::default(),
                     },
                 };
-                let mut def = ExecDef::new(state);
-                def.born_ns = self.end_ns;
+                let def = ExecDef {
+                    born_ns: self.end_ns,
+                    ..ExecDef::new(state)
+                };
                 self.execs.insert(*e, def);
             }
             GraphCall::ExecUpdate { exec, graph } => {
@@ -177,11 +179,10 @@ impl GraphBook {
                     ExecState::Unknown { dirty, .. } => *dirty = true,
                 }
             }
-            GraphCall::ExecDestroy { exec } => {
-                let born = self.execs.get(exec).map(|d| d.born_ns);
-                if !born.is_some_and(|b| self.older_than(b)) {
-                    self.remove_exec(*exec);
-                }
+            GraphCall::ExecDestroy { exec }
+                if !self.older_than(self.execs.get(exec).map(|d| d.born_ns)) =>
+            {
+                self.remove_exec(*exec)
             }
             _ => {}
         }

@@ -254,8 +254,7 @@ impl GraphBook {
             | GraphCall::ChildGraph { graph: Some(_), .. }
             | GraphCall::DestroyNode { .. } => self.apply_node(call),
             GraphCall::Destroy { graph } => {
-                let born = self.graphs.get(graph).map(|d| d.born_ns);
-                if !born.is_some_and(|b| self.older_than(b)) {
+                if !self.older_than(self.graphs.get(graph).map(|d| d.born_ns)) {
                     self.remove_graph(*graph);
                 }
             }
@@ -503,12 +502,12 @@ impl GraphBook {
     }
 
     /// Whether the call being observed began before something born at
-    /// `born_ns`: a destroy that began before the graph or executable graph
-    /// now under its handle was made names an older one, freed by that
-    /// destroy and its memory given to the new one by another thread, whose
-    /// call returned (and so was recorded) first.
-    fn older_than(&self, born_ns: u64) -> bool {
-        self.now_ns != 0 && self.now_ns < born_ns
+    /// `born_ns` (`None`: nothing held): a destroy that began before the
+    /// graph or executable graph now under its handle was made names an
+    /// older one, freed by that destroy and its memory given to the new one
+    /// by another thread, whose call returned (and so was recorded) first.
+    fn older_than(&self, born_ns: Option<u64>) -> bool {
+        born_ns.is_some_and(|b| self.now_ns != 0 && self.now_ns < b)
     }
 
     fn drop_synthetic(&mut self, graph: u64) {
